@@ -1,0 +1,38 @@
+# The two commands in README.md: `make run` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PRESET ?= presets/grpo-sort.yaml
+
+.PHONY: run test setup bench clean
+
+run: setup
+	$(BIN)/rl-workbench $(PRESET)
+
+test: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+setup: $(VENV)/.installed
+
+# A torch already installed for the Python that makes the venv (a CUDA build on a GPU
+# machine, say) is kept: the venv then sees system site-packages. Otherwise torch is
+# installed first and pinned, so that no other requirement pulls a different build.
+$(VENV)/.installed: pyproject.toml Makefile
+	@if [ ! -x $(BIN)/python ]; then \
+	  if $(PYTHON) -c "import torch" 2>/dev/null; then \
+	    echo "keeping the installed torch: $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
+	    $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  else \
+	    $(PYTHON) -m venv $(VENV); \
+	  fi; \
+	fi
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install "torch==2.13.0"
+	$(BIN)/pip install -e ".[test]"
+	@touch $@
+
+bench: setup
+	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/python bench/grpo_vs_trl.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

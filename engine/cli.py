@@ -1,0 +1,237 @@
+"""`rl-engine`: run, resume and validate experiments headless.
+
+    rl-engine run PRESET [--run-dir DIR] [--set key=value ...]
+    rl-engine resume RUN_DIR
+    rl-engine validate PRESET [--set key=value ...]
+
+Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
+a checkpoint is saved, run_finished (stopped) is written and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from engine import rundir
+from engine.preset import PresetError, load_preset
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+_ENGINE_ROOT = Path(__file__).resolve().parent
+
+
+def user_code_location(exc: BaseException) -> tuple[str, int] | None:
+    """File and line of the innermost traceback frame outside the engine, the standard
+    library and installed packages: where a fault in the user's own code (a custom
+    reward function) happened. None when the fault is not in user code."""
+    skip = {_ENGINE_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    found = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        path = Path(frame.f_code.co_filename).resolve()
+        if "site-packages" in path.parts or any(root in path.parents for root in skip):
+            continue
+        found = (str(path), line)
+    return found
+
+
+def failure_message(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+def default_run_dir(preset_name: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{preset_name}-{stamp}"
+
+
+def setup_logging(run_dir: Path) -> None:
+    handler = logging.FileHandler(run_dir / rundir.LOG_FILE, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    logging.captureWarnings(True)
+
+
+def install_stop_handlers(stop) -> None:
+    def on_signal(signum, _frame):
+        stop.request(signal.Signals(signum).name)
+        print(f"\n{signal.Signals(signum).name}: stopping after the current step…", file=sys.stderr)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def read_stdin():
+        try:
+            for line in sys.stdin:
+                if line.strip().lower() == "stop":
+                    stop.request("stop requested")
+                    return
+        except (OSError, ValueError):
+            return
+
+    if sys.stdin is not None and not sys.stdin.closed:
+        threading.Thread(target=read_stdin, name="stdin-stop", daemon=True).start()
+
+
+def progress_callback(max_steps: int, start_step: int, quiet: bool):
+    if quiet:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def on_step(step, metrics):
+        bar.update(step - bar.n)
+        bar.set_postfix(reward=f"{metrics['reward']:.3f}", refresh=False)
+
+    return on_step, bar.close
+
+
+def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
+    from engine.trainer import GRPOTrainer, StopFlag
+
+    stop = StopFlag()
+    install_stop_handlers(stop)
+    events = None
+    try:
+        trainer = GRPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
+        start = trainer.step
+        if resume_from is not None:
+            start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]
+        on_step, close = progress_callback(preset.training.max_steps, start, quiet)
+        try:
+            status = trainer.run(on_step=on_step, resume_from=resume_from)
+        finally:
+            close()
+        print(f"run {status} at step {trainer.step}: {run_dir}", file=sys.stderr)
+        return EXIT_OK
+    except Exception as exc:  # every failure is reported in the event stream, then exits non-zero
+        logging.getLogger("engine").error("run failed:\n%s", traceback.format_exc())
+        message = failure_message(exc)
+        where = user_code_location(exc)
+        events = rundir.EventWriter(run_dir)
+        fields = {"message": message, "error_type": type(exc).__name__}
+        if where:
+            fields.update(file=where[0], line=where[1])
+        events.emit("run_failed", **fields)
+        events.close()
+        suffix = f" ({where[0]}:{where[1]})" if where else ""
+        print(f"error: {message}{suffix}\nsee {run_dir / rundir.LOG_FILE}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def cmd_run(args) -> int:
+    try:
+        preset = load_preset(args.preset, args.set)
+    except PresetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(preset.name)
+    if (run_dir / rundir.EVENTS_FILE).exists():
+        print(f"error: {run_dir} already holds a run; choose a new --run-dir, or `rl-engine resume {run_dir}`",
+              file=sys.stderr)
+        return EXIT_INVALID
+    preset_dir = Path(args.preset).resolve().parent
+    if preset.data.path is not None and not Path(preset.data.path).is_absolute():
+        # The run's preset.yaml must still find the file when the run is resumed or
+        # reopened from elsewhere.
+        here = Path(preset.data.path).resolve()
+        path = here if here.exists() else preset_dir / preset.data.path
+        preset = preset.model_copy(update={"data": preset.data.model_copy(update={"path": str(path)})})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    setup_logging(run_dir)
+    return train(preset, run_dir, None, preset_dir, args.quiet)
+
+
+def cmd_resume(args) -> int:
+    run_dir = Path(args.run_dir)
+    try:
+        preset = load_preset(run_dir / rundir.PRESET_FILE, args.set)
+    except PresetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    checkpoints = rundir.complete_checkpoints(run_dir)
+    if not checkpoints:
+        print(f"error: {run_dir} has no complete checkpoint to resume from", file=sys.stderr)
+        return EXIT_INVALID
+    setup_logging(run_dir)
+    return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
+
+
+def cmd_validate(args) -> int:
+    """Check the preset, and where the model and data are at hand, that they load and fit.
+    Writes nothing."""
+    try:
+        preset = load_preset(args.preset, args.set)
+    except PresetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        from engine.data import load_splits
+        from engine.models import context_length, load_tokenizer, resolve_model_path
+
+        train_examples, eval_examples = load_splits(preset.data, preset.training.seed, Path(args.preset).resolve().parent)
+        path = resolve_model_path(preset.model.name_or_path)
+        tokenizer = load_tokenizer(path)
+        from transformers import AutoConfig
+
+        limit = context_length(AutoConfig.from_pretrained(path))
+        prompts = [e.prompt for e in train_examples + eval_examples]
+        longest = max(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"])
+        need = longest + preset.algorithm.max_completion_length
+        if limit is not None and need > limit:
+            raise ValueError(
+                f"algorithm.max_completion_length: the longest prompt has {longest} tokens; with "
+                f"max_completion_length {preset.algorithm.max_completion_length} a sequence needs {need} "
+                f"positions but the model's context is {limit}; lower it to at most {limit - longest}"
+            )
+    except Exception as exc:
+        print(f"error: {args.preset} is invalid:\n  - {failure_message(exc)}", file=sys.stderr)
+        return EXIT_INVALID
+    print(f"{args.preset}: valid ({preset.algorithm.name}, {len(train_examples)} train / "
+          f"{len(eval_examples)} held-out prompts, longest prompt {longest} tokens)")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-engine", description="RL Workbench's headless training engine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="train from a preset")
+    p.add_argument("preset", help="preset YAML file")
+    p.add_argument("--run-dir", help="where to write the run (default: runs/NAME-TIMESTAMP)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a preset field, e.g. --set training.max_steps=50")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("resume", help="continue a run from its last complete checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a field, e.g. --set training.max_steps=400 to train longer")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_resume)
+    p = sub.add_parser("validate", help="check a preset; writes nothing")
+    p.add_argument("preset")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

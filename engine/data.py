@@ -1,0 +1,82 @@
+"""Training and held-out prompts, and the order in which training prompts are served.
+
+Torch-free: the workbench previews prompts through it.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from engine.preset import DataConfig
+from engine.tasks import Example, load_prompt_file, make_task
+
+# How a built-in task's held-out accuracy is judged: the reward that is 1.0 exactly
+# when a completion is correct. Prompt files with an `answer` column use exact match.
+ACCURACY_REWARD = {"sort": "exact_match", "arithmetic": "numeric_match"}
+
+
+def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tuple[list[Example], list[Example]]:
+    """(train, eval) examples for the preset's data section.
+
+    A prompt file is split deterministically by the seed: its last `num_eval` prompts
+    after a seeded shuffle are held out.
+    """
+    if cfg.task is not None:
+        return make_task(cfg.task, seed=seed, num_train=cfg.num_train, num_eval=cfg.num_eval, **cfg.task_options)
+    path = Path(cfg.path).expanduser()
+    if not path.is_absolute() and base_dir is not None and not path.exists():
+        path = base_dir / path
+    examples = load_prompt_file(path, prompt_field=cfg.prompt_field)
+    order = list(range(len(examples)))
+    random.Random(seed).shuffle(order)
+    num_eval = min(cfg.num_eval, len(examples) - 1)
+    if num_eval < cfg.num_eval:
+        raise ValueError(
+            f"data.num_eval: {cfg.num_eval} held-out prompts asked for, but {path} has only "
+            f"{len(examples)} prompts; lower num_eval to leave some for training"
+        )
+    held = set(order[len(order) - num_eval:]) if num_eval else set()
+    train = [e for i, e in enumerate(examples) if i not in held]
+    held_out = [examples[i] for i in order[len(order) - num_eval:]] if num_eval else []
+    return train, held_out
+
+
+def accuracy_reward_name(cfg: DataConfig, eval_examples: list[Example]) -> str | None:
+    if cfg.task is not None:
+        return ACCURACY_REWARD[cfg.task]
+    if eval_examples and all("answer" in e.fields for e in eval_examples):
+        return "exact_match"
+    return None
+
+
+class PromptStream:
+    """Serves training prompts in seeded, reshuffled epochs.
+
+    The whole state is `position` (prompts served so far): a resumed run that restores
+    it gets exactly the prompts the interrupted run would have had next.
+    """
+
+    def __init__(self, examples: list[Example], seed: int, position: int = 0):
+        if not examples:
+            raise ValueError("no training prompts")
+        self.examples = examples
+        self.seed = seed
+        self.position = position
+        self._epoch = -1
+        self._order: list[int] = []
+
+    def _order_of_epoch(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:
+            self._order = list(range(len(self.examples)))
+            random.Random(f"{self.seed}:{epoch}").shuffle(self._order)
+            self._epoch = epoch
+        return self._order
+
+    def take(self, n: int) -> list[Example]:
+        out = []
+        for _ in range(n):
+            epoch, index = divmod(self.position, len(self.examples))
+            out.append(self.examples[self._order_of_epoch(epoch)[index]])
+            self.position += 1
+        return out

@@ -1,0 +1,205 @@
+"""Loading a causal LM with its tokenizer and wrapping it with a LoRA adapter.
+
+Any Hugging Face causal LM loads by hub id or local folder; `builtin:tiny` is a folder
+in assets/ and goes through the same code path. The reference policy is the same
+model with the adapter disabled (`reference_mode`), so no second copy of the weights
+is ever held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.preset import BUILTIN_MODEL, ModelConfig
+
+log = logging.getLogger(__name__)
+
+# Attention and MLP projections by architecture (model_type in config.json). A model
+# type not listed here falls back to every Linear layer but the output head.
+LORA_TARGETS_BY_ARCH = {
+    "gpt2": ["c_attn", "c_proj", "c_fc"],
+    "gpt_neox": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+    "gptj": ["q_proj", "k_proj", "v_proj", "out_proj", "fc_in", "fc_out"],
+    "opt": ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"],
+    "phi": ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"],
+    "falcon": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+    "bloom": ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"],
+}
+_LLAMA_STYLE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+for _arch in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "gemma", "gemma2",
+              "gemma3_text", "phi3", "smollm3", "olmo", "olmo2", "granite", "cohere"):
+    LORA_TARGETS_BY_ARCH[_arch] = _LLAMA_STYLE
+
+_NEVER_ADAPT = ("lm_head", "embed_out", "score", "wte", "wpe", "embed_tokens")
+
+
+class ModelLoadError(RuntimeError):
+    """The model or tokenizer could not be loaded; the message says what to change."""
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module  # a peft PeftModel wrapping the causal LM
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    target_modules: list[str]
+    context_length: int | None
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        return eos_token_ids(self.model, self.tokenizer)
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """`builtin:tiny` -> the shipped folder; anything else is passed on unchanged (a hub id
+    or a local folder, which transformers tells apart)."""
+    if name_or_path == BUILTIN_MODEL:
+        from engine.builtin_model import builtin_model_path
+
+        path = builtin_model_path()
+        if not (path / "config.json").exists():
+            raise ModelLoadError(
+                f"the built-in model is missing from {path}; rebuild it with "
+                "`python -m engine.builtin_model --out assets/tiny-model`"
+            )
+        return str(path)
+    if name_or_path.startswith("builtin:"):
+        raise ModelLoadError(f"model.name_or_path: unknown built-in model {name_or_path!r}; the built-in one is {BUILTIN_MODEL!r}")
+    return name_or_path
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"model.device: {device!r} was asked for but CUDA is not available here; use `auto` or `cpu`")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError("model.device: 'mps' was asked for but is not available here; use `auto` or `cpu`")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+
+def find_lora_targets(model: nn.Module) -> list[str]:
+    """Module names to adapt: the known projections of the architecture when they are
+    present, else every Linear-like leaf but the embeddings and the output head."""
+    leaf_names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    known = LORA_TARGETS_BY_ARCH.get(getattr(model.config, "model_type", ""), [])
+    present = [name for name in known if name in leaf_names]
+    if present:
+        return present
+    from transformers.pytorch_utils import Conv1D
+
+    found = []
+    for name, module in model.named_modules():
+        short = name.rsplit(".", 1)[-1]
+        if isinstance(module, (nn.Linear, Conv1D)) and short not in _NEVER_ADAPT and short not in found:
+            found.append(short)
+    if not found:
+        raise ModelLoadError(
+            "model.lora.target_modules: `auto` found no Linear layers to adapt in "
+            f"{type(model).__name__}; list the module names explicitly"
+        )
+    return found
+
+
+def context_length(config) -> int | None:
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def eos_token_ids(model, tokenizer) -> list[int]:
+    ids = set()
+    gen = getattr(model, "generation_config", None)
+    for source in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, (list, tuple)):
+            ids.update(int(i) for i in source)
+    return sorted(ids)
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        raise ModelLoadError(_load_hint(path, "tokenizer", exc)) from exc
+    # Prompts are left-padded so every row's completion starts at the same column.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.eos_token_id is None:
+        raise ModelLoadError(f"the tokenizer of {path} has no EOS token; completions could never end")
+    return tokenizer
+
+
+def _load_hint(path: str, what: str, exc: Exception) -> str:
+    local = Path(path).expanduser()
+    if local.exists():
+        return f"model.name_or_path: could not load the {what} from folder {local}: {exc}"
+    return (
+        f"model.name_or_path: could not load the {what} {path!r}: it is not a local folder, "
+        f"and loading it from the Hugging Face hub failed ({type(exc).__name__}: {str(exc)[:300]}). "
+        "Check the id, your network, or download it and give the folder's path."
+    )
+
+
+def load_model(cfg: ModelConfig) -> LoadedModel:
+    """Load tokenizer, base model and a fresh LoRA adapter as the preset says."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(cfg.name_or_path)
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    tokenizer = load_tokenizer(path)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except Exception as exc:
+        raise ModelLoadError(_load_hint(path, "model", exc)) from exc
+    base.to(device)
+    if base.generation_config is not None and base.generation_config.pad_token_id is None:
+        base.generation_config.pad_token_id = tokenizer.pad_token_id
+
+    targets = find_lora_targets(base) if cfg.lora.target_modules == "auto" else list(cfg.lora.target_modules)
+    lora = LoraConfig(
+        r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+        target_modules=targets, task_type="CAUSAL_LM",
+    )
+    try:
+        model = get_peft_model(base, lora)
+    except ValueError as exc:
+        raise ModelLoadError(f"model.lora.target_modules: {exc}") from exc
+    log.info("loaded %s on %s (%s); LoRA targets %s", path, device, dtype, targets)
+    return LoadedModel(model, tokenizer, device, dtype, targets, context_length(base.config))
+
+
+@contextlib.contextmanager
+def reference_mode(model):
+    """The reference policy: the same weights with the LoRA adapter switched off."""
+    with model.disable_adapter():
+        yield model
+
+
+def parameter_counts(model: nn.Module) -> dict[str, int]:
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"total": total, "trainable": trainable}

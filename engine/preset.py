@@ -1,0 +1,437 @@
+"""The experiment preset: one YAML file that describes a whole run.
+
+This module is the single schema for presets. The engine trains from it and the
+workbench builds its forms from it (field types, defaults, ranges and help text), so
+it imports neither torch nor Qt.
+
+Loading is strict: unknown keys, wrong types, out-of-range values and impossible
+combinations are refused with a `PresetError` whose lines name the field path, the
+bad value and what is allowed. Hyperparameter names follow TRL's where TRL has the
+same knob, so what users know carries over.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+BUILTIN_MODEL = "builtin:tiny"
+
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$", re.I)
+
+
+def _yaml_float(value: Any) -> Any:
+    # YAML 1.1 reads `1e-3` (no dot) as a string; users write learning rates that way,
+    # so numeric text is accepted for float fields. Anything else goes on to strict checks.
+    if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
+        return float(value)
+    return value
+
+
+Float = Annotated[float, BeforeValidator(_yaml_float)]
+
+
+class Section(BaseModel):
+    """Base of every preset section: unknown keys and wrong types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+
+
+# --------------------------------------------------------------------------- model
+
+
+class LoraConfig(Section):
+    r: int = Field(16, ge=1, le=4096, description="LoRA rank: width of the low-rank update.")
+    alpha: Float = Field(32.0, gt=0, description="LoRA alpha; the update is scaled by alpha / r.")
+    dropout: Float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    target_modules: Union[Literal["auto"], list[str]] = Field(
+        "auto",
+        description="Module names to adapt, or `auto` to pick the attention and MLP "
+        "projections by architecture.",
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _non_empty(cls, value):
+        if isinstance(value, list) and not value:
+            raise ValueError("must name at least one module, or be `auto`")
+        return value
+
+
+class ModelConfig(Section):
+    name_or_path: str = Field(
+        BUILTIN_MODEL,
+        min_length=1,
+        description="Hugging Face hub id, local folder, or `builtin:tiny` (the small "
+        "character-level model shipped in assets/, runs offline on a CPU).",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weight dtype; `auto` is bf16 on CUDA and fp32 on CPU."
+    )
+    device: str = Field(
+        "auto", description="`auto` (CUDA if available, else CPU), `cpu`, `cuda`, `cuda:N` or `mps`."
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+            raise ValueError("must be auto, cpu, cuda, cuda:N or mps")
+        return value
+
+
+# ----------------------------------------------------------------------- algorithm
+
+
+class GRPOConfig(Section):
+    """Group Relative Policy Optimization (Shao et al. 2024), with the DAPO and Dr. GRPO
+    loss variants. Names follow TRL's GRPOConfig."""
+
+    name: Literal["grpo"] = Field("grpo", description="Algorithm.")
+    num_generations: int = Field(
+        8, ge=2, description="Completions sampled per prompt; advantages are relative within this group."
+    )
+    max_completion_length: int = Field(
+        256, ge=1, description="Most tokens generated per completion."
+    )
+    temperature: Float = Field(1.0, gt=0.0, description="Sampling temperature for rollouts.")
+    top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens with this much probability.")
+    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 disables.")
+    beta: Float = Field(
+        0.0, ge=0.0, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass."
+    )
+    epsilon: Float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the probability ratio: 1 - epsilon.")
+    epsilon_high: Union[Float, None] = Field(
+        None, description="Upper clip range, 1 + epsilon_high (clip-higher, DAPO); defaults to epsilon."
+    )
+    loss_type: Literal["grpo", "dr_grpo", "dapo"] = Field(
+        "dapo",
+        description="grpo: mean per sequence, then over sequences; dr_grpo: sum over tokens / "
+        "(batch * max_completion_length); dapo: mean over all tokens in the batch.",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO)."
+    )
+    num_iterations: int = Field(
+        1, ge=1, description="Updates per rollout batch; >1 reuses rollouts against their old logprobs (the ratio then moves from 1)."
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="Exclude completions that hit max_completion_length without EOS from the loss."
+    )
+
+    @field_validator("epsilon_high")
+    @classmethod
+    def _eps_high(cls, value):
+        if value is not None and not value > 0:
+            raise ValueError("must be greater than 0")
+        return value
+
+
+AlgorithmConfig = Annotated[Union[GRPOConfig], Field(discriminator="name")]
+
+
+# ---------------------------------------------------------------------------- data
+
+
+class DataConfig(Section):
+    task: Union[Literal["sort", "arithmetic"], None] = Field(
+        "sort", description="Built-in task generated offline from the seed; null when `path` is set."
+    )
+    task_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the built-in task (e.g. min_len, max_len for sort)."
+    )
+    path: Union[str, None] = Field(
+        None, description="Prompt file (JSONL or CSV) with a prompt column; other columns go to the rewards."
+    )
+    prompt_field: str = Field("prompt", min_length=1, description="Column of the prompt file that holds the prompt.")
+    num_train: int = Field(5000, ge=1, description="Training prompts generated for a built-in task.")
+    num_eval: int = Field(200, ge=0, description="Held-out prompts for evaluation (built-in task or file).")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.task is None) == (self.path is None):
+            raise ValueError("set exactly one of `task` (a built-in task) or `path` (a prompt file)")
+        if self.path is not None and self.task_options:
+            raise ValueError("`task_options` apply to built-in tasks only; remove them or set `task`")
+        if self.task is not None:
+            from engine.tasks import task_options
+
+            allowed = task_options(self.task)
+            for key in self.task_options:
+                if key not in allowed:
+                    raise ValueError(
+                        f"task_options.{key}: unknown option of task {self.task!r}; "
+                        f"allowed: {', '.join(sorted(allowed)) or 'none'}"
+                    )
+        return self
+
+
+# ------------------------------------------------------------------------- rewards
+
+
+class RewardConfig(Section):
+    name: str = Field(..., min_length=1, description="A reward from the registry (exact_match, numeric_match, regex_format, ...).")
+    weight: Float = Field(1.0, description="Weight of this component in the total reward.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Options of this reward function.")
+
+    @model_validator(mode="after")
+    def _known(self):
+        from engine.rewards import REWARDS, reward_options
+
+        if self.name not in REWARDS:
+            raise ValueError(
+                f"unknown reward {self.name!r}; allowed: {', '.join(sorted(REWARDS))}"
+            )
+        allowed = reward_options(self.name)
+        for key in self.options:
+            if key not in allowed:
+                raise ValueError(
+                    f"options.{key}: unknown option of reward {self.name!r}; "
+                    f"allowed: {', '.join(sorted(allowed)) or 'none'}"
+                )
+        return self
+
+
+# ------------------------------------------------------------------------ training
+
+
+class TrainingConfig(Section):
+    max_steps: int = Field(200, ge=1, description="Optimizer steps (one rollout batch each).")
+    batch_size: int = Field(
+        64, ge=1, description="Completions per step (prompts per step = batch_size / num_generations)."
+    )
+    micro_batch_size: Union[int, None] = Field(
+        None, ge=1, description="Completions per forward/backward pass (gradient accumulation); null = whole batch."
+    )
+    learning_rate: Float = Field(1e-4, gt=0.0, description="AdamW learning rate of the LoRA weights.")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "constant", description="Decay after warmup."
+    )
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
+    weight_decay: Float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    adam_beta1: Float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1.")
+    adam_beta2: Float = Field(0.999, ge=0.0, lt=1.0, description="AdamW beta2.")
+    max_grad_norm: Float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
+    seed: int = Field(0, description="Seeds data, sampling and initialisation; a CPU run is reproducible.")
+    eval_steps: int = Field(25, ge=0, description="Evaluate on the held-out split every N steps (greedy); 0 = only at start and end.")
+    save_steps: int = Field(100, ge=0, description="Save a checkpoint every N steps; 0 = only at the end or stop.")
+    save_total_limit: int = Field(2, ge=1, description="Checkpoints kept on disk; older ones are deleted.")
+    logging_steps: int = Field(1, ge=1, description="Write a metrics event every N steps.")
+    log_completions: int = Field(8, ge=0, description="Sampled completions written as `samples` events per logged step.")
+    record_rollouts: int = Field(4, ge=0, description="Rollouts per step saved token by token for the trajectory inspector.")
+    max_nonfinite_steps: int = Field(
+        5, ge=0, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
+    )
+
+
+# -------------------------------------------------------------------------- preset
+
+
+class Preset(Section):
+    name: str = Field("experiment", min_length=1, description="Name of the experiment.")
+    description: str = Field("", description="Free text.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=GRPOConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rewards: list[RewardConfig] = Field(
+        default_factory=lambda: [RewardConfig(name="exact_match")], min_length=1,
+        description="Reward components; the total reward is their weighted sum.",
+    )
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+
+    @model_validator(mode="after")
+    def _combinations(self):
+        algo, train = self.algorithm, self.training
+        if train.batch_size % algo.num_generations:
+            raise ValueError(
+                f"training.batch_size: {train.batch_size} must be divisible by "
+                f"algorithm.num_generations ({algo.num_generations}); try batch_size "
+                f"{max(1, train.batch_size // algo.num_generations) * algo.num_generations}"
+            )
+        if train.micro_batch_size is not None and train.micro_batch_size > train.batch_size:
+            raise ValueError(
+                f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"
+            )
+        names = [r.name for r in self.rewards]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"rewards: {', '.join(dupes)} listed twice; each component is logged by its name")
+        return self
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.training.batch_size // self.algorithm.num_generations
+
+
+# ---------------------------------------------------------------- loading, saving
+
+
+class PresetError(ValueError):
+    """A preset that cannot be used; `str()` is a readable list of problems."""
+
+    def __init__(self, problems: list[str], source: str = "preset"):
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _allowed_keys(model_cls: type[BaseModel], loc: tuple) -> list[str]:
+    cls = model_cls
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = cls.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        sub = _first_model(ann)
+        if sub is None:
+            return []
+        cls = sub
+    return list(cls.model_fields)
+
+
+def _first_model(ann) -> type[BaseModel] | None:
+    import typing
+
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    for arg in typing.get_args(ann):
+        found = _first_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if p != "grpo")  # discriminator tag adds noise
+        path = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(Preset, loc)
+            near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = f" (did you mean `{near[0]}`?)" if near else ""
+            problems.append(f"{path}: unknown field{hint}; allowed: {', '.join(allowed)}")
+            continue
+        if err["type"] == "missing":
+            problems.append(f"{path}: required field is missing")
+            continue
+        if err["type"] == "union_tag_invalid":
+            problems.append(f"{path}: {msg}")
+            continue
+        got = err.get("input")
+        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        relative = re.match(r"^([\w.]+): ", msg)
+        if relative and err["type"] == "value_error":
+            # A section validator names a field relative to its section.
+            problems.append(f"{'.'.join([*map(str, loc), relative.group(1)])}: {msg[relative.end():]}")
+        elif loc:
+            problems.append(f"{path}: {msg}{shown}")
+        else:
+            problems.append(msg)
+    return problems
+
+
+def preset_from_dict(data: Any, source: str = "preset") -> Preset:
+    if not isinstance(data, dict):
+        raise PresetError([f"the top level must be a mapping of sections, got {type(data).__name__}"], source)
+    try:
+        return Preset.model_validate(data)
+    except ValidationError as exc:
+        raise PresetError(_format_errors(exc), source) from None
+
+
+def read_preset_dict(path: str | Path) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PresetError([f"cannot read file: {exc.strerror or exc}"], str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise PresetError([f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"], str(path)) from None
+    return {} if data is None else data
+
+
+def load_preset(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Preset:
+    """Read and validate a preset file, applying `dotted.key=value` overrides first."""
+    data = read_preset_dict(path)
+    if overrides:
+        data = apply_overrides(data, overrides, source=str(path))
+    return preset_from_dict(data, str(path))
+
+
+def apply_overrides(data: dict, overrides, source: str = "--set") -> dict:
+    """Return a copy of `data` with each `a.b.c=value` applied; values parse as YAML.
+
+    input:  {"training": {"seed": 0}}, ["training.seed=3", "rewards.0.weight=0.5"]
+    output: {"training": {"seed": 3}, "rewards": [{"weight": 0.5}]}  (list items must exist)
+    """
+    import copy
+
+    data = copy.deepcopy(data)
+    problems = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"--set {item!r}: expected dotted.key=value")
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        parts = key.strip().split(".")
+        node = data
+        try:
+            for part in parts[:-1]:
+                if isinstance(node, list):
+                    node = node[int(part)]
+                else:
+                    node = node.setdefault(part, {})
+            last = parts[-1]
+            if isinstance(node, list):
+                node[int(last)] = value
+            elif isinstance(node, dict):
+                node[last] = value
+            else:
+                raise TypeError
+        except (ValueError, IndexError, TypeError):
+            problems.append(f"--set {item!r}: {key} does not name a field that can be set")
+    if problems:
+        raise PresetError(problems, source)
+    return data
+
+
+def preset_to_dict(preset: Preset) -> dict:
+    return preset.model_dump(mode="json")
+
+
+def preset_to_yaml(preset: Preset) -> str:
+    return yaml.safe_dump(preset_to_dict(preset), sort_keys=False, allow_unicode=True)
+
+
+def save_preset(preset: Preset, path: str | Path) -> None:
+    """Write the preset as YAML, atomically (write a temp file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(preset_to_yaml(preset), encoding="utf-8")
+    tmp.replace(path)

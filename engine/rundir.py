@@ -1,0 +1,173 @@
+"""The run directory: the contract between the engine (writer) and the workbench (reader).
+
+    RUN_DIR/
+      preset.yaml        the resolved preset the run trains from
+      events.jsonl       append-only event stream, one JSON object a line
+      trajectories/      step_000001.jsonl: per-token records of a few rollouts a step
+      checkpoints/       step_000100/: LoRA adapter (peft format) + trainer state
+      engine.log         the engine's log
+
+docs/run-directory.md documents every event and field. This module imports neither
+torch nor Qt: the workbench reads runs through it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+PRESET_FILE = "preset.yaml"
+EVENTS_FILE = "events.jsonl"
+LOG_FILE = "engine.log"
+TRAJECTORIES_DIR = "trajectories"
+CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_STATE = "state.json"
+
+EVENT_TYPES = (
+    "run_started", "run_resumed", "metrics", "samples", "eval", "checkpoint",
+    "run_finished", "run_failed",
+)
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/inf; write them as null so every reader can parse the line.
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(_clean(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class EventWriter:
+    """Appends events to events.jsonl; each line is flushed as it is written so a reader
+    never waits on a buffer."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / EVENTS_FILE
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def emit(self, type: str, step: int | None = None, **fields) -> dict:
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}; known: {', '.join(EVENT_TYPES)}")
+        event = {"type": type, "time": time.time()}
+        if step is not None:
+            event["step"] = step
+        event.update(fields)
+        self._file.write(dumps(event) + "\n")
+        self._file.flush()
+        return event
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def read_jsonl(path: str | Path, offset: int = 0) -> tuple[list[dict], int]:
+    """Read complete lines from byte `offset`; return (records, offset after the last
+    complete line). A partly written last line is left for the next call, so a reader
+    can tail a file that is still being written.
+
+    input:  b'{"a":1}\\n{"b":'      output: ([{"a": 1}], 8)
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    records = []
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a torn line from a crashed writer; the rest of the stream is still good
+    return records, offset + end
+
+
+def read_events(run_dir: str | Path) -> list[dict]:
+    return read_jsonl(Path(run_dir) / EVENTS_FILE)[0]
+
+
+class EventTail:
+    """Incremental reader of a (possibly live) events.jsonl."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / EVENTS_FILE
+        self.offset = 0
+
+    def poll(self) -> list[dict]:
+        records, self.offset = read_jsonl(self.path, self.offset)
+        return records
+
+
+def trajectory_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / TRAJECTORIES_DIR / f"step_{step:06d}.jsonl"
+
+
+def write_trajectories(run_dir: str | Path, step: int, records: list[dict]) -> Path:
+    """Write one step's trajectory records (one rollout a line), atomically."""
+    path = trajectory_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(dumps(r) + "\n" for r in records), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_trajectories(run_dir: str | Path, step: int) -> list[dict]:
+    return read_jsonl(trajectory_path(run_dir, step))[0]
+
+
+def trajectory_steps(run_dir: str | Path) -> list[int]:
+    folder = Path(run_dir) / TRAJECTORIES_DIR
+    return sorted(int(p.stem.split("_")[1]) for p in folder.glob("step_*.jsonl"))
+
+
+def checkpoint_dir(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / f"step_{step:06d}"
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Checkpoint folders that were completely written, oldest first. A checkpoint is
+    written to `step_N.tmp` and renamed, and state.json is its last file, so a folder
+    without it (or still named .tmp) is ignored."""
+    folder = Path(run_dir) / CHECKPOINTS_DIR
+    found = [
+        p for p in folder.glob("step_*")
+        if p.is_dir() and not p.name.endswith(".tmp") and (p / CHECKPOINT_STATE).exists()
+    ]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
+
+
+def run_status(events: list[dict]) -> str:
+    """running | done | stopped | failed, from the event stream (the last lifecycle event)."""
+    status = "running"
+    for event in events:
+        kind = event.get("type")
+        if kind == "run_finished":
+            status = event.get("status", "done")
+        elif kind == "run_failed":
+            status = "failed"
+        elif kind in ("run_started", "run_resumed"):
+            status = "running"
+    return status
+
+
+def iter_metrics(events: list[dict]) -> Iterator[dict]:
+    return (e for e in events if e.get("type") == "metrics")

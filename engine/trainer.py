@@ -1,0 +1,488 @@
+"""The GRPO training loop: rollouts, rewards, advantages, a clipped update, events.
+
+The loop stays thin: the math is in engine.losses / engine.advantages, sampling in
+engine.rollout, per-token records in engine.trajectories and the on-disk contract in
+engine.rundir.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine import rundir
+from engine.advantages import group_advantages, group_reward_std
+from engine.data import PromptStream, accuracy_reward_name, load_splits
+from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
+from engine.models import LoadedModel, load_model, parameter_counts, reference_mode
+from engine.preset import Preset, preset_to_dict, save_preset
+from engine.rewards import build_reward, combine_rewards
+from engine.rollout import Rollout, positions_from_mask, sample
+from engine.trajectories import trajectory_records
+
+log = logging.getLogger(__name__)
+
+
+class RunAborted(RuntimeError):
+    """The run cannot go on (for example too many non-finite steps)."""
+
+
+@dataclass
+class StopFlag:
+    """Set from a signal handler or the stdin reader; checked between steps."""
+
+    requested: bool = False
+    reason: str = ""
+
+    def request(self, reason: str) -> None:
+        if not self.requested:
+            self.requested, self.reason = True, reason
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
+    """Learning-rate multiplier at optimizer step `step` (0-based).
+
+    input:  warmup 2, total 6, linear, steps 0..5
+    output: [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
+    """
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if kind == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return {"linear": 1.0 - progress, "cosine": 0.5 * (1.0 + math.cos(math.pi * progress))}[kind]
+
+
+def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: torch.Tensor) -> float:
+    """Share of the whole batch's loss normaliser that one micro-batch carries, so that
+    gradient accumulation gives the gradient of the full-batch loss.
+
+    dapo normalises by the batch's token count; grpo and dr_grpo by its row count.
+    input:  dapo, micro mask with 3 tokens, batch mask with 12 tokens   output: 0.25
+    """
+    if loss_type == "dapo":
+        return float(micro_mask.sum() / batch_mask.sum().clamp(min=1))
+    return micro_mask.shape[0] / batch_mask.shape[0]
+
+
+@dataclass
+class StepTimes:
+    rollout: float = 0.0
+    reward: float = 0.0
+    update: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+class GRPOTrainer:
+    def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
+                 preset_dir: Path | None = None):
+        self.preset = preset
+        self.algo = preset.algorithm
+        self.cfg = preset.training
+        self.run_dir = Path(run_dir)
+        self.stop = stop or StopFlag()
+        self.step = 0
+        self.nonfinite_steps = 0
+        self.events: rundir.EventWriter | None = None
+
+        torch.manual_seed(self.cfg.seed)
+        random.seed(self.cfg.seed)
+        self.train_examples, self.eval_examples = load_splits(preset.data, self.cfg.seed, preset_dir)
+        self.stream = PromptStream(self.train_examples, self.cfg.seed)
+        self.accuracy_reward = accuracy_reward_name(preset.data, self.eval_examples)
+        self.reward_components = [
+            (r.name, r.weight, build_reward(r.name, **r.options)) for r in preset.rewards
+        ]
+
+        self.loaded: LoadedModel = load_model(preset.model)
+        self.model = self.loaded.model
+        self.tokenizer = self.loaded.tokenizer
+        self.device = self.loaded.device
+        self.check_context_fits()
+
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=self.cfg.learning_rate, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
+            weight_decay=self.cfg.weight_decay,
+        )
+        total_updates = self.cfg.max_steps * self.algo.num_iterations
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(s, self.cfg.warmup_steps, total_updates, self.cfg.lr_scheduler_type),
+        )
+        self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
+
+    # ------------------------------------------------------------------ checks
+
+    def check_context_fits(self) -> None:
+        """Refuse a preset whose longest prompt plus max_completion_length exceeds the
+        model's context."""
+        limit = self.loaded.context_length
+        if limit is None:
+            return
+        prompts = [e.prompt for e in self.train_examples + self.eval_examples]
+        longest = max(len(ids) for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"])
+        need = longest + self.algo.max_completion_length
+        if need > limit:
+            raise ValueError(
+                f"algorithm.max_completion_length: the longest prompt has {longest} tokens; "
+                f"with max_completion_length {self.algo.max_completion_length} a sequence needs "
+                f"{need} positions but the model's context is {limit}. Lower max_completion_length "
+                f"to at most {limit - longest}, or use shorter prompts."
+            )
+
+    # --------------------------------------------------------------- rollouts
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    def decode_completions(self, rollout: Rollout) -> list[str]:
+        ids = [row[: int(n)].tolist() for row, n in zip(rollout.completion_ids, rollout.lengths)]
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def generate(self, prompts: list[str], greedy: bool = False) -> Rollout:
+        ids, mask = self.encode_prompts(prompts)
+        self.model.eval()
+        return sample(
+            self.model, ids, mask,
+            max_new_tokens=self.algo.max_completion_length,
+            eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            temperature=self.algo.temperature, top_p=self.algo.top_p, top_k=self.algo.top_k,
+            greedy=greedy, generator=self.generator,
+        )
+
+    def completion_logits(self, rollout: Rollout, rows: slice | torch.Tensor) -> torch.Tensor:
+        """Temperature-scaled logits that predict each completion token. (b, T, V)"""
+        prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
+        completion_ids = rollout.completion_ids[rows]
+        # Tokens after EOS are padding: hidden from attention, masked out of the loss.
+        attention = torch.cat([prompt_mask, rollout.completion_mask[rows].long()], dim=1)
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        T = completion_ids.shape[1]
+        out = self.model(input_ids=input_ids, attention_mask=attention,
+                         position_ids=positions_from_mask(attention), logits_to_keep=T + 1)
+        return out.logits[:, :-1, :].float() / self.algo.temperature
+
+    @torch.no_grad()
+    def reference_logprobs(self, rollout: Rollout, rows) -> torch.Tensor:
+        with reference_mode(self.model):
+            logits = self.completion_logits(rollout, rows)
+        return selective_log_softmax(logits, rollout.completion_ids[rows])
+
+    # ------------------------------------------------------------------- step
+
+    def micro_batches(self, batch: int) -> list[slice]:
+        size = self.cfg.micro_batch_size or batch
+        return [slice(i, min(i + size, batch)) for i in range(0, batch, size)]
+
+    def train_step(self) -> dict:
+        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
+        G = self.algo.num_generations
+        t0 = time.perf_counter()
+        examples = self.stream.take(self.preset.prompts_per_step)
+        prompts = [e.prompt for e in examples for _ in range(G)]
+        field_names = sorted({k for e in examples for k in e.fields})
+        fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in field_names}
+        rollout = self.generate(prompts)
+        completions = self.decode_completions(rollout)
+        t1 = time.perf_counter()
+
+        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
+        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
+        advantages = group_advantages(rewards, G, self.algo.scale_rewards)
+        t2 = time.perf_counter()
+
+        mask = rollout.completion_mask
+        if self.algo.mask_truncated_completions:
+            mask = mask * (~rollout.truncated).float()[:, None]
+        batch = rollout.completion_ids.shape[0]
+        record_rows = list(range(min(self.cfg.record_rollouts, batch)))
+        self.model.train()
+        old_logprobs: dict[int, torch.Tensor] = {}
+        per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
+                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask),
+                     "ref_logprob": None}
+        top = None
+        loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
+        eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
+        use_ref = self.algo.beta > 0
+        ref_all = None
+        if use_ref:
+            ref_all = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(batch)])
+        for iteration in range(self.algo.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_total, info_total = 0.0, {}
+            for index, mb in enumerate(self.micro_batches(batch)):
+                logits = self.completion_logits(rollout, mb)  # (b, T, V)
+                logprobs = selective_log_softmax(logits, rollout.completion_ids[mb])
+                if iteration == 0:
+                    # The first pass sees the weights that sampled the batch: its logprobs
+                    # are the old policy's, exactly, with no extra forward pass.
+                    old_logprobs[index] = logprobs.detach()
+                    with torch.no_grad():
+                        per_token["entropy"][mb] = entropy_from_logits(logits.detach())
+                        per_token["logprob"][mb] = logprobs.detach()
+                        if record_rows and mb.start < len(record_rows):
+                            k = min(5, logits.shape[-1])
+                            rows = slice(0, min(mb.stop, len(record_rows)) - mb.start)
+                            probs, ids = logits[rows].detach().softmax(-1).topk(k, dim=-1)
+                            top = (probs, ids) if top is None else (torch.cat([top[0], probs]), torch.cat([top[1], ids]))
+                loss, info, tok = grpo_loss(
+                    logprobs, old_logprobs[index], ref_all[mb] if use_ref else None,
+                    advantages[mb], mask[mb], beta=self.algo.beta,
+                    epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
+                    loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
+                )
+                weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
+                (loss * weight).backward()
+                loss_total += float(loss) * weight
+                for key, value in info.items():
+                    info_total[key] = info_total.get(key, 0.0) + value * weight
+                if iteration == self.algo.num_iterations - 1:
+                    per_token["ratio"][mb] = tok["ratio"]
+                    per_token["clipped"][mb] = tok["clipped"].float()
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
+            if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+                skipped = True
+                self.optimizer.zero_grad(set_to_none=True)
+                break
+            self.optimizer.step()
+            self.scheduler.step()
+            loss_sum, info_sum = loss_total, info_total
+        t3 = time.perf_counter()
+
+        if skipped:
+            self.nonfinite_steps += 1
+            log.warning("step %d: non-finite loss or gradient; step skipped (%d so far)",
+                        self.step + 1, self.nonfinite_steps)
+            if self.nonfinite_steps > self.cfg.max_nonfinite_steps:
+                raise RunAborted(
+                    f"{self.nonfinite_steps} steps had a NaN or inf loss or gradient "
+                    f"(training.max_nonfinite_steps = {self.cfg.max_nonfinite_steps}); lower "
+                    "training.learning_rate or check the rewards for extreme values"
+                )
+
+        self.step += 1
+        lengths = rollout.lengths
+        tokens = int(lengths.sum()) + int(rollout.prompt_mask.sum())
+        metrics = {
+            "reward": float(rewards.mean()),
+            "reward_std": float(rewards.std()) if batch > 1 else 0.0,
+            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
+            "loss": loss_sum if not skipped else None,
+            "kl": info_sum.get("kl", 0.0) if use_ref else None,
+            "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
+            "clip_ratio/low_mean": info_sum.get("clip_ratio/low_mean"),
+            "clip_ratio/high_mean": info_sum.get("clip_ratio/high_mean"),
+            "clip_ratio/region_mean": info_sum.get("clip_ratio/region_mean"),
+            "completions/mean_length": float(lengths.mean()),
+            "completions/min_length": float(lengths.min()),
+            "completions/max_length": float(lengths.max()),
+            "completions/clipped_ratio": float(rollout.truncated.float().mean()),
+            "grad_norm": grad_norm,
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "step_time": t3 - t0,
+            "timing/rollout": t1 - t0,
+            "timing/reward": t2 - t1,
+            "timing/update": t3 - t2,
+            "throughput/tokens_per_second": tokens / max(t3 - t0, 1e-9),
+            "throughput/rollout_tokens_per_second": int(lengths.sum()) / max(t1 - t0, 1e-9),
+            "throughput/samples_per_second": batch / max(t3 - t0, 1e-9),
+            "num_tokens": tokens,
+            "skipped_steps": self.nonfinite_steps,
+        }
+        for name, values in components.items():
+            t = torch.tensor(values, dtype=torch.float32)
+            metrics[f"rewards/{name}/mean"] = float(t.mean())
+            metrics[f"rewards/{name}/std"] = float(t.std()) if len(values) > 1 else 0.0
+
+        self._last = dict(prompts=prompts, completions=completions, totals=totals,
+                          components=components, advantages=advantages, rollout=rollout,
+                          per_token=per_token, top=top, record_rows=record_rows, use_ref=use_ref,
+                          ref_all=ref_all)
+        return metrics
+
+    def write_step_outputs(self) -> None:
+        """samples events and trajectory records for the step just taken."""
+        last = self._last
+        n = min(self.cfg.log_completions, len(last["prompts"]))
+        if n:
+            self.events.emit("samples", step=self.step, samples=[
+                {"index": i, "group": i // self.algo.num_generations,
+                 "prompt": last["prompts"][i], "completion": last["completions"][i],
+                 "reward": last["totals"][i],
+                 "rewards": {k: v[i] for k, v in last["components"].items()},
+                 "advantage": float(last["advantages"][i])}
+                for i in range(n)
+            ])
+        rows = last["record_rows"]
+        if not rows:
+            return
+        rollout, per_token = last["rollout"], last["per_token"]
+        if last["use_ref"]:
+            ref = last["ref_all"][: len(rows)]
+        else:
+            # beta = 0 skips the reference pass in training; the inspector still gets
+            # reference logprobs for the few recorded rows.
+            ref = self.reference_logprobs(rollout, slice(0, len(rows)))
+        records = trajectory_records(
+            self.tokenizer, step=self.step, rows=rows, num_generations=self.algo.num_generations,
+            prompts=last["prompts"], completions=last["completions"], rollout=rollout,
+            logprob=per_token["logprob"], ref_logprob=ref, entropy=per_token["entropy"],
+            ratio=per_token["ratio"], clipped=per_token["clipped"],
+            advantages=last["advantages"], top=last["top"],
+            totals=last["totals"], components=last["components"],
+        )
+        rundir.write_trajectories(self.run_dir, self.step, records)
+
+    # ------------------------------------------------------------------- eval
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Greedy decoding on the held-out split: accuracy and mean reward."""
+        if not self.eval_examples:
+            return {}
+        t0 = time.perf_counter()
+        batch = max(self.cfg.batch_size, 32)
+        totals, comps, correct, samples = [], {}, [], []
+        acc_fn = build_reward(self.accuracy_reward) if self.accuracy_reward else None
+        for i in range(0, len(self.eval_examples), batch):
+            chunk = self.eval_examples[i: i + batch]
+            prompts = [e.prompt for e in chunk]
+            fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
+            completions = self.decode_completions(self.generate(prompts, greedy=True))
+            t, c = combine_rewards(self.reward_components, prompts, completions, fields)
+            totals += t
+            for k, v in c.items():
+                comps.setdefault(k, []).extend(v)
+            if acc_fn is not None:
+                correct += [float(v == 1.0) for v in acc_fn(prompts, completions, **fields)]
+            if not samples:
+                samples = [{"prompt": p, "completion": c_, "reward": r}
+                           for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]
+        result = {
+            "reward": sum(totals) / len(totals),
+            "accuracy": (sum(correct) / len(correct)) if correct else None,
+            "num_examples": len(totals),
+            "eval_time": time.perf_counter() - t0,
+            "samples": samples,
+        }
+        for k, v in comps.items():
+            result[f"rewards/{k}/mean"] = sum(v) / len(v)
+        return result
+
+    # ------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self) -> Path:
+        """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
+        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete."""
+        final = rundir.checkpoint_dir(self.run_dir, self.step)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        torch.save({
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python_rng": random.getstate(),
+            "generator": self.generator.get_state(),
+        }, tmp / "trainer_state.pt")
+        state = {"step": self.step, "data_position": self.stream.position,
+                 "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
+        (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load_checkpoint(self, folder: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
+        state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        random.setstate(state["python_rng"])
+        self.generator.set_state(state["generator"])
+        info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
+        self.step = info["step"]
+        self.stream.position = info["data_position"]
+        self.nonfinite_steps = info["nonfinite_steps"]
+
+    # -------------------------------------------------------------------- run
+
+    def run_started_fields(self) -> dict:
+        counts = parameter_counts(self.model)
+        return {
+            "preset": preset_to_dict(self.preset),
+            "model": {"name_or_path": self.preset.model.name_or_path,
+                      "architecture": type(self.model.get_base_model()).__name__,
+                      "parameters": counts["total"], "trainable_parameters": counts["trainable"],
+                      "lora_targets": self.loaded.target_modules,
+                      "context_length": self.loaded.context_length},
+            "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps,
+            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples),
+        }
+
+    def run(self, on_step=None, resume_from: Path | None = None) -> str:
+        """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
+        (the caller writes run_failed)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.events = rundir.EventWriter(self.run_dir)
+        if resume_from is None:
+            save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
+            self.events.emit("run_started", step=0, **self.run_started_fields())
+            self._evaluate_and_emit()
+        else:
+            self.load_checkpoint(resume_from)
+            self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
+                             data_position=self.stream.position, **self.run_started_fields())
+        try:
+            while self.step < self.cfg.max_steps and not self.stop.requested:
+                metrics = self.train_step()
+                if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
+                    self.events.emit("metrics", step=self.step, **metrics)
+                self.write_step_outputs()
+                if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
+                    self._evaluate_and_emit()
+                if self.cfg.save_steps and self.step % self.cfg.save_steps == 0 and self.step < self.cfg.max_steps:
+                    self._save_and_emit()
+                if on_step is not None:
+                    on_step(self.step, metrics)
+            status = "stopped" if self.step < self.cfg.max_steps else "done"
+            if status == "done":
+                self._evaluate_and_emit()
+            self._save_and_emit()
+            self.events.emit("run_finished", step=self.step, status=status,
+                             reason=self.stop.reason if status == "stopped" else "max_steps reached")
+            return status
+        finally:
+            self.events.close()
+
+    def _evaluate_and_emit(self) -> None:
+        result = self.evaluate()
+        if result:
+            self.events.emit("eval", step=self.step, **result)
+            log.info("eval at step %d: accuracy %s, reward %.4f", self.step, result["accuracy"], result["reward"])
+
+    def _save_and_emit(self) -> None:
+        path = self.save_checkpoint()
+        self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
