@@ -13,7 +13,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -73,12 +73,15 @@ def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: tor
     return micro_mask.shape[0] / batch_mask.shape[0]
 
 
-@dataclass
-class StepTimes:
-    rollout: float = 0.0
-    reward: float = 0.0
-    update: float = 0.0
-    extra: dict = field(default_factory=dict)
+def set_update_mode(model, updating: bool) -> None:
+    """Dropout of the base model stays off throughout: with it on, the update's
+    logprobs would not be those of the policy that sampled (and the ratio would be
+    noise). Only the LoRA adapter's own dropout is active, and only in updates."""
+    model.eval()
+    if updating:
+        for name, module in model.named_modules():
+            if name.endswith("lora_dropout"):
+                module.train()
 
 
 class GRPOTrainer:
@@ -151,7 +154,7 @@ class GRPOTrainer:
 
     def generate(self, prompts: list[str], greedy: bool = False) -> Rollout:
         ids, mask = self.encode_prompts(prompts)
-        self.model.eval()
+        set_update_mode(self.model, False)
         return sample(
             self.model, ids, mask,
             max_new_tokens=self.algo.max_completion_length,
@@ -206,7 +209,7 @@ class GRPOTrainer:
             mask = mask * (~rollout.truncated).float()[:, None]
         batch = rollout.completion_ids.shape[0]
         record_rows = list(range(min(self.cfg.record_rollouts, batch)))
-        self.model.train()
+        set_update_mode(self.model, True)
         old_logprobs: dict[int, torch.Tensor] = {}
         per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
                      "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask),
@@ -244,7 +247,7 @@ class GRPOTrainer:
                 )
                 weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
                 (loss * weight).backward()
-                loss_total += float(loss) * weight
+                loss_total += loss.detach().item() * weight
                 for key, value in info.items():
                     info_total[key] = info_total.get(key, 0.0) + value * weight
                 if iteration == self.algo.num_iterations - 1:

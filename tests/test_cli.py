@@ -1,0 +1,125 @@
+"""The headless CLI as a user runs it: progress, stop by signal or stdin, failures."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, small_preset_dict
+from engine import rundir
+
+
+def write_preset(tmp_path, **training) -> Path:
+    path = tmp_path / "preset.yaml"
+    path.write_text(yaml.safe_dump(small_preset_dict(**training)))
+    return path
+
+
+def wait_for(predicate, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def metrics_written(run_dir):
+    return lambda: any(e["type"] == "metrics" for e in rundir.read_events(run_dir))
+
+
+def test_run_to_the_end(tmp_path, engine_env, python):
+    preset = write_preset(tmp_path, max_steps=2)
+    run = tmp_path / "run"
+    result = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(run)],
+                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "2/2" in result.stderr  # the progress bar reached the end
+    events = rundir.read_events(run)
+    assert events[-1] == {**events[-1], "type": "run_finished", "status": "done", "step": 2}
+    again = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(run)],
+                           capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=60)
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+
+
+@pytest.mark.parametrize("how", ["sigterm", "stdin"])
+def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, python, how):
+    preset = write_preset(tmp_path, max_steps=500)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([python, "-m", "engine", "run", str(preset), "--run-dir", str(run), "--quiet"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=engine_env, cwd=tmp_path)
+    try:
+        assert wait_for(metrics_written(run)), "no step was taken"
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            proc.stdin.write("stop\n")
+            proc.stdin.flush()
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    events = rundir.read_events(run)
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "stopped"
+    step = events[-1]["step"]
+    assert 1 <= step < 500
+    (checkpoint,) = rundir.complete_checkpoints(run)
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == step
+
+    resumed = subprocess.run([python, "-m", "engine", "resume", str(run), "--quiet",
+                              "--set", f"training.max_steps={step + 1}"],
+                             capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    events = rundir.read_events(run)
+    assert [e["step"] for e in events if e["type"] == "metrics"][-1] == step + 1
+    assert events[-1]["status"] == "done"
+
+
+def test_failure_writes_run_failed_and_exits_nonzero(tmp_path, engine_env, python):
+    preset = write_preset(tmp_path)
+    run = tmp_path / "run"
+    result = subprocess.run(
+        [python, "-m", "engine", "run", str(preset), "--run-dir", str(run),
+         "--set", f"model.name_or_path={tmp_path / 'no-such-model'}"],
+        capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=120)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr and "model.name_or_path" in result.stderr
+    (failed,) = [e for e in rundir.read_events(run) if e["type"] == "run_failed"]
+    assert "model.name_or_path" in failed["message"]
+    assert "Traceback" in (run / "engine.log").read_text()  # the details stay in the log
+
+
+def test_bad_preset_is_exit_2_and_writes_no_run(tmp_path, engine_env, python):
+    preset = write_preset(tmp_path)
+    result = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(tmp_path / "run"),
+                             "--set", "algorithm.temperature=-1"],
+                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert "algorithm.temperature:" in result.stderr and "greater than 0" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_prompt_file_run_resolves_its_path(tmp_path, engine_env, python):
+    rows = [{"prompt": f"sort {a} {b} =", "answer": f" {min(a, b)} {max(a, b)}"} for a in range(5) for b in range(4)]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = small_preset_dict(max_steps=1)
+    data["data"] = {"task": None, "path": "data/pairs.jsonl", "num_eval": 4}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
+    run = tmp_path / "run"
+    # started from another folder: the path is relative to the preset file
+    result = subprocess.run([python, "-m", "engine", "run", str(tmp_path / "p.yaml"), "--run-dir", str(run), "--quiet"],
+                            capture_output=True, text=True, env=engine_env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr
+    saved = yaml.safe_load((run / "preset.yaml").read_text())
+    assert Path(saved["data"]["path"]).is_absolute()
+    started = rundir.read_events(run)[0]
+    assert started["num_train"] == 16 and started["num_eval"] == 4
+    evals = [e for e in rundir.read_events(run) if e["type"] == "eval"]
+    assert evals and evals[0]["accuracy"] is not None  # the file has answers

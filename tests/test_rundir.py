@@ -1,0 +1,69 @@
+"""The run directory's readers: tolerant of a live, partly written stream."""
+
+import json
+
+from engine import rundir
+
+
+def test_partial_last_line_is_left_for_the_next_read(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"type":"metrics","step":1}\n{"type":"met')
+    records, offset = rundir.read_jsonl(path)
+    assert records == [{"type": "metrics", "step": 1}]
+    assert offset == len(b'{"type":"metrics","step":1}\n')
+    with open(path, "ab") as f:
+        f.write(b'rics","step":2}\n')
+    more, offset2 = rundir.read_jsonl(path, offset)
+    assert more == [{"type": "metrics", "step": 2}] and offset2 == path.stat().st_size
+
+
+def test_event_writer_and_tail(tmp_path):
+    writer = rundir.EventWriter(tmp_path)
+    tail = rundir.EventTail(tmp_path)
+    writer.emit("run_started", step=0, preset={})
+    assert [e["type"] for e in tail.poll()] == ["run_started"]
+    writer.emit("metrics", step=1, reward=float("nan"), loss=0.5)
+    (event,) = tail.poll()
+    assert event["reward"] is None and event["loss"] == 0.5 and event["step"] == 1
+    assert isinstance(event["time"], float)
+    assert tail.poll() == []
+    writer.close()
+    # every line is strict JSON (no NaN tokens)
+    for line in (tmp_path / "events.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+
+def test_unknown_event_type_is_refused(tmp_path):
+    writer = rundir.EventWriter(tmp_path)
+    try:
+        writer.emit("metricz", step=1)
+    except ValueError as exc:
+        assert "metricz" in str(exc)
+    else:
+        raise AssertionError("expected ValueError")
+    finally:
+        writer.close()
+
+
+def test_run_status_follows_lifecycle_events():
+    assert rundir.run_status([{"type": "run_started"}]) == "running"
+    assert rundir.run_status([{"type": "run_started"}, {"type": "run_finished", "status": "stopped"}]) == "stopped"
+    assert rundir.run_status([{"type": "run_started"}, {"type": "run_failed"}]) == "failed"
+    events = [{"type": "run_started"}, {"type": "run_finished", "status": "stopped"}, {"type": "run_resumed"}]
+    assert rundir.run_status(events) == "running"
+
+
+def test_only_complete_checkpoints_count(tmp_path):
+    for name, complete in [("step_000010", True), ("step_000020.tmp", True), ("step_000030", False), ("step_000005", True)]:
+        folder = tmp_path / "checkpoints" / name
+        folder.mkdir(parents=True)
+        if complete:
+            (folder / rundir.CHECKPOINT_STATE).write_text("{}")
+    assert [p.name for p in rundir.complete_checkpoints(tmp_path)] == ["step_000005", "step_000010"]
+
+
+def test_trajectories_round_trip(tmp_path):
+    records = [{"step": 3, "index": 0, "tokens": ["a", " "], "logprob": [-0.1, -2.0]}]
+    rundir.write_trajectories(tmp_path, 3, records)
+    assert rundir.read_trajectories(tmp_path, 3) == records
+    assert rundir.trajectory_steps(tmp_path) == [3]
