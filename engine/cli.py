@@ -34,11 +34,16 @@ def user_code_location(exc: BaseException) -> tuple[str, int] | None:
     reward function) happened. None when the fault is not in user code."""
     skip = {_ENGINE_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     found = None
-    for frame, line in traceback.walk_tb(exc.__traceback__):
-        path = Path(frame.f_code.co_filename).resolve()
-        if "site-packages" in path.parts or any(root in path.parents for root in skip):
-            continue
-        found = (str(path), line)
+    chain = []
+    while exc is not None and exc not in chain:  # the engine re-raises user errors with context
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    for error in chain:
+        for frame, line in traceback.walk_tb(error.__traceback__):
+            path = Path(frame.f_code.co_filename).resolve()
+            if "site-packages" in path.parts or any(root in path.parents for root in skip):
+                continue
+            found = (str(path), line)
     return found
 
 

@@ -1,8 +1,9 @@
 """Batched sampling with a KV cache.
 
 Our own decoding loop rather than `model.generate`: it returns each sampled token's
-logprob under the sampling policy as it goes (no second pass), stops as soon as every
-row has emitted EOS, and has far less per-token overhead on small models.
+logprob under the sampling policy as it goes (no second pass), encodes each distinct
+prompt of a GRPO group once, and drops finished rows from the batch, so a step costs
+what its completions need rather than what the longest one needs.
 """
 
 from __future__ import annotations
@@ -76,40 +77,62 @@ def sample(
     top_k: int = 0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    group_size: int = 1,
 ) -> Rollout:
-    """Sample up to `max_new_tokens` tokens for each (left-padded) prompt."""
+    """Sample up to `max_new_tokens` tokens for each (left-padded) prompt.
+
+    With `group_size` > 1 the prompts come in contiguous groups of identical rows (GRPO's
+    num_generations): each distinct prompt is encoded once and its cache shared.
+    """
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
     eos = torch.tensor(eos_token_ids, device=device)
     attention = prompt_mask.long()
     positions = positions_from_mask(attention)
-    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions,
-                use_cache=True, logits_to_keep=1)
+    if group_size > 1 and batch % group_size == 0:
+        expand = torch.arange(batch, device=device) // group_size
+        out = model(input_ids=prompt_ids[::group_size], attention_mask=attention[::group_size],
+                    position_ids=positions[::group_size], use_cache=True, logits_to_keep=1)
+        out.past_key_values.reorder_cache(expand)
+        out.logits = out.logits[expand]
+    else:
+        out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions,
+                    use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     next_pos = positions[:, -1:] + 1  # (B, 1)
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)
-    tokens, logprobs = [], []
-    for _ in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float() / (1.0 if greedy else temperature)  # (B, V)
-        logp = torch.log_softmax(logits, dim=-1)
+    logits = out.logits[:, -1, :]
+    # Rows still generating. Finished rows are dropped from the batch (and the cache) as
+    # they accumulate, so short completions do not pay for the longest one.
+    active = torch.arange(batch, device=device)
+    completion_ids = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(batch, max_new_tokens, device=device)
+    steps = 0
+    for t in range(max_new_tokens):
+        scaled = logits.float() / (1.0 if greedy else temperature)  # (A, V)
+        logp = torch.log_softmax(scaled, dim=-1)
         if greedy:
-            token = logits.argmax(-1)
+            token = scaled.argmax(-1)
         else:
-            probs = filter_logits(logits, top_k, top_p).softmax(-1)
+            probs = filter_logits(scaled, top_k, top_p).softmax(-1)
             token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        token = token.masked_fill(finished, pad_token_id)
-        tokens.append(token)
-        logprobs.append(logp.gather(-1, token[:, None]).squeeze(-1))
-        finished |= torch.isin(token, eos)
-        if finished.all():
+        completion_ids[active, t] = token
+        logprobs[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
+        steps = t + 1
+        done = torch.isin(token, eos)  # (A,)
+        if bool(done.all()) or t == max_new_tokens - 1:
             break
+        if int(done.sum()) * 8 >= len(active):  # compact once enough rows have finished
+            keep = (~done).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, token, attention, next_pos = active[keep], token[keep], attention[keep], next_pos[keep]
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
         out = model(input_ids=token[:, None], attention_mask=attention, position_ids=next_pos,
                     past_key_values=cache, use_cache=True)
         cache = out.past_key_values
+        logits = out.logits[:, -1, :]
         next_pos = next_pos + 1
-    completion_ids = torch.stack(tokens, dim=1)  # (B, T)
+    completion_ids = completion_ids[:, :steps]  # (B, T)
     mask = completion_mask(completion_ids, eos_token_ids).float()
     truncated = ~torch.isin(completion_ids, eos).any(-1)
-    return Rollout(prompt_ids, attention[:, : prompt_ids.shape[1]], completion_ids, mask,
-                   torch.stack(logprobs, dim=1) * mask, truncated)
+    logprobs = logprobs[:, :steps] * mask
+    return Rollout(prompt_ids, prompt_mask.long(), completion_ids, mask, logprobs, truncated)

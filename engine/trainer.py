@@ -21,11 +21,12 @@ import torch
 from engine import rundir
 from engine.advantages import group_advantages, group_reward_std
 from engine.data import PromptStream, accuracy_reward_name, load_splits
+from engine.forward import completion_logits
 from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
 from engine.models import LoadedModel, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward, combine_rewards
-from engine.rollout import Rollout, positions_from_mask, sample
+from engine.rollout import Rollout, sample
 from engine.trajectories import trajectory_records
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class GRPOTrainer:
         ids = [row[: int(n)].tolist() for row, n in zip(rollout.completion_ids, rollout.lengths)]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-    def generate(self, prompts: list[str], greedy: bool = False) -> Rollout:
+    def generate(self, prompts: list[str], greedy: bool = False, group_size: int = 1) -> Rollout:
         ids, mask = self.encode_prompts(prompts)
         set_update_mode(self.model, False)
         return sample(
@@ -160,23 +161,16 @@ class GRPOTrainer:
             max_new_tokens=self.algo.max_completion_length,
             eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
             temperature=self.algo.temperature, top_p=self.algo.top_p, top_k=self.algo.top_k,
-            greedy=greedy, generator=self.generator,
+            greedy=greedy, generator=self.generator, group_size=group_size,
         )
 
-    def completion_logits(self, rollout: Rollout, rows: slice | torch.Tensor) -> torch.Tensor:
+    def completion_logits(self, rollout: Rollout, rows: slice) -> torch.Tensor:
         """Temperature-scaled logits that predict each completion token. (b, T, V)"""
-        prompt_ids, prompt_mask = rollout.prompt_ids[rows], rollout.prompt_mask[rows]
-        completion_ids = rollout.completion_ids[rows]
-        # Tokens after EOS are padding: hidden from attention, masked out of the loss.
-        attention = torch.cat([prompt_mask, rollout.completion_mask[rows].long()], dim=1)
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        T = completion_ids.shape[1]
-        out = self.model(input_ids=input_ids, attention_mask=attention,
-                         position_ids=positions_from_mask(attention), logits_to_keep=T + 1)
-        return out.logits[:, :-1, :].float() / self.algo.temperature
+        logits = completion_logits(self.model, rollout, rows, self.algo.num_generations)
+        return logits / self.algo.temperature
 
     @torch.no_grad()
-    def reference_logprobs(self, rollout: Rollout, rows) -> torch.Tensor:
+    def reference_logprobs(self, rollout: Rollout, rows: slice) -> torch.Tensor:
         with reference_mode(self.model):
             logits = self.completion_logits(rollout, rows)
         return selective_log_softmax(logits, rollout.completion_ids[rows])
@@ -195,7 +189,7 @@ class GRPOTrainer:
         prompts = [e.prompt for e in examples for _ in range(G)]
         field_names = sorted({k for e in examples for k in e.fields})
         fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in field_names}
-        rollout = self.generate(prompts)
+        rollout = self.generate(prompts, group_size=G)
         completions = self.decode_completions(rollout)
         t1 = time.perf_counter()
 

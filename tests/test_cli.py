@@ -123,3 +123,20 @@ def test_prompt_file_run_resolves_its_path(tmp_path, engine_env, python):
     assert started["num_train"] == 16 and started["num_eval"] == 4
     evals = [e for e in rundir.read_events(run) if e["type"] == "eval"]
     assert evals and evals[0]["accuracy"] is not None  # the file has answers
+
+
+def test_user_code_location_finds_the_users_frame(tmp_path):
+    import importlib.util
+
+    from engine.cli import user_code_location
+    from engine.rewards import combine_rewards
+
+    source = tmp_path / "my_reward.py"
+    source.write_text("def reward(prompts, completions, **kw):\n    return [1 / 0 for _ in prompts]\n")
+    spec = importlib.util.spec_from_file_location("my_reward", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(Exception) as info:
+        combine_rewards([("mine", 1.0, module.reward)], ["p"], ["c"], {})
+    assert "mine" in str(info.value)
+    assert user_code_location(info.value) == (str(source.resolve()), 2)

@@ -144,3 +144,25 @@ def test_greedy_sampling_is_deterministic(llama_dir):
                    eos_token_ids=loaded.eos_token_ids, pad_token_id=loaded.tokenizer.pad_token_id).completion_ids
             for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
+
+
+def test_rows_that_finish_early_leave_the_batch_without_changing_the_rest(llama_dir):
+    """With many tokens counting as EOS, rows end at different steps and are dropped from
+    the batch; the logprobs of the rows still generating must match a full forward."""
+    loaded = load_model(ModelConfig(name_or_path=str(llama_dir)))
+    model, tok = loaded.model, loaded.tokenizer
+    eos = list(range(3, 60))  # most of the vocabulary ends a completion
+    enc = tok(["sort 3 1 2 ="] * 16, return_tensors="pt", add_special_tokens=False)
+    rollout = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=12, eos_token_ids=eos,
+                     pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(3), group_size=4)
+    lengths = rollout.lengths.long()
+    assert len(set(lengths.tolist())) > 2, "rows should end at different steps"
+    full_ids = torch.cat([rollout.prompt_ids, rollout.completion_ids], 1)
+    attention = torch.cat([rollout.prompt_mask, rollout.completion_mask.long()], 1)
+    with torch.no_grad():
+        logits = model(input_ids=full_ids, attention_mask=attention, position_ids=positions_from_mask(attention)).logits
+    T = rollout.completion_ids.shape[1]
+    logp = torch.log_softmax(logits[:, -T - 1:-1].float(), -1).gather(-1, rollout.completion_ids[..., None])[..., 0]
+    mask = rollout.completion_mask.bool()
+    assert torch.allclose(logp[mask], rollout.sampling_logprobs[mask], atol=1e-4)
+    assert (rollout.completion_ids[~mask] == tok.pad_token_id).all()

@@ -1,0 +1,75 @@
+"""Teacher-forced forward passes over (prompt, completion) rows, with a shared prefix.
+
+In GRPO every prompt appears `num_generations` times in a row. The prompt part of those
+rows is the same computation repeated, so it is run once per distinct prompt and its
+key/value cache is expanded to the rows (an index_select, so gradients from every copy
+add up in the one prompt pass). The result is the same logits and the same gradients
+as the plain pass over every row, for roughly half the tokens on short-answer tasks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.rollout import positions_from_mask
+
+
+def group_index(rows: slice, group_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For batch rows `rows` whose prompts repeat in contiguous groups of `group_size`:
+    the first row of each group present, and each row's position among those groups.
+
+    input:  rows 2..7, group_size 4 (rows 2,3 in group 0; 4..7 in group 1)
+    output: firsts [2, 4], inverse [0, 0, 1, 1, 1, 1]
+    """
+    row_ids = torch.arange(rows.start, rows.stop, device=device)
+    groups = row_ids // group_size
+    unique, inverse = torch.unique_consecutive(groups, return_inverse=True)
+    firsts = torch.maximum(unique * group_size, torch.tensor(rows.start, device=device))
+    return firsts, inverse
+
+
+def plain_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    """Logits that predict each completion token, from one pass over every row. (b, T, V)"""
+    attention = torch.cat([prompt_mask, completion_mask.long()], dim=1)
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    T = completion_ids.shape[1]
+    out = model(input_ids=input_ids, attention_mask=attention,
+                position_ids=positions_from_mask(attention), logits_to_keep=T + 1, use_cache=False)
+    return out.logits[:, :-1, :]
+
+
+def shared_prefix_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                    firsts, inverse):
+    """As plain_completion_logits, running each distinct prompt once. `firsts` index the
+    rows (of the given tensors) that hold each distinct prompt, `inverse` maps every row
+    to its prompt. (b, T, V)"""
+    unique_mask = prompt_mask[firsts]
+    positions = positions_from_mask(unique_mask)
+    out = model(input_ids=prompt_ids[firsts], attention_mask=unique_mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    first_logits = out.logits[inverse]  # (b, 1, V): predicts completion token 0
+    T = completion_ids.shape[1]
+    if T == 1:
+        return first_logits
+    cache = out.past_key_values
+    cache.reorder_cache(inverse)  # (u, ...) -> (b, ...), differentiable
+    # The last completion token predicts nothing we score, so it is not fed in.
+    inputs = completion_ids[:, :-1]
+    attention = torch.cat([prompt_mask, completion_mask[:, :-1].long()], dim=1)
+    start = positions[:, -1:][inverse] + 1  # (b, 1)
+    steps = torch.arange(T - 1, device=inputs.device)[None, :]
+    out = model(input_ids=inputs, attention_mask=attention, position_ids=start + steps,
+                past_key_values=cache, use_cache=True)
+    return torch.cat([first_logits, out.logits], dim=1)
+
+
+def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefix: bool = True):
+    """Logits (float32) predicting the completion tokens of `rollout`'s rows. (b, T, V)"""
+    args = (rollout.prompt_ids[rows], rollout.prompt_mask[rows],
+            rollout.completion_ids[rows], rollout.completion_mask[rows])
+    if shared_prefix and group_size > 1:
+        firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)
+        if len(firsts) < rows.stop - rows.start:
+            logits = shared_prefix_completion_logits(model, *args, firsts - rows.start, inverse)
+            return logits.float()
+    return plain_completion_logits(model, *args).float()
