@@ -48,6 +48,8 @@ def user_code_location(exc: BaseException) -> tuple[str, int] | None:
 
 
 def failure_message(exc: BaseException) -> str:
+    if isinstance(exc, KeyboardInterrupt):
+        return "aborted by a second Ctrl-C before the step finished; the last checkpoint is intact"
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
         return text
@@ -70,8 +72,11 @@ def setup_logging(run_dir: Path) -> None:
 
 def install_stop_handlers(stop) -> None:
     def on_signal(signum, _frame):
-        stop.request(signal.Signals(signum).name)
-        print(f"\n{signal.Signals(signum).name}: stopping after the current step…", file=sys.stderr)
+        name = signal.Signals(signum).name
+        if stop.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait
+        stop.request(name)
+        print(f"\n{name}: stopping after the current step (Ctrl-C again to abort)…", file=sys.stderr)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -121,7 +126,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             close()
         print(f"run {status} at step {trainer.step}: {run_dir}", file=sys.stderr)
         return EXIT_OK
-    except Exception as exc:  # every failure is reported in the event stream, then exits non-zero
+    except (Exception, KeyboardInterrupt) as exc:  # every failure is reported in the event stream
         logging.getLogger("engine").error("run failed:\n%s", traceback.format_exc())
         message = failure_message(exc)
         where = user_code_location(exc)

@@ -25,8 +25,10 @@ def selective_log_softmax(logits, index):
     """
     if logits.dtype in (torch.float32, torch.float64):
         chosen = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        # Row by row so logsumexp's internal temporaries are (T, V), not (B, T, V).
-        log_norm = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])  # (B, T)
+        # A few rows at a time so logsumexp's temporaries stay near 2**24 elements,
+        # not (B, T, V): one chunk for a small vocabulary, a row for a 150k one.
+        rows = max(1, (1 << 24) // max(1, logits.shape[1] * logits.shape[2]))
+        log_norm = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (B, T)
         return chosen - log_norm
     # In bf16/fp16, "logit - logsumexp" loses the small differences that matter
     # (both terms are large and only ~3 significant digits survive), so let

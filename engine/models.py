@@ -116,6 +116,14 @@ def find_lora_targets(model: nn.Module) -> list[str]:
     return found
 
 
+def uses_conv1d(model: nn.Module, targets: list[str]) -> bool:
+    """GPT-2 style Conv1D layers store their weight transposed; peft must be told."""
+    from transformers.pytorch_utils import Conv1D
+
+    return any(isinstance(m, Conv1D) and name.rsplit(".", 1)[-1] in targets
+               for name, m in model.named_modules())
+
+
 def context_length(config) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, key, None)
@@ -182,7 +190,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     targets = find_lora_targets(base) if cfg.lora.target_modules == "auto" else list(cfg.lora.target_modules)
     lora = LoraConfig(
         r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-        target_modules=targets, task_type="CAUSAL_LM",
+        target_modules=targets, task_type="CAUSAL_LM", fan_in_fan_out=uses_conv1d(base, targets),
     )
     try:
         model = get_peft_model(base, lora)

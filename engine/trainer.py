@@ -275,7 +275,7 @@ class GRPOTrainer:
         metrics = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if batch > 1 else 0.0,
-            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
+            "frac_reward_zero_std": float(torch.isclose(group_reward_std(rewards, G), torch.zeros(())).float().mean()),
             "loss": loss_sum if not skipped else None,
             "kl": info_sum.get("kl", 0.0) if use_ref else None,
             "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),

@@ -1,0 +1,38 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def small_preset_dict(**training) -> dict:
+    """A GRPO preset on the built-in model small enough for a unit test (seconds a step)."""
+    return {
+        "name": "test",
+        "model": {"name_or_path": "builtin:tiny", "lora": {"r": 4, "alpha": 8.0}},
+        "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 14,
+                      "epsilon_high": 0.28},
+        "data": {"task": "sort", "num_train": 200, "num_eval": 8},
+        "rewards": [{"name": "exact_match"}, {"name": "sort_position", "weight": 0.5}],
+        "training": {"max_steps": 3, "batch_size": 8, "learning_rate": 0.01, "eval_steps": 0,
+                     "save_steps": 0, "record_rollouts": 2, "log_completions": 4, **training},
+    }
+
+
+@pytest.fixture
+def engine_env():
+    """Environment for engine subprocesses: the repo importable, hub offline."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def python():
+    return sys.executable
