@@ -1,0 +1,552 @@
+"""Throughput and peak memory: our GRPO engine against TRL's GRPOTrainer, same settings.
+
+    python bench/grpo_vs_trl.py                      # both models, defaults
+    python bench/grpo_vs_trl.py --models tiny --steps 8 --repeats 3 --json bench/out/grpo.json
+
+For each model the same GRPO configuration is run through our engine
+(`python -m engine run PRESET ...`, a subprocess) and through TRL's `GRPOTrainer`
+(this script again with `--side trl`, another subprocess), one after the other, never at
+once; with `--repeats` the order alternates and the median is reported.
+
+Same on both sides: model weights and tokenizer (one folder both load), LoRA (r, alpha,
+dropout 0, the target modules our engine picks), prompts (the built-in sort task), reward
+(`exact_match` from engine.rewards), completions per step, num_generations,
+max_completion_length, sampling (temperature 1, top_p 1, top_k 0), beta 0, epsilon 0.2 /
+0.28, loss dapo, group-scaled advantages, one update per batch, AdamW (not fused) with a
+constant learning rate, gradient clipping at 1, fp32 on the CPU, no gradient
+checkpointing (TRL turns it on by default), no evaluation or checkpoint inside the timed
+window, no external logging.
+
+Throughput: wall time from the end of step W (warm-up, default 2) to the end of step N;
+samples/s = (N - W) * batch_size / that time. Our side reads the `time` of each step's
+`metrics` event in events.jsonl (written right after the step); TRL's side records
+time.perf_counter() in a TrainerCallback's on_step_end. Peak memory: the child process's
+peak resident set size (ru_maxrss from os.wait4, the same measure for both sides; it
+covers the whole process: imports, model load, training).
+
+Models: `tiny` is assets/tiny-model (the built-in model; an untrained stand-in of the same
+architecture is built when it is missing), `10x` a GPT-2 of about ten times its
+parameters, same tokenizer, random init with a fixed seed, cached in bench/out/models/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "bench" / "out"
+MODELS_DIR = OUT / "models"
+BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
+RESULT_PREFIX = "BENCH_RESULT "
+
+# The 10x model: the tiny model's recipe is 4 layers x 128 wide (~0.82M parameters);
+# 8 layers x 288 wide is ~8.1M, about ten times as many.
+TEN_X = dict(n_layer=8, n_embd=288, n_head=6, n_positions=128, seed=0)
+
+# Shared GRPO settings that have no flag (the flags carry the rest).
+FIXED = dict(
+    lora_r=16, lora_alpha=32.0, temperature=1.0, top_p=1.0, top_k=0, beta=0.0,
+    epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
+    num_iterations=1, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
+    max_grad_norm=1.0, seed=0, num_eval=8,
+)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def _gpt2_spec(n_layer: int, n_embd: int, n_head: int, n_positions: int, seed: int) -> dict:
+    return dict(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions, seed=seed)
+
+
+def build_cached_model(folder: Path, spec: dict) -> None:
+    """A randomly initialised GPT-2 with the built-in character tokenizer, saved with
+    save_pretrained; rebuilt only when the spec changed."""
+    marker = folder / "bench_spec.json"
+    if marker.exists() and json.loads(marker.read_text()) == spec and (folder / "config.json").exists():
+        return
+    from engine.builtin_model import RecipeConfig, build_model, build_tokenizer
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    tokenizer = build_tokenizer(model_max_length=spec["n_positions"])
+    model = build_model(RecipeConfig(**spec), tokenizer)  # seeds torch with spec["seed"]
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    marker.write_text(json.dumps(spec))
+
+
+def prepare_model(name: str) -> tuple[Path, str]:
+    """(folder, note) of a benchmark model, building it when needed."""
+    if name == "tiny":
+        from engine.builtin_model import RecipeConfig, builtin_model_path
+
+        path = builtin_model_path()
+        if (path / "config.json").exists():
+            return path, "assets/tiny-model"
+        recipe = RecipeConfig()
+        folder = MODELS_DIR / "tiny-standin"
+        build_cached_model(folder, _gpt2_spec(recipe.n_layer, recipe.n_embd, recipe.n_head, recipe.n_positions, recipe.seed))
+        return folder, "assets/tiny-model is missing: untrained stand-in of the same architecture"
+    if name == "10x":
+        folder = MODELS_DIR / "gpt2-10x"
+        build_cached_model(folder, _gpt2_spec(**TEN_X))
+        return folder, "random init, seed {seed}: {n_layer} layers x {n_embd} wide, {n_head} heads".format(**TEN_X)
+    raise SystemExit(f"unknown model {name!r}; choose from tiny, 10x")
+
+
+def parameter_count(folder: Path) -> int:
+    """Parameters of the base model (tied embeddings counted once)."""
+    from safetensors import safe_open
+
+    total = 0
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        for key in f.keys():
+            n = 1
+            for d in f.get_slice(key).get_shape():
+                n *= d
+            total += n
+    return total
+
+
+# ------------------------------------------------------------------------------ sides
+
+
+def child_env(args) -> dict:
+    env = dict(os.environ)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    for key in ("WANDB_DISABLED", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env[key] = "1"
+    env["WANDB_MODE"] = "disabled"
+    # Our engine makes OpenMP waiters sleep (engine/cli.py); give TRL the same, so the
+    # figures compare the trainers and not the thread wait policy.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if args.threads:
+        # Both sides read it at torch's start; the TRL child also calls torch.set_num_threads.
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
+    return env
+
+
+def run_child(cmd: list[str], log_path: Path, env: dict, timeout: float) -> tuple[int, float, float]:
+    """Run `cmd` to completion; (exit status, peak RSS in MB, wall seconds). Output goes
+    to log_path. ru_maxrss from wait4 is the child's own peak resident set."""
+    started = time.perf_counter()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    pid, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(0.05)
+        except BaseException:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            raise
+    rc = os.waitstatus_to_exitcode(status)
+    proc.returncode = rc  # reaped here; keep Popen from waiting again
+    return rc, usage.ru_maxrss / 1024.0, time.perf_counter() - started
+
+
+def tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def write_preset(args, model_path: Path, dest: Path) -> Path:
+    """presets/grpo-sort.yaml with the benchmark's fields overridden."""
+    import yaml
+
+    data = yaml.safe_load(BASE_PRESET.read_text())
+    data["name"] = "bench-grpo-vs-trl"
+    data["description"] = "written by bench/grpo_vs_trl.py"
+    data["model"].update(name_or_path=str(model_path), dtype="float32", device="cpu")
+    data["model"]["lora"].update(r=FIXED["lora_r"], alpha=FIXED["lora_alpha"], dropout=0.0, target_modules="auto")
+    data["algorithm"].update(
+        num_generations=args.num_generations, max_completion_length=args.max_completion_length,
+        temperature=FIXED["temperature"], top_p=FIXED["top_p"], top_k=FIXED["top_k"], beta=FIXED["beta"],
+        epsilon=FIXED["epsilon"], epsilon_high=FIXED["epsilon_high"], loss_type=FIXED["loss_type"],
+        scale_rewards=FIXED["scale_rewards"], num_iterations=FIXED["num_iterations"],
+        mask_truncated_completions=False,
+    )
+    data["data"].update(task="sort", task_options={}, path=None, num_train=args.num_train, num_eval=FIXED["num_eval"])
+    data["rewards"] = [{"name": "exact_match", "weight": 1.0, "options": {}}]
+    data["training"].update(
+        max_steps=args.steps, batch_size=args.batch_size, micro_batch_size=None,
+        learning_rate=args.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=FIXED["weight_decay"], adam_beta1=FIXED["adam_beta1"], adam_beta2=FIXED["adam_beta2"],
+        max_grad_norm=FIXED["max_grad_norm"], seed=FIXED["seed"],
+        eval_steps=0, save_steps=0, logging_steps=1,
+    )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return dest
+
+
+def run_ours(args, model_path: Path, work: Path, env: dict) -> dict:
+    preset = write_preset(args, model_path, work / "preset.yaml")
+    run_dir = work / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet",
+           "--set", "training.eval_steps=0", "--set", "training.save_steps=0"]
+    for item in args.ours_set:
+        cmd += ["--set", item]
+    log = work / "ours.log"
+    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
+    if rc != 0:
+        raise RuntimeError(f"our engine exited with status {rc}; log {log}:\n{tail(log)}")
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+    metrics = {e["step"]: e for e in events if e["type"] == "metrics"}
+    finished = [e for e in events if e["type"] == "run_finished"]
+    if not finished or finished[-1].get("status") != "done":
+        raise RuntimeError(f"our run did not finish: {finished[-1] if finished else 'no run_finished event'}")
+    W, N = args.warmup, args.steps
+    missing = [s for s in range(W, N + 1) if s not in metrics]
+    if missing:
+        raise RuntimeError(f"our run has no metrics event for steps {missing}")
+    timed = [metrics[s] for s in range(W + 1, N + 1)]
+    window = metrics[N]["time"] - metrics[W]["time"]
+    started = next(e for e in events if e["type"] == "run_started")
+    result = summarise("ours", args, window, peak_mb, wall,
+                       in_step=sum(m["step_time"] for m in timed),
+                       mean_length=statistics.fmean(m["completions/mean_length"] for m in timed),
+                       completions_per_step=[args.batch_size] * len(timed),
+                       rewards=[m["reward"] for m in timed])
+    result["lora_targets"] = started["model"]["lora_targets"]
+    result["trainable_parameters"] = started["model"]["trainable_parameters"]
+    result["timing_split"] = {k: statistics.fmean(m[f"timing/{k}"] for m in timed) for k in ("rollout", "reward", "update")}
+    if not args.keep_runs:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return result
+
+
+def run_trl_parent(args, model_path: Path, work: Path, env: dict) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--side", "trl", "--model-path", str(model_path),
+           "--work-dir", str(work), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--batch-size", str(args.batch_size), "--num-generations", str(args.num_generations),
+           "--max-completion-length", str(args.max_completion_length),
+           "--learning-rate", repr(args.learning_rate), "--num-train", str(args.num_train)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    if args.trl_verbose:
+        cmd += ["--trl-verbose"]
+    log = work / "trl.log"
+    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
+    if rc != 0:
+        raise RuntimeError(f"the TRL side exited with status {rc}; log {log}:\n{tail(log)}")
+    lines = [l for l in log.read_text(errors="replace").splitlines() if l.startswith(RESULT_PREFIX)]
+    if not lines:
+        raise RuntimeError(f"the TRL side printed no result; log {log}:\n{tail(log)}")
+    child = json.loads(lines[-1][len(RESULT_PREFIX):])
+    result = summarise("trl", args, child["window"], peak_mb, wall, in_step=child["in_step"],
+                       mean_length=child["mean_length"], completions_per_step=child["completions_per_step"],
+                       rewards=child["rewards"])
+    result.update(lora_targets=child["lora_targets"], trainable_parameters=child["trainable_parameters"],
+                  torch_threads=child["torch_threads"], child_vmhwm_mb=child["vmhwm_mb"])
+    if not args.keep_runs:
+        shutil.rmtree(work / "trl-output", ignore_errors=True)
+    return result
+
+
+def summarise(side, args, window, peak_mb, wall, *, in_step, mean_length, completions_per_step, rewards) -> dict:
+    timed_steps = args.steps - args.warmup
+    return {
+        "side": side,
+        "steps_timed": timed_steps,
+        "window_s": window,
+        "samples_per_s": timed_steps * args.batch_size / window,
+        "peak_rss_mb": peak_mb,
+        "process_wall_s": wall,
+        "in_step_fraction": in_step / window if window > 0 else None,
+        "mean_completion_length": mean_length,
+        "completions_per_step": completions_per_step,
+        "mean_reward": statistics.fmean(rewards) if rewards else None,
+    }
+
+
+# --------------------------------------------------------------------------- TRL child
+
+
+def trl_child(args) -> int:
+    """The TRL side, in its own process: train, then print one RESULT line."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from engine.models import find_lora_targets, load_tokenizer
+    from engine.rewards import build_reward
+    from engine.tasks import make_task
+
+    path = args.model_path
+    tokenizer = load_tokenizer(path)  # what our engine uses: left padding, pad token set
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    targets = find_lora_targets(model)
+    train, _ = make_task("sort", seed=FIXED["seed"], num_train=args.num_train, num_eval=0)
+    dataset = Dataset.from_dict({"prompt": [e.prompt for e in train],
+                                 "answer": [e.fields["answer"] for e in train]})
+
+    inner = build_reward("exact_match")
+    calls: list[int] = []  # completions scored per reward call: one call per generation batch
+    rewards_per_call: list[float] = []
+
+    def exact_match(prompts, completions, **kwargs):
+        values = inner(prompts, completions, answer=kwargs["answer"])
+        calls.append(len(completions))
+        rewards_per_call.append(sum(values) / len(values))
+        return values
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.ends: dict[int, float] = {}
+            self.logs: dict[int, dict] = {}
+
+        def on_step_end(self, _args, state, control, **kw):
+            self.ends[state.global_step] = time.perf_counter()
+
+        def on_log(self, _args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                self.logs[state.global_step] = dict(logs)
+
+    clock = Clock()
+    output_dir = Path(args.work_dir) / "trl-output"
+    config = GRPOConfig(
+        output_dir=str(output_dir),
+        # batch: completions per optimizer step, one generation per step, no accumulation
+        per_device_train_batch_size=args.batch_size,
+        gradient_accumulation_steps=1,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        max_steps=args.steps,
+        # sampling
+        temperature=FIXED["temperature"], top_p=FIXED["top_p"], top_k=FIXED["top_k"],
+        # loss
+        beta=FIXED["beta"], epsilon=FIXED["epsilon"], epsilon_high=FIXED["epsilon_high"],
+        loss_type=FIXED["loss_type"], scale_rewards=FIXED["scale_rewards"],
+        num_iterations=FIXED["num_iterations"], mask_truncated_completions=False,
+        # optimiser: torch.optim.AdamW as our engine builds it (TRL's default is the fused one)
+        learning_rate=args.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+        weight_decay=FIXED["weight_decay"], adam_beta1=FIXED["adam_beta1"], adam_beta2=FIXED["adam_beta2"],
+        adam_epsilon=1e-8, optim="adamw_torch", max_grad_norm=FIXED["max_grad_norm"],
+        seed=FIXED["seed"],
+        # fp32 on the CPU, and no gradient checkpointing (TRL's default is on; ours has none)
+        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        # no eval, no checkpoints, no external logging; metrics every step to check the batch
+        eval_strategy="no", save_strategy="no", report_to="none", logging_steps=1,
+        log_completions=False, disable_tqdm=True, dataloader_num_workers=0, dataloader_pin_memory=False,
+        remove_unused_columns=False,
+    )
+    peft_config = LoraConfig(r=FIXED["lora_r"], lora_alpha=FIXED["lora_alpha"], lora_dropout=0.0,
+                             target_modules=targets, task_type="CAUSAL_LM")
+    trainer = GRPOTrainer(model=model, reward_funcs=[exact_match], args=config, train_dataset=dataset,
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=[clock])
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    trainer.train()
+
+    W, N = args.warmup, args.steps
+    if sorted(clock.ends) != list(range(1, N + 1)):
+        raise RuntimeError(f"TRL ran steps {sorted(clock.ends)}, expected 1..{N}")
+    window = clock.ends[N] - clock.ends[W]
+    timed_logs = [clock.logs[s] for s in range(W + 1, N + 1) if s in clock.logs]
+    if args.trl_verbose:
+        for s in sorted(clock.logs):
+            print(f"TRL step {s}: {json.dumps(clock.logs[s], sort_keys=True)}", flush=True)
+    vmhwm = None
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                vmhwm = int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    result = {
+        "window": window,
+        "in_step": sum(l.get("step_time", 0.0) for l in timed_logs),
+        "mean_length": statistics.fmean(l["completions/mean_length"] for l in timed_logs),
+        "completions_per_step": calls[W:N],
+        "rewards": rewards_per_call[W:N],
+        "lora_targets": targets,
+        "trainable_parameters": trainable,
+        "torch_threads": torch.get_num_threads(),
+        "vmhwm_mb": vmhwm,
+    }
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+def fmt_table(rows: list[dict]) -> str:
+    header = ("side", "params", "steps timed", "samples/s", "peak RSS MB", "mean compl. len")
+    body = [(r["side"], f"{r['params']:,}", str(r["steps_timed"]), f"{r['samples_per_s']:.2f}",
+             f"{r['peak_rss_mb']:.0f}", f"{r['mean_completion_length']:.1f}") for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(b) for b in body])
+
+
+def median_of(results: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in results)
+
+
+def bench_model(args, name: str) -> dict:
+    folder, note = prepare_model(name)
+    params = parameter_count(folder)
+    env = child_env(args)
+    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for rep in range(args.repeats):
+        order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
+        for side in order:
+            work = OUT / "runs" / f"{name}-{stamp}-r{rep}-{side}"
+            work.mkdir(parents=True, exist_ok=True)
+            print(f"[{name}] repeat {rep + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
+            fn = run_ours if side == "ours" else run_trl_parent
+            result = fn(args, folder, work, env)
+            print(f"[{name}]   {side}: {result['samples_per_s']:.2f} samples/s, peak RSS "
+                  f"{result['peak_rss_mb']:.0f} MB, mean completion length {result['mean_completion_length']:.1f}, "
+                  f"process {result['process_wall_s']:.0f}s", file=sys.stderr, flush=True)
+            runs[side].append(result)
+            if not args.keep_runs:
+                shutil.rmtree(work, ignore_errors=True)
+    for r in runs["trl"]:
+        bad = [n for n in r["completions_per_step"] if n != args.batch_size]
+        if bad or len(r["completions_per_step"]) != args.steps - args.warmup:
+            raise RuntimeError(f"TRL scored {r['completions_per_step']} completions in the timed steps, "
+                               f"expected {args.batch_size} in each of {args.steps - args.warmup}")
+    ours_targets, trl_targets = runs["ours"][0]["lora_targets"], runs["trl"][0]["lora_targets"]
+    if ours_targets != trl_targets or runs["ours"][0]["trainable_parameters"] != runs["trl"][0]["trainable_parameters"]:
+        raise RuntimeError(f"LoRA differs: ours {ours_targets} ({runs['ours'][0]['trainable_parameters']}), "
+                           f"TRL {trl_targets} ({runs['trl'][0]['trainable_parameters']})")
+    summary = {}
+    for side in ("ours", "trl"):
+        rs = runs[side]
+        summary[side] = {
+            "side": side, "params": params, "steps_timed": args.steps - args.warmup,
+            "samples_per_s": median_of(rs, "samples_per_s"),
+            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
+            "mean_completion_length": median_of(rs, "mean_completion_length"),
+            "in_step_fraction": median_of(rs, "in_step_fraction"),
+            "trainable_parameters": rs[0]["trainable_parameters"],
+            "runs": rs,
+        }
+    return {
+        "model": name, "path": str(folder), "note": note, "params": params,
+        "lora_targets": ours_targets,
+        "ours": summary["ours"], "trl": summary["trl"],
+        "ratio_samples_per_s": summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"],
+        "ratio_peak_memory": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
+    }
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="tiny,10x", help="comma-separated: tiny, 10x (default both)")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
+    p.add_argument("--warmup", type=int, default=2, help="steps left out of the timing, at least 1 (default 2)")
+    p.add_argument("--batch-size", type=int, default=64, help="completions per step (default 64)")
+    p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (default 8)")
+    p.add_argument("--max-completion-length", type=int, default=16, help="tokens per completion at most (default 16)")
+    p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default 2e-3, as the preset)")
+    p.add_argument("--num-train", type=int, default=2000, help="training prompts of the sort task (default 2000)")
+    p.add_argument("--repeats", type=int, default=1, help="runs per side, order alternating; the median is reported")
+    p.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default: torch's default)")
+    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    p.add_argument("--ours-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra --set override for our engine (e.g. training.record_rollouts=0); "
+                        "makes the comparison unequal if it changes the work done")
+    p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one side may take (default 1800)")
+    p.add_argument("--trl-verbose", action="store_true", help="print TRL's logged metrics of every step in trl.log")
+    # internal: the TRL child
+    p.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
+    p.add_argument("--model-path", help=argparse.SUPPRESS)
+    p.add_argument("--work-dir", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if not 1 <= args.warmup < args.steps:
+        p.error("--warmup must be at least 1 (the first step carries one-off costs) and less than --steps")
+    if args.batch_size % args.num_generations:
+        p.error("--batch-size must be a multiple of --num-generations")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.side == "trl":
+        return trl_child(args)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    import torch
+
+    print(f"GRPO: ours vs TRL. batch {args.batch_size} completions/step ({args.batch_size // args.num_generations} "
+          f"prompts x {args.num_generations}), max_completion_length {args.max_completion_length}, "
+          f"{args.steps} steps ({args.warmup} warm-up), fp32 CPU, torch threads "
+          f"{args.threads or torch.get_num_threads()}, repeats {args.repeats}, cpus {os.cpu_count()}")
+    if args.ours_set:
+        print(f"extra engine overrides: {args.ours_set}")
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = None
+    if load is not None:
+        busy = load > 0.25 * (os.cpu_count() or 1)
+        print(f"load average before start: {load:.2f} on {os.cpu_count()} CPUs"
+              + ("  -- WARNING: the machine is busy; timings will be noisy (contention slows torch's "
+                 "threads badly; try --threads 1, or a quiet machine)" if busy else ""))
+    report = {"settings": {k: v for k, v in vars(args).items() if k not in ("side", "model_path", "work_dir", "json")},
+              "fixed": FIXED, "load_average_at_start": load, "torch_threads": args.threads or torch.get_num_threads(),
+              "models": []}
+    sizes = {}
+    for name in names:
+        result = bench_model(args, name)
+        report["models"].append(result)
+        sizes[name] = result["params"]
+        print(f"\n== {name}: {result['path']} ({result['note']})")
+        print(f"   {result['params']:,} parameters; LoRA r={FIXED['lora_r']} on {', '.join(result['lora_targets'])} "
+              f"({result['ours']['trainable_parameters']:,} trainable)")
+        print(fmt_table([result["ours"], result["trl"]]))
+        print(f"ratio samples/s (ours/TRL): {result['ratio_samples_per_s']:.2f}x")
+        print(f"ratio peak memory (ours/TRL): {result['ratio_peak_memory']:.2f}x")
+        print(f"(timed window outside each side's own step timer: ours "
+              f"{1 - result['ours']['in_step_fraction']:.1%} -- events, samples, trajectory records; TRL "
+              f"{1 - result['trl']['in_step_fraction']:.1%} -- clipping, optimizer step, logging)", flush=True)
+    if "tiny" in sizes and "10x" in sizes:
+        print(f"\nparameters: tiny {sizes['tiny']:,}, 10x {sizes['10x']:,} ({sizes['10x'] / sizes['tiny']:.1f}x)")
+    try:
+        report["load_average_at_end"] = os.getloadavg()[0]
+    except OSError:
+        pass
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
