@@ -181,39 +181,23 @@ class GRPOTrainer:
         size = self.cfg.micro_batch_size or batch
         return [slice(i, min(i + size, batch)) for i in range(0, batch, size)]
 
-    def train_step(self) -> dict:
-        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
-        G = self.algo.num_generations
-        t0 = time.perf_counter()
-        examples = self.stream.take(self.preset.prompts_per_step)
-        prompts = [e.prompt for e in examples for _ in range(G)]
-        field_names = sorted({k for e in examples for k in e.fields})
-        fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in field_names}
-        rollout = self.generate(prompts, group_size=G)
-        completions = self.decode_completions(rollout)
-        t1 = time.perf_counter()
+    def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
+        """num_iterations clipped policy-gradient updates on one rollout batch.
 
-        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
-        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
-        advantages = group_advantages(rewards, G, self.algo.scale_rewards)
-        t2 = time.perf_counter()
-
-        mask = rollout.completion_mask
-        if self.algo.mask_truncated_completions:
-            mask = mask * (~rollout.truncated).float()[:, None]
+        Returns the loss and its diagnostics, the gradient norm, whether the step was
+        skipped for a non-finite loss or gradient, and the per-token values the
+        inspector records (logprob, entropy, ratio, clipped, top-5 of the first
+        `num_recorded` rows)."""
         batch = rollout.completion_ids.shape[0]
-        record_rows = list(range(min(self.cfg.record_rollouts, batch)))
         set_update_mode(self.model, True)
         old_logprobs: dict[int, torch.Tensor] = {}
         per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
-                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask),
-                     "ref_logprob": None}
-        top = None
+                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
+        top_probs, top_ids = [], []
         loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
         eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
-        use_ref = self.algo.beta > 0
         ref_all = None
-        if use_ref:
+        if self.algo.beta > 0:
             ref_all = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(batch)])
         for iteration in range(self.algo.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -228,13 +212,13 @@ class GRPOTrainer:
                     with torch.no_grad():
                         per_token["entropy"][mb] = entropy_from_logits(logits.detach())
                         per_token["logprob"][mb] = logprobs.detach()
-                        if record_rows and mb.start < len(record_rows):
-                            k = min(5, logits.shape[-1])
-                            rows = slice(0, min(mb.stop, len(record_rows)) - mb.start)
-                            probs, ids = logits[rows].detach().softmax(-1).topk(k, dim=-1)
-                            top = (probs, ids) if top is None else (torch.cat([top[0], probs]), torch.cat([top[1], ids]))
+                        recorded = max(0, min(mb.stop, num_recorded) - mb.start)
+                        if recorded:
+                            probs, ids = logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
+                            top_probs.append(probs)
+                            top_ids.append(ids)
                 loss, info, tok = grpo_loss(
-                    logprobs, old_logprobs[index], ref_all[mb] if use_ref else None,
+                    logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
                     advantages[mb], mask[mb], beta=self.algo.beta,
                     epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
                     loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
@@ -256,6 +240,33 @@ class GRPOTrainer:
             self.optimizer.step()
             self.scheduler.step()
             loss_sum, info_sum = loss_total, info_total
+        top = (torch.cat(top_probs), torch.cat(top_ids)) if top_probs else None
+        return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
+                "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
+
+    def train_step(self) -> dict:
+        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
+        G = self.algo.num_generations
+        t0 = time.perf_counter()
+        examples = self.stream.take(self.preset.prompts_per_step)
+        prompts = [e.prompt for e in examples for _ in range(G)]
+        field_names = sorted({k for e in examples for k in e.fields})
+        fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in field_names}
+        rollout = self.generate(prompts, group_size=G)
+        completions = self.decode_completions(rollout)
+        t1 = time.perf_counter()
+
+        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
+        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
+        advantages = group_advantages(rewards, G, self.algo.scale_rewards)
+        t2 = time.perf_counter()
+
+        mask = rollout.completion_mask
+        if self.algo.mask_truncated_completions:
+            mask = mask * (~rollout.truncated).float()[:, None]
+        record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
+        update = self.update(rollout, advantages, mask, len(record_rows))
+        skipped = update["skipped"]
         t3 = time.perf_counter()
 
         if skipped:
@@ -270,23 +281,25 @@ class GRPOTrainer:
                 )
 
         self.step += 1
+        batch = len(prompts)
+        info, per_token = update["info"], update["per_token"]
         lengths = rollout.lengths
         tokens = int(lengths.sum()) + int(rollout.prompt_mask.sum())
         metrics = {
             "reward": float(rewards.mean()),
             "reward_std": float(rewards.std()) if batch > 1 else 0.0,
             "frac_reward_zero_std": float(torch.isclose(group_reward_std(rewards, G), torch.zeros(())).float().mean()),
-            "loss": loss_sum if not skipped else None,
-            "kl": info_sum.get("kl", 0.0) if use_ref else None,
+            "loss": update["loss"],
+            "kl": info.get("kl") if update["ref"] is not None else None,
             "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
-            "clip_ratio/low_mean": info_sum.get("clip_ratio/low_mean"),
-            "clip_ratio/high_mean": info_sum.get("clip_ratio/high_mean"),
-            "clip_ratio/region_mean": info_sum.get("clip_ratio/region_mean"),
+            "clip_ratio/low_mean": info.get("clip_ratio/low_mean"),
+            "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
+            "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
             "completions/mean_length": float(lengths.mean()),
             "completions/min_length": float(lengths.min()),
             "completions/max_length": float(lengths.max()),
             "completions/clipped_ratio": float(rollout.truncated.float().mean()),
-            "grad_norm": grad_norm,
+            "grad_norm": update["grad_norm"],
             "learning_rate": self.scheduler.get_last_lr()[0],
             "step_time": t3 - t0,
             "timing/rollout": t1 - t0,
@@ -305,8 +318,8 @@ class GRPOTrainer:
 
         self._last = dict(prompts=prompts, completions=completions, totals=totals,
                           components=components, advantages=advantages, rollout=rollout,
-                          per_token=per_token, top=top, record_rows=record_rows, use_ref=use_ref,
-                          ref_all=ref_all)
+                          per_token=per_token, top=update["top"], record_rows=record_rows,
+                          ref_all=update["ref"])
         return metrics
 
     def write_step_outputs(self) -> None:
@@ -326,7 +339,7 @@ class GRPOTrainer:
         if not rows:
             return
         rollout, per_token = last["rollout"], last["per_token"]
-        if last["use_ref"]:
+        if last["ref_all"] is not None:
             ref = last["ref_all"][: len(rows)]
         else:
             # beta = 0 skips the reference pass in training; the inspector still gets
