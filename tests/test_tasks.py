@@ -274,9 +274,10 @@ def test_missing_file(tmp_path):
         load_prompt_file(tmp_path / "nope.jsonl")
 
 
-def test_load_parquet_when_pyarrow_is_available(tmp_path):
-    pa = pytest.importorskip("pyarrow")
-    pq = pytest.importorskip("pyarrow.parquet")
+def test_load_parquet(tmp_path):
+    import pyarrow as pa  # a test dependency; optional for users
+    import pyarrow.parquet as pq
+
     path = tmp_path / "prompts.parquet"
     pq.write_table(pa.table({"prompt": ["p1", "p2"], "answer": ["a1", "a2"]}), path)
     assert load_prompt_file(path) == [Example("p1", {"answer": "a1"}), Example("p2", {"answer": "a2"})]
