@@ -188,24 +188,15 @@ def cmd_validate(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     try:
-        from engine.data import load_splits
-        from engine.models import context_length, load_tokenizer, resolve_model_path
-
-        train_examples, eval_examples = load_splits(preset.data, preset.training.seed, Path(args.preset).resolve().parent)
-        path = resolve_model_path(preset.model.name_or_path)
-        tokenizer = load_tokenizer(path)
         from transformers import AutoConfig
 
-        limit = context_length(AutoConfig.from_pretrained(path))
-        prompts = [e.prompt for e in train_examples + eval_examples]
-        longest = max(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"])
-        need = longest + preset.algorithm.max_completion_length
-        if limit is not None and need > limit:
-            raise ValueError(
-                f"algorithm.max_completion_length: the longest prompt has {longest} tokens; with "
-                f"max_completion_length {preset.algorithm.max_completion_length} a sequence needs {need} "
-                f"positions but the model's context is {limit}; lower it to at most {limit - longest}"
-            )
+        from engine.data import load_splits
+        from engine.models import check_context_fits, context_length, load_tokenizer, resolve_model_path
+        train_examples, eval_examples = load_splits(preset.data, preset.training.seed, Path(args.preset).resolve().parent)
+        path = resolve_model_path(preset.model.name_or_path)
+        longest = check_context_fits(
+            load_tokenizer(path), [e.prompt for e in train_examples + eval_examples],
+            preset.algorithm.max_completion_length, context_length(AutoConfig.from_pretrained(path)))
     except Exception as exc:
         print(f"error: {args.preset} is invalid:\n  - {failure_message(exc)}", file=sys.stderr)
         return EXIT_INVALID

@@ -132,6 +132,21 @@ def context_length(config) -> int | None:
     return None
 
 
+def check_context_fits(tokenizer, prompts: list[str], max_completion_length: int, limit: int | None) -> int:
+    """Length in tokens of the longest prompt; ValueError when it plus
+    max_completion_length does not fit the model's context `limit`."""
+    longest = max(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"])
+    need = longest + max_completion_length
+    if limit is not None and need > limit:
+        raise ValueError(
+            f"algorithm.max_completion_length: the longest prompt has {longest} tokens; with "
+            f"max_completion_length {max_completion_length} a sequence needs {need} positions but "
+            f"the model's context is {limit}. Lower max_completion_length to at most "
+            f"{limit - longest}, or use shorter prompts."
+        )
+    return longest
+
+
 def eos_token_ids(model, tokenizer) -> list[int]:
     ids = set()
     gen = getattr(model, "generation_config", None)

@@ -168,16 +168,18 @@ class DataConfig(Section):
         if self.path is not None and self.task_options:
             raise ValueError("`task_options` apply to built-in tasks only; remove them or set `task`")
         if self.task is not None:
-            from engine.tasks import task_options
+            from engine.tasks import check_task_options
 
-            allowed = task_options(self.task)
-            for key in self.task_options:
-                if key not in allowed:
-                    raise ValueError(
-                        f"task_options.{key}: unknown option of task {self.task!r}; "
-                        f"allowed: {', '.join(sorted(allowed)) or 'none'}"
-                    )
+            _named("task_options", check_task_options, self.task, self.task_options)
         return self
+
+
+def _named(field: str, check, name: str, options: dict) -> None:
+    """Run a registry's option check, prefixing its message with the field it is about."""
+    try:
+        check(name, options)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
 
 
 # ------------------------------------------------------------------------- rewards
@@ -190,19 +192,14 @@ class RewardConfig(Section):
 
     @model_validator(mode="after")
     def _known(self):
-        from engine.rewards import REWARDS, reward_options
+        from engine.rewards import REWARDS, build_reward
 
         if self.name not in REWARDS:
             raise ValueError(
                 f"unknown reward {self.name!r}; allowed: {', '.join(sorted(REWARDS))}"
             )
-        allowed = reward_options(self.name)
-        for key in self.options:
-            if key not in allowed:
-                raise ValueError(
-                    f"options.{key}: unknown option of reward {self.name!r}; "
-                    f"allowed: {', '.join(sorted(allowed)) or 'none'}"
-                )
+        # Building the reward checks option names and types; it is cheap (no model).
+        _named("options", lambda name, options: build_reward(name, **options), self.name, self.options)
         return self
 
 

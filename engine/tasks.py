@@ -351,6 +351,18 @@ def _check_option_type(task: str, option: str, value: object, default: object) -
         )
 
 
+def check_task_options(name: str, options: dict) -> None:
+    """Raise ValueError naming the option when one is unknown or of the wrong type."""
+    allowed = task_options(name)
+    for option, value in options.items():
+        if option not in allowed:
+            listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
+            raise ValueError(
+                f"task {name!r} has no option {option!r}; allowed options: {listing}."
+            )
+        _check_option_type(name, option, value, allowed[option])
+
+
 def make_task(
     name: str, *, seed: int, num_train: int, num_eval: int, **options: object
 ) -> tuple[list[Example], list[Example]]:
@@ -369,14 +381,7 @@ def make_task(
         ValueError: task 'sort' has no option 'length'; allowed options: min_len=3, max_len=6.
     """
     factory = _task_factory(name)
-    allowed = task_options(name)
-    for option, value in options.items():
-        if option not in allowed:
-            listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
-            raise ValueError(
-                f"task {name!r} has no option {option!r}; allowed options: {listing}."
-            )
-        _check_option_type(name, option, value, allowed[option])
+    check_task_options(name, options)
     for count_name, count in (("num_train", num_train), ("num_eval", num_eval)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise ValueError(

@@ -23,7 +23,7 @@ from engine.advantages import group_advantages, group_reward_std
 from engine.data import PromptStream, accuracy_reward_name, load_splits
 from engine.forward import completion_logits
 from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
-from engine.models import LoadedModel, load_model, parameter_counts, reference_mode
+from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward, combine_rewards
 from engine.rollout import Rollout, sample
@@ -110,7 +110,8 @@ class GRPOTrainer:
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
-        self.check_context_fits()
+        check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
+                           self.algo.max_completion_length, self.loaded.context_length)
 
         self.optimizer = torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -125,23 +126,6 @@ class GRPOTrainer:
         self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
 
     # ------------------------------------------------------------------ checks
-
-    def check_context_fits(self) -> None:
-        """Refuse a preset whose longest prompt plus max_completion_length exceeds the
-        model's context."""
-        limit = self.loaded.context_length
-        if limit is None:
-            return
-        prompts = [e.prompt for e in self.train_examples + self.eval_examples]
-        longest = max(len(ids) for ids in self.tokenizer(prompts, add_special_tokens=False)["input_ids"])
-        need = longest + self.algo.max_completion_length
-        if need > limit:
-            raise ValueError(
-                f"algorithm.max_completion_length: the longest prompt has {longest} tokens; "
-                f"with max_completion_length {self.algo.max_completion_length} a sequence needs "
-                f"{need} positions but the model's context is {limit}. Lower max_completion_length "
-                f"to at most {limit - longest}, or use shorter prompts."
-            )
 
     # --------------------------------------------------------------- rollouts
 

@@ -74,16 +74,21 @@ def test_data_needs_exactly_one_source():
     assert problem.startswith("data:") and "exactly one" in problem
 
 
-def test_unknown_task_option():
+def test_unknown_task_option_and_wrong_option_type():
     (problem,) = problems_of({"data": {"task": "sort", "task_options": {"max_digits": 3}}})
-    assert problem.startswith("data.task_options.max_digits: unknown option of task 'sort'")
+    assert problem.startswith("data.task_options: task 'sort' has no option 'max_digits'")
+    assert "max_len=6" in problem
+    (problem,) = problems_of({"data": {"task": "sort", "task_options": {"max_len": "six"}}})
+    assert problem.startswith("data.task_options: task 'sort': option 'max_len' must be int")
 
 
 def test_unknown_reward_and_reward_option():
     (problem,) = problems_of({"rewards": [{"name": "exactmatch"}]})
     assert problem.startswith("rewards.0: unknown reward 'exactmatch'") and "exact_match" in problem
     (problem,) = problems_of({"rewards": [{"name": "exact_match", "options": {"foo": 1}}]})
-    assert problem.startswith("rewards.0.options.foo: unknown option of reward 'exact_match'")
+    assert problem.startswith("rewards.0.options: reward 'exact_match' has no option 'foo'")
+    (problem,) = problems_of({"rewards": [{"name": "numeric_match", "options": {"tolerance": "big"}}]})
+    assert problem.startswith("rewards.0.options: reward 'numeric_match': option 'tolerance' must be float")
 
 
 def test_several_problems_are_reported_together():
