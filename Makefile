@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PRESET ?= presets/grpo-sort.yaml
 
-.PHONY: run test setup bench clean
+.PHONY: run test setup bench bench-workbench clean
 
 run: setup
 	$(BIN)/rl-workbench $(PRESET)
@@ -33,6 +33,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 bench: setup
 	$(BIN)/pip install -e ".[bench]"
 	$(BIN)/python bench/grpo_vs_trl.py
+
+bench-workbench: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/workbench_bench.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -142,6 +142,7 @@ class GRPOConfig(Section):
 
 
 AlgorithmConfig = Annotated[Union[GRPOConfig], Field(discriminator="name")]
+ALGORITHM_NAMES = ("grpo",)
 
 
 # ---------------------------------------------------------------------------- data
@@ -317,7 +318,9 @@ def _first_model(ann) -> type[BaseModel] | None:
 def _format_errors(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if p != "grpo")  # discriminator tag adds noise
+        # The algorithm's discriminator tag (algorithm.grpo.beta) is noise to a reader.
+        loc = tuple(p for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "algorithm"
+                                                                and p in ALGORITHM_NAMES))
         path = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import shutil
 import time
@@ -432,7 +433,7 @@ class GRPOTrainer:
                       "lora_targets": self.loaded.target_modules,
                       "context_length": self.loaded.context_length},
             "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
-            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps,
+            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
             "num_train": len(self.train_examples), "num_eval": len(self.eval_examples),
         }
 

@@ -1,23 +1,77 @@
-"""`rl-workbench`: the desktop window (the workbench window issue builds it).
+"""`rl-workbench`: the desktop window.
 
-Until then this entry point says so, and points at the headless engine.
+    rl-workbench                  the window, with a new preset
+    rl-workbench PRESET.yaml      ... with that preset
+    rl-workbench RUN_DIR          ... showing that run (past or still running)
+
+The window never imports torch, transformers or peft (tests/test_boundaries.py): it
+starts the engine as a separate process and reads the run directory.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rl-workbench", description="RL Workbench: the desktop window.")
+    parser.add_argument("target", nargs="?", help="a preset (.yaml) to open, or a run folder to show")
+    parser.add_argument("--runs", help="runs folder (default: the last one used, else ./runs)")
+    return parser
+
+
+def classify_target(target: str) -> str:
+    """"run" for a run folder, "preset" for a file; ValueError with the reason otherwise."""
+    path = Path(target)
+    if path.is_dir():
+        if (path / "events.jsonl").exists() or (path / "preset.yaml").exists() or (path / "workbench").is_dir():
+            return "run"
+        raise ValueError(f"{target} is a folder but not a run folder (no events.jsonl or preset.yaml)")
+    if path.is_file():
+        return "preset"
+    raise ValueError(f"{target} does not exist")
+
+
+def create_window(argv: list[str]):
+    """Parse the command line and build the window (shown, with the preset or run
+    open). Raises ValueError for a target that is neither a preset nor a run folder."""
+    args = build_parser().parse_args(argv)
+    kind = classify_target(args.target) if args.target else None
+
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("RL Workbench")
+    app.setOrganizationName("RL Workbench")
+
+    from workbench.main_window import MainWindow
+    from workbench.settings import Settings
+
+    settings = Settings.load()
+    if args.runs:
+        settings.runs_folder = str(Path(args.runs).resolve())
+    window = MainWindow(settings)
+    window.show()
+    if kind == "preset":
+        window.open_preset(args.target)
+    elif kind == "run":
+        window.open_run(args.target)
+    return window
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    preset = argv[0] if argv else "presets/grpo-sort.yaml"
-    print(
-        "The RL Workbench window is not built yet.\n"
-        f"Train headless meanwhile:  rl-engine run {preset}\n"
-        "and read the run directory it writes (see docs/run-directory.md).",
-        file=sys.stderr,
-    )
-    return 0
+    try:
+        window = create_window(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        print(f"rl-workbench: {exc}", file=sys.stderr)
+        return 2
+    from PySide6.QtWidgets import QApplication
+
+    code = QApplication.instance().exec()
+    del window  # (held until here: the window lives as long as this reference)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+import sys
+
+from workbench.app import main
+
+sys.exit(main())

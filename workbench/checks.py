@@ -1,0 +1,198 @@
+"""Pre-launch checks beyond the schema: what the engine would otherwise find only after
+loading the model. All torch-free: the model's context comes from its config.json and
+prompt lengths from its tokenizer.json through the `tokenizers` library.
+
+Each check returns problems as (field path, message) like the schema's, and notes
+(field path, text) for things worth saying that do not block a run (a check that
+could not be made, say).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from engine.data import load_splits
+from engine.preset import BUILTIN_MODEL, Preset
+from engine.rewards import build_reward
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# engine.builtin_model says where the built-in model lives, but importing it loads
+# torch; the location is part of the repository layout (docs/architecture.md).
+BUILTIN_MODEL_DIR = REPO_ROOT / "assets" / "tiny-model"
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+@dataclass
+class CheckResult:
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    prompts: list = field(default_factory=list)  # a few training examples, for the preview
+
+
+def model_folder(name_or_path: str) -> Path | None:
+    """The local folder of a model, or None for a hub id that is not a folder here."""
+    if name_or_path == BUILTIN_MODEL:
+        return BUILTIN_MODEL_DIR
+    path = Path(name_or_path).expanduser()
+    return path if path.is_dir() else None
+
+
+def looks_like_local_path(name_or_path: str) -> bool:
+    """A hub id is `name` or `org/name`; anything starting like a path is meant as a folder."""
+    return name_or_path.startswith(("/", "./", "../", "~")) or name_or_path.count("/") > 1
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    folder: Path
+    architecture: str
+    context_length: int | None
+    has_tokenizer: bool
+
+
+def read_model_info(folder: Path) -> ModelInfo:
+    """Architecture and context length from config.json. Raises ValueError with a
+    readable message when the folder is not a model."""
+    config_path = folder / "config.json"
+    if not config_path.exists():
+        raise ValueError(f"{folder} has no config.json; is it a Hugging Face model folder?")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {config_path}: {exc}") from None
+    context = next((config[k] for k in CONTEXT_KEYS if isinstance(config.get(k), int) and config[k] > 0), None)
+    arch = ", ".join(config.get("architectures") or []) or config.get("model_type", "unknown")
+    return ModelInfo(folder, arch, context, (folder / "tokenizer.json").exists())
+
+
+@lru_cache(maxsize=8)
+def _tokenizer(path: str, mtime: float):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(path)
+
+
+def longest_prompt_tokens(folder: Path, prompts: list[str]) -> int:
+    """Token count of the longest prompt (no special tokens added, as the engine counts)."""
+    path = folder / "tokenizer.json"
+    tokenizer = _tokenizer(str(path), path.stat().st_mtime)
+    encodings = tokenizer.encode_batch(prompts, add_special_tokens=False)
+    return max((len(e.ids) for e in encodings), default=0)
+
+
+# load_splits of a big task costs tens of milliseconds: cache by what decides the prompts.
+_splits_cache: dict[str, tuple] = {}
+
+
+def _splits(preset: Preset, base_dir: Path | None):
+    key = json.dumps([preset.data.model_dump(mode="json"), preset.training.seed, str(base_dir)], sort_keys=True)
+    path = Path(preset.data.path).expanduser() if preset.data.path else None
+    if path is not None and not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    stamp = path.stat().st_mtime if path is not None and path.exists() else None
+    hit = _splits_cache.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    result = load_splits(preset.data, preset.training.seed, base_dir)
+    if len(_splits_cache) > 16:
+        _splits_cache.clear()
+    _splits_cache[key] = (stamp, result)
+    return result
+
+
+def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResult:
+    """Problems the engine would report at start-up, found without torch: data that does
+    not load, reward options of the wrong type, a model folder that is not a model, and
+    prompts plus max_completion_length longer than the model's context."""
+    result = CheckResult()
+
+    for index, reward in enumerate(preset.rewards):
+        try:
+            build_reward(reward.name, **reward.options)
+        except ValueError as exc:
+            result.problems.append((f"rewards.{index}.options", str(exc)))
+
+    try:
+        train, held_out = _splits(preset, base_dir)
+    except (ValueError, OSError, KeyError, TypeError) as exc:
+        where = "data.task_options" if preset.data.task is not None else "data.path"
+        text = str(exc)
+        if text.startswith("data.num_eval:"):
+            where, text = "data.num_eval", text.removeprefix("data.num_eval:").strip()
+        result.problems.append((where, text))
+        return result
+    result.prompts = train[:6]
+
+    name = preset.model.name_or_path
+    folder = model_folder(name)
+    if folder is None:
+        if name.startswith("builtin:"):
+            result.problems.append(("model.name_or_path", f"unknown built-in model {name!r}; the built-in one is {BUILTIN_MODEL!r}"))
+        elif looks_like_local_path(name):
+            result.problems.append(("model.name_or_path", f"folder {name} does not exist"))
+        else:
+            result.notes.append(("model.name_or_path",
+                                 f"{name!r} is a Hugging Face hub id, not on disk here: the context-length "
+                                 "check is skipped (the engine checks it once the model is loaded)"))
+        return result
+    if name == BUILTIN_MODEL and not (folder / "config.json").exists():
+        result.problems.append(("model.name_or_path", f"the built-in model is missing from {folder}; rebuild it "
+                                "with `python -m engine.builtin_model --out assets/tiny-model`"))
+        return result
+    try:
+        info = read_model_info(folder)
+    except ValueError as exc:
+        result.problems.append(("model.name_or_path", str(exc)))
+        return result
+    if info.context_length is None:
+        result.notes.append(("algorithm.max_completion_length", "the model's config names no context length; not checked"))
+        return result
+    if not info.has_tokenizer:
+        result.notes.append(("algorithm.max_completion_length",
+                             f"{folder} has no tokenizer.json; prompt lengths not checked against the context ({info.context_length})"))
+        return result
+    prompts = [e.prompt for e in train + held_out]
+    longest = longest_prompt_tokens(folder, prompts)
+    need = longest + preset.algorithm.max_completion_length
+    if need > info.context_length:
+        # The engine's own message (engine/trainer.py check_context_fits).
+        result.problems.append((
+            "algorithm.max_completion_length",
+            f"the longest prompt has {longest} tokens; with max_completion_length "
+            f"{preset.algorithm.max_completion_length} a sequence needs {need} positions but the "
+            f"model's context is {info.context_length}. Lower max_completion_length to at most "
+            f"{info.context_length - longest}, or use shorter prompts.",
+        ))
+    else:
+        result.notes.append(("algorithm.max_completion_length",
+                             f"fits: longest prompt {longest} tokens + {preset.algorithm.max_completion_length} "
+                             f"<= context {info.context_length}"))
+    return result
+
+
+def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6) -> tuple[list, str]:
+    """A few training examples of the data section, even while other sections of the
+    preset are invalid. Returns (examples, "") or ([], the reason there are none)."""
+    from engine.preset import DataConfig, PresetError
+    from pydantic import ValidationError
+
+    try:
+        cfg = DataConfig.model_validate(data)
+    except ValidationError:
+        return [], "no preview until the data fields are valid"
+    try:
+        train, _ = _splits_for(cfg, seed if isinstance(seed, int) else 0, base_dir)
+    except (ValueError, OSError, KeyError, TypeError, PresetError) as exc:
+        return [], str(exc)
+    return train[:count], ""
+
+
+def _splits_for(cfg, seed: int, base_dir: Path | None):
+    preset = Preset.model_construct(data=cfg, training=Preset.model_fields["training"].default_factory().model_copy(
+        update={"seed": seed}))
+    return _splits(preset, base_dir)

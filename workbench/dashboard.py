@@ -1,0 +1,596 @@
+"""The live dashboard: one pyqtgraph plot per kind of metric the run logs.
+
+Plots and curves are created once (when the set of metrics changes) and then only fed
+new arrays: `refresh()` takes each curve's column from the run's MetricTable, smooths
+the part that is new, and hands it to the existing curve. Plots scrolled out of view
+or on a hidden tab are marked stale and redrawn when they are shown, so a dashboard
+with 10,000-step runs keeps the event loop free.
+
+With several runs (a comparison) each run has its own colour and each metric of a plot
+its own line style.
+"""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainterPath
+from PySide6.QtWidgets import (
+    QComboBox,
+    QGraphicsItem,
+    QGraphicsPathItem,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSlider,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.plotspec import EVAL, METRICS, CurveSpec, PlotSpec, choose_plots, expected_names
+from workbench.rundata import MetricTable, RunData
+from workbench.smoothing import SmoothedSeries
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#bcbd22", "#7f7f7f"]
+DASHES = [Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine, Qt.DashDotDotLine]
+STEP, TIME = "step", "time"
+COLUMNS = 3
+BAND_POINTS = 600
+PLOT_HEIGHT = 270
+
+pg.setConfigOptions(antialias=False, background="w", foreground="#333")
+
+
+def run_colour(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+class ElapsedAxis(pg.AxisItem):
+    """Seconds since the run started, written as m:ss or h:mm:ss."""
+
+    def tickStrings(self, values, scale, spacing):
+        out = []
+        for value in values:
+            seconds = int(round(value * scale))
+            sign = "-" if seconds < 0 else ""
+            seconds = abs(seconds)
+            h, rest = divmod(seconds, 3600)
+            m, s = divmod(rest, 60)
+            out.append(f"{sign}{h}:{m:02d}:{s:02d}" if h else f"{sign}{m}:{s:02d}")
+        return out
+
+
+class BandItem(QGraphicsPathItem):
+    """The mean ± std band: one filled polygon (lower edge out, upper edge back), built
+    with pyqtgraph's vectorised path maker. (pg.FillBetweenItem rebuilds its polygon
+    from two curve paths on every change, several times slower.)"""
+
+    def __init__(self, colour: QColor):
+        super().__init__()
+        self.setBrush(colour)
+        self.setPen(pg.mkPen(None))
+
+    def set_band(self, x: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+        if len(x) < 2:
+            self.setPath(QPainterPath())
+            return
+        xs = np.concatenate([x, x[::-1]])
+        ys = np.concatenate([low, high[::-1]])
+        path = pg.arrayToQPath(xs, ys, connect="all")
+        path.closeSubpath()
+        self.setPath(path)
+
+
+@dataclass
+class CurveItems:
+    run: int
+    spec: CurveSpec
+    line: pg.PlotDataItem
+    smooth: SmoothedSeries
+    band: tuple | None = None  # (BandItem, SmoothedSeries of the std)
+
+
+def _table(run: RunData, source: str) -> MetricTable:
+    return run.evals if source == EVAL else run.metrics
+
+
+def _x(run: RunData, table: MetricTable, mode: str) -> np.ndarray:
+    if mode == TIME:
+        start = run.first_time if run.first_time is not None else 0.0
+        return table.times - start
+    return table.steps
+
+
+class MetricPlot(QFrame):
+    """One plot: its curves (per run), a hover readout of exact values, a note when a
+    metric is logged but has no values."""
+
+    def __init__(self, spec: PlotSpec, curves: list[CurveSpec], runs: list[RunData], x_mode: str, parent=None,
+                 header: QWidget | None = None):
+        super().__init__(parent)
+        self.spec = spec
+        self.runs = runs
+        self.x_mode = x_mode
+        self.stale = True
+        self.setObjectName(f"plot:{spec.key}")
+        self.setFrameShape(QFrame.StyledPanel)
+        axis = {"bottom": ElapsedAxis("bottom")} if x_mode == TIME else {}
+        self.widget = pg.PlotWidget(axisItems=axis)
+        self.setFixedHeight(PLOT_HEIGHT)
+        self.item = self.widget.getPlotItem()
+        self.item.showGrid(x=True, y=True, alpha=0.15)
+        # On the plot, not the curves: PlotItem.addItem imposes its own settings on
+        # each curve. Peak downsampling draws ~2 points a pixel column whatever the
+        # length of the run, keeping spikes visible.
+        self.item.setDownsampling(auto=True, mode="peak")
+        self.item.setClipToView(True)
+        # Ranges are kept by `_keep_in_view` (they only move when the data leaves them),
+        # and the axes are cached as pixmaps: with unchanged ranges a redraw repaints the
+        # curves only. Redrawing axis text on every update is what made live plots slow.
+        self.item.disableAutoRange()
+        for name in ("left", "bottom"):
+            self.item.getAxis(name).setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+        self.auto_y = True
+        self.item.getViewBox().sigRangeChangedManually.connect(self._range_changed_by_user)
+        self.x_extent: tuple[float, float] | None = None  # set by the dashboard (shared by all plots)
+        self.x_leader = False
+        self.item.setLabel("bottom", "wall time (h:mm:ss)" if x_mode == TIME else "step")
+        if spec.unit:
+            self.item.setLabel("left", units=None, text=spec.unit)
+        self.item.getAxis("left").enableAutoSIPrefix(False)  # 0.3 nats, not "300 (x0.001)"
+        self.item.setMenuEnabled(True)
+        self.title = QLabel(f"<b>{spec.title}</b>")
+        self.readout = QLabel()
+        self.readout.setObjectName("readout")
+        self.readout.setTextFormat(Qt.RichText)
+        self.readout.setWordWrap(True)
+        self.readout.setMinimumHeight(18)
+        self.readout.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        top = QHBoxLayout()
+        top.addWidget(header or self.title)
+        top.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
+        layout.addLayout(top)
+        layout.addWidget(self.widget, 1)
+        layout.addWidget(self.readout)
+        self.note = pg.TextItem("", color="#888", anchor=(0.5, 0.5))
+        self.note.setZValue(10)
+        self.item.addItem(self.note, ignoreBounds=True)
+        self.note.hide()
+        self.cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#999", width=1, style=Qt.DashLine))
+        self.item.addItem(self.cursor, ignoreBounds=True)
+        self.cursor.hide()
+        self.curves: list[CurveItems] = []
+        self._build(curves)
+        self._legend = self._legend_html()
+        self.readout.setText(self._legend)
+        self._hover = pg.SignalProxy(self.widget.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+
+    # ------------------------------------------------------------------ curves
+
+    def _build(self, curves: list[CurveSpec]) -> None:
+        compare = len(self.runs) > 1
+        for r, run in enumerate(self.runs):
+            for c, curve in enumerate(curves):
+                colour = run_colour(r) if compare else run_colour(c)
+                style = DASHES[c % len(DASHES)] if compare else Qt.SolidLine
+                width = 2 if c == 0 else 1.3
+                pen = pg.mkPen(colour, width=width, style=style)
+                symbol = "o" if curve.source == EVAL else None
+                line = pg.PlotDataItem(pen=pen, symbol=symbol, symbolSize=5, symbolBrush=colour, symbolPen=None,
+                                       connect="finite", name=curve.label)
+                # ~1.5 samples a pixel (pyqtgraph's default is 5): with peak mode the
+                # extremes survive, and a 10,000-step curve draws ~1,000 segments.
+                line.opts["autoDownsampleFactor"] = 1.5
+                band = None
+                if curve.std:
+                    fill_colour = QColor(colour)
+                    fill_colour.setAlpha(45)
+                    fill = BandItem(fill_colour)
+                    self.item.addItem(fill, ignoreBounds=True)
+                    band = (fill, SmoothedSeries())
+                self.item.addItem(line)
+                self.curves.append(CurveItems(r, curve, line, SmoothedSeries(), band))
+
+    def _legend_html(self) -> str:
+        """Which line is which: colours for one run; line styles when comparing (the
+        colours are the runs', shown above the plots)."""
+        compare = len(self.runs) > 1
+        glyphs = ["━━", "╍╍", "┅┅", "━·", "━··"]
+        parts = []
+        for c, item in enumerate(i for i in self.curves if i.run == 0):
+            colour = "#444" if compare else item.line.opts["pen"].color().name()
+            glyph = glyphs[c % len(glyphs)] if compare else "━━"
+            parts.append(f"<span style='color:{colour}'>{glyph} {item.spec.label}</span>")
+        return "&nbsp;&nbsp;".join(parts)
+
+    user_zoomed = Signal()
+
+    def update_data(self, smoothing: float) -> None:
+        any_values = False
+        low_y, high_y = math.inf, -math.inf
+        for item in self.curves:
+            run = self.runs[item.run]
+            table = _table(run, item.spec.source)
+            x = _x(run, table, self.x_mode)
+            raw = table.column(item.spec.metric)
+            # Eval points are few and already averages: drawn as they are.
+            weight = 0.0 if item.spec.source == EVAL else smoothing
+            y = item.smooth.update(raw, weight)
+            finite = np.isfinite(y)
+            any_values = any_values or bool(finite.any())
+            if finite.any():
+                item.line.setData(x, y)
+                low_y, high_y = min(low_y, float(np.nanmin(y))), max(high_y, float(np.nanmax(y)))
+            else:
+                item.line.setData([], [])
+            if item.band is not None:
+                fill, smooth_std = item.band
+                std = smooth_std.update(table.column(item.spec.std), weight)
+                rows = np.flatnonzero(finite & np.isfinite(std))
+                # The band is a soft shape: a few hundred points draw it, and the
+                # fill is not built from 10,000 (nor across gaps, which it cannot do).
+                if len(rows) > BAND_POINTS:
+                    rows = rows[:: math.ceil(len(rows) / BAND_POINTS)]
+                fill.set_band(x[rows], (y - std)[rows], (y + std)[rows])
+                if len(rows):
+                    low_y = min(low_y, float(np.min((y - std)[rows])))
+                    high_y = max(high_y, float(np.max((y + std)[rows])))
+        if any_values:
+            self.note.hide()
+            self._keep_in_view(low_y, high_y)
+        else:
+            logged = any(table.size for table in (_table(self.runs[i.run], i.spec.source) for i in self.curves))
+            self.note.setText(self.spec.note_when_empty if logged else "waiting for data…")
+            (x0, x1), (y0, y1) = self.item.getViewBox().viewRange()
+            self.note.setPos((x0 + x1) / 2, (y0 + y1) / 2)
+            self.note.show()
+        self.stale = False
+
+    # ------------------------------------------------------------------ hover
+
+    def _mouse_moved(self, event) -> None:
+        pos = event[0]
+        box = self.item.getViewBox()
+        if not self.item.sceneBoundingRect().contains(pos):
+            self.cursor.hide()
+            self.readout.setText(self._legend)
+            return
+        x = box.mapSceneToView(pos).x()
+        self.readout.setText(self.readout_at(x))
+        self.cursor.setPos(x)
+        self.cursor.show()
+
+    def readout_at(self, x: float) -> str:
+        """The exact (unsmoothed) values of every curve at the point nearest to x."""
+        parts = []
+        for item in self.curves:
+            run = self.runs[item.run]
+            table = _table(run, item.spec.source)
+            xs = _x(run, table, self.x_mode)
+            if not table.size:
+                continue
+            i = int(np.clip(np.searchsorted(xs, x), 0, table.size - 1))
+            if i > 0 and abs(xs[i - 1] - x) < abs(xs[i] - x):
+                i -= 1
+            value = table.column(item.spec.metric)[i]
+            text = "null" if not math.isfinite(value) else f"{value:.5g}"
+            if item.spec.std:
+                std = table.column(item.spec.std)[i]
+                if math.isfinite(std):
+                    text += f" ± {std:.3g}"
+            colour = item.line.opts["pen"].color().name()
+            where = f"step {int(table.steps[i])}" if self.x_mode == STEP else f"{xs[i]:.0f} s"
+            prefix = f"{run.name} " if len(self.runs) > 1 else ""
+            parts.append(f"<span style='color:{colour}'>{prefix}{item.spec.label}</span> = <b>{text}</b> "
+                         f"<span style='color:#888'>({where})</span>")
+        return "&nbsp; ".join(parts)
+
+    def _keep_in_view(self, low: float, high: float) -> None:
+        """Move the view only when the data leaves it (or fills under a third of it):
+        an unchanged range means the cached axes are reused."""
+        box = self.item.getViewBox()
+        (x0, x1), (y0, y1) = box.viewRange()
+        if self.auto_y and math.isfinite(low):
+            span = high - low
+            if low < y0 or high > y1 or span < (y1 - y0) / 3:
+                pad = 0.08 * span if span > 0 else max(abs(high) * 0.1, 1e-3)
+                box.setYRange(low - pad, high + pad, padding=0)
+        # Only the first plot sets x; the others are linked to it.
+        if self.x_extent is not None and self.x_leader and \
+                not (math.isclose(x0, self.x_extent[0], abs_tol=1e-9) and math.isclose(x1, self.x_extent[1], rel_tol=1e-9)):
+            box.setXRange(*self.x_extent, padding=0)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        # A plot just built (or scrolled to) is laid out only now: draw it once it is.
+        parent = self.parent()
+        while parent is not None and not isinstance(parent, Dashboard):
+            parent = parent.parent()
+        if parent is not None and self.stale:
+            QTimer.singleShot(0, parent._draw_visible)
+
+    def _range_changed_by_user(self, *_args) -> None:
+        self.auto_y = False
+        self.user_zoomed.emit()
+
+    def reset_view(self) -> None:
+        self.auto_y = True
+        self.item.getViewBox().setYRange(0, 1, padding=0)  # shrink, so the next fit is tight
+        self.stale = True
+
+
+class Dashboard(QWidget):
+    """Controls (smoothing, x axis, reset view) over a grid of plots for one run or an
+    overlay of several."""
+
+    layout_changed = Signal()
+
+    def __init__(self, smoothing: float = 0.6, parent=None):
+        super().__init__(parent)
+        self.runs: list[RunData] = []
+        self.plots: list[MetricPlot] = []
+        self.x_mode = STEP
+        self._layout_key: tuple = ()
+        self._other_metric = ""
+        self.auto_x = True  # off once the user zooms or pans; Reset view turns it back on
+        self._slice_pending = False
+
+        self.smoothing = QSlider(Qt.Horizontal)
+        self.smoothing.setObjectName("smoothing")
+        self.smoothing.setRange(0, 99)
+        self.smoothing.setValue(int(round(smoothing * 100)))
+        self.smoothing.setFixedWidth(160)
+        self.smoothing.setToolTip("Exponential moving average of the curves (the hover readout shows exact values)")
+        self.smoothing_label = QLabel()
+        self.x_axis = QComboBox()
+        self.x_axis.setObjectName("x-axis")
+        self.x_axis.addItem("x: step", STEP)
+        self.x_axis.addItem("x: wall time", TIME)
+        self.reset = QPushButton("Reset view")
+        self.reset.setToolTip("Zoom back out to all the data (drag to pan, wheel to zoom, right-drag to stretch)")
+        self.legend = QLabel()
+        self.legend.setTextFormat(Qt.RichText)
+        self.legend.setObjectName("run-legend")
+        controls = QHBoxLayout()
+        controls.addWidget(QLabel("Smoothing"))
+        controls.addWidget(self.smoothing)
+        controls.addWidget(self.smoothing_label)
+        controls.addSpacing(16)
+        controls.addWidget(self.x_axis)
+        controls.addWidget(self.reset)
+        controls.addSpacing(16)
+        controls.addWidget(self.legend, 1)
+
+        self.grid = QGridLayout()
+        self.grid.setSpacing(6)
+        inner = QWidget()
+        inner.setLayout(self.grid)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setWidget(inner)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        # A scroll bar that appears once the plots are in would resize (and repaint)
+        # every plot a second time.
+        self.scroll.setVerticalScrollBarPolicy(Qt.ScrollBarAlwaysOn)
+        self.placeholder = QLabel("No run open. Press Run, or open a run from the Runs tab.")
+        self.placeholder.setAlignment(Qt.AlignCenter)
+        self.placeholder.setStyleSheet("color:#888; font-size:14px;")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(controls)
+        layout.addWidget(self.placeholder, 1)
+        layout.addWidget(self.scroll, 10)
+        self.scroll.hide()
+
+        self.smoothing.valueChanged.connect(self._smoothing_changed)
+        self.x_axis.currentIndexChanged.connect(self._x_changed)
+        self.reset.clicked.connect(self.reset_view)
+        self.scroll.verticalScrollBar().valueChanged.connect(lambda _v: self._draw_visible())
+        self._smoothing_changed()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def smoothing_weight(self) -> float:
+        return self.smoothing.value() / 100.0
+
+    def set_runs(self, runs: list[RunData]) -> None:
+        self.runs = list(runs)
+        self._layout_key = ()
+        self.placeholder.setVisible(not self.runs)
+        self.scroll.setVisible(bool(self.runs))
+        if len(self.runs) > 1:
+            self.legend.setText("&nbsp;&nbsp;".join(
+                f"<span style='color:{run_colour(i)}'>━━ <b>{run.name}</b></span>" for i, run in enumerate(self.runs)))
+        else:
+            self.legend.setText("")
+        self.refresh()
+
+    def _names(self) -> tuple[dict[str, set[str]], str]:
+        names: dict[str, set[str]] = {METRICS: set(), EVAL: set()}
+        algorithms = set()
+        for run in self.runs:
+            names[METRICS].update(run.metrics.names())
+            names[EVAL].update(run.evals.names())
+            if run.algorithm:
+                algorithms.add(run.algorithm)
+        algorithm = algorithms.pop() if len(algorithms) == 1 else ""
+        if not names[METRICS] and self.runs:
+            # Before the first metrics arrive: the plots the algorithm will need.
+            names = expected_names(algorithm)
+        return names, algorithm
+
+    def refresh(self) -> None:
+        """Bring plots up to date with the runs' data; rebuild only when the set of
+        plots or curves changed."""
+        names, algorithm = self._names()
+        layout = choose_plots(names, algorithm) if self.runs else None
+        if layout is not None and layout.other and self._other_metric not in layout.other:
+            self._other_metric = layout.other[0]
+        key = (self.x_mode, tuple(id(r) for r in self.runs),
+               tuple((spec.key, tuple((c.source, c.metric) for c in curves)) for spec, curves in layout.plots)
+               if layout else (), tuple(layout.other) if layout else (), self._other_metric)
+        if key != self._layout_key:
+            self._layout_key = key
+            self._rebuild(layout)  # draws every new plot
+            return
+        self._update_x_extent()
+        for plot in self.plots:
+            plot.stale = True
+        self._draw_visible()
+
+    def _update_x_extent(self) -> None:
+        """The x range every plot shows: 0 to max_steps while a run is short of it (the
+        curve grows across a fixed axis), else the data, extended in steps of a tenth, so
+        the range, and the axes, change rarely."""
+        extent = None
+        planned = 0.0
+        if self.auto_x and self.runs:
+            if self.x_mode == STEP:
+                last = max((float(r.metrics.steps[-1]) if r.metrics.size else 0.0) for r in self.runs)
+                last = max([last] + [float(r.evals.steps[-1]) for r in self.runs if r.evals.size])
+                planned = max((r.max_steps or 0) for r in self.runs)
+                end = planned if planned >= last else last
+            else:
+                end = max(((r.last_time or 0) - (r.first_time or 0)) for r in self.runs)
+            end = max(end, 1.0)
+            previous = self.plots[0].x_extent if self.plots else None
+            if previous is not None and previous[1] >= end and previous[1] <= end * 1.25:
+                extent = previous
+            else:
+                extent = (0.0, end if self.x_mode == STEP and end == planned else end * 1.1)
+        for plot in self.plots:
+            plot.x_extent = extent
+
+    def _rebuild(self, layout) -> None:
+        for plot in self.plots:
+            self.grid.removeWidget(plot)
+            # Off the window now: deleteLater waits for the event loop, and until then
+            # the old plot would still be drawn under the new one.
+            plot.hide()
+            plot.setParent(None)
+            plot.deleteLater()
+        self.plots = []
+        if layout is None:
+            return
+        entries = list(layout.plots)
+        other_header = None
+        if layout.other:
+            other_header = QWidget()
+            row = QHBoxLayout(other_header)
+            row.setContentsMargins(0, 0, 0, 0)
+            row.addWidget(QLabel("<b>Other metric</b>"))
+            combo = QComboBox()
+            combo.setObjectName("other-metric")
+            combo.addItems(layout.other)
+            combo.setCurrentText(self._other_metric)
+            combo.currentTextChanged.connect(self._other_chosen)
+            row.addWidget(combo)
+            name = self._other_metric
+            source = EVAL if name.startswith("eval:") else METRICS
+            metric = name.removeprefix("eval:")
+            curve = CurveSpec(metric, name, source)
+            entries.append((PlotSpec("other", "Other metric", (curve,)), [curve]))
+        first = None
+        for index, (spec, curves) in enumerate(entries):
+            plot = MetricPlot(spec, curves, self.runs, self.x_mode, header=other_header if spec.key == "other" else None)
+            plot.user_zoomed.connect(self._user_zoomed)
+            if first is None:
+                first = plot
+                plot.x_leader = True
+            else:
+                plot.item.setXLink(first.item)  # zoom one, all follow
+            self.grid.addWidget(plot, index // COLUMNS, index % COLUMNS)
+            self.plots.append(plot)
+        for col in range(COLUMNS):
+            self.grid.setColumnStretch(col, 1)
+        # Lay the new plots out now, so the ones in view can be drawn before the first
+        # paint (otherwise each is painted empty, then again with its data).
+        self.scroll.widget().layout().activate()
+        self._update_x_extent()
+        weight = self.smoothing_weight
+        for plot in self.plots:
+            plot.show()
+            # Data and ranges in place before the first paint: each new plot is painted
+            # once, not empty and then again (painting, axis text above all, is the cost).
+            plot.update_data(weight)
+        self.layout_changed.emit()
+
+    def _other_chosen(self, name: str) -> None:
+        if name and name != self._other_metric:
+            self._other_metric = name
+            QTimer.singleShot(0, self.refresh)  # not while the combo is emitting
+
+    PLOTS_PER_SLICE = 3
+
+    def _draw_visible(self) -> None:
+        """Redraw stale plots that can be seen, a few at a time: each slice (its curve
+        updates and its repaint) is a separate turn of the event loop, so the window
+        never stalls for the whole dashboard. Plots out of view wait until they are
+        scrolled to or the tab is shown (showEvent)."""
+        self._slice_pending = False
+        if not self.isVisible():
+            return
+        weight = self.smoothing_weight
+        todo = [p for p in self.plots if p.stale and not p.visibleRegion().isEmpty()]
+        for plot in todo[: self.PLOTS_PER_SLICE]:
+            plot.update_data(weight)
+        if len(todo) > self.PLOTS_PER_SLICE and not self._slice_pending:
+            self._slice_pending = True
+            QTimer.singleShot(15, self._draw_visible)  # after this slice is painted
+
+    def draw_all(self) -> None:
+        """Redraw every plot, seen or not (screenshots, tests)."""
+        weight = self.smoothing_weight
+        for plot in self.plots:
+            plot.update_data(weight)
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        QTimer.singleShot(0, self._draw_visible)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        QTimer.singleShot(0, self._draw_visible)
+
+    # --------------------------------------------------------------- controls
+
+    def _smoothing_changed(self) -> None:
+        self.smoothing_label.setText(f"{self.smoothing_weight:.2f}")
+        for plot in self.plots:
+            plot.stale = True
+        self._draw_visible()
+
+    def _x_changed(self) -> None:
+        self.x_mode = self.x_axis.currentData()
+        self.refresh()
+
+    def _user_zoomed(self) -> None:
+        self.auto_x = False
+        for plot in self.plots:
+            plot.x_extent = None
+
+    def reset_view(self) -> None:
+        self.auto_x = True
+        for plot in self.plots:
+            plot.reset_view()
+        self._update_x_extent()
+        self._draw_visible()
+        QTimer.singleShot(0, self._draw_visible)  # plots not laid out yet draw next pass
+
+    def plot(self, key: str) -> MetricPlot | None:
+        return next((p for p in self.plots if p.spec.key == key), None)

@@ -1,0 +1,485 @@
+"""Editors for single preset fields, one class per kind of field (workbench.schema).
+
+An editor shows a value and reports what the user typed as the value the preset file
+would hold, valid or not: "abc" in an integer field is reported as the text "abc", so
+the engine's own message ("Input should be a valid integer") appears next to the field
+instead of the keystroke being swallowed. Editors never write to the document
+themselves; `FieldRow` connects them to it.
+"""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent, QWheelEvent
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.preset import BUILTIN_MODEL
+from workbench import schema
+from workbench.schema import FieldSpec, format_value
+
+_INT_TEXT = re.compile(r"^[+-]?\d+$")
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$", re.I)
+
+ERROR_STYLE = "color: #b00020;"
+NOTE_STYLE = "color: #5f6368;"
+
+
+def parse_number(text: str, kind: str, nullable: bool) -> Any:
+    """What a number field's text means in the preset.
+
+    >>> parse_number("8", "int", False), parse_number("1e-4", "float", False), parse_number("", "int", True)
+    (8, 0.0001, None)
+    >>> parse_number("abc", "int", False), parse_number("1.5", "int", False)
+    ('abc', 1.5)
+    """
+    text = text.strip()
+    if not text:
+        return None if nullable else ""
+    if kind == schema.INT and _INT_TEXT.match(text):
+        return int(text)
+    if _FLOAT_TEXT.match(text):
+        return float(text)
+    return text
+
+
+def parse_names(text: str, words: tuple) -> Any:
+    """`auto` -> "auto"; `q_proj, v_proj` -> ["q_proj", "v_proj"]; empty -> [] (which
+    the engine refuses with its own message)."""
+    text = text.strip()
+    if text in words:
+        return text
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class FieldEditor(QWidget):
+    """Base: `edited(value)` when the user changes the value; `set_value` shows one."""
+
+    edited = Signal(object)
+
+    def __init__(self, spec: FieldSpec, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.spec = spec
+        self.setToolTip(spec.tooltip())
+        self.setObjectName(f"field:{spec.path}")
+
+    def set_value(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def input_widget(self) -> QWidget:
+        """The widget that takes keyboard focus (tests type into it)."""
+        return self
+
+
+class _SteppingLineEdit(QLineEdit):
+    """A line edit whose Up/Down keys and mouse wheel step an integer, like a spin box,
+    but which can hold any text (so a bad value can be shown, with its message)."""
+
+    stepped = Signal()
+
+    def __init__(self, integer: bool, parent=None):
+        super().__init__(parent)
+        self._integer = integer
+
+    def _step(self, delta: int) -> bool:
+        if not self._integer or not _INT_TEXT.match(self.text().strip() or "x"):
+            return False
+        self.setText(str(int(self.text()) + delta))
+        self.stepped.emit()
+        return True
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key_Up, Qt.Key_Down) and self._step(1 if event.key() == Qt.Key_Up else -1):
+            return
+        super().keyPressEvent(event)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        # Only while focused: a wheel over a form being scrolled must not change values.
+        if self.hasFocus() and self._step(1 if event.angleDelta().y() > 0 else -1):
+            return
+        super().wheelEvent(event)
+
+
+class NumberEditor(FieldEditor):
+    def __init__(self, spec: FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.line = _SteppingLineEdit(spec.kind == schema.INT, self)
+        self.line.setPlaceholderText("null" if spec.nullable else "required")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.line)
+        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
+        self.line.stepped.connect(lambda: self.edited.emit(self.value()))
+
+    def set_value(self, value: Any) -> None:
+        text = "" if value is None else format_value(value)
+        if self.line.text() != text:
+            self.line.setText(text)
+
+    def value(self) -> Any:
+        return parse_number(self.line.text(), self.spec.kind, self.spec.nullable)
+
+    def input_widget(self) -> QWidget:
+        return self.line
+
+
+class TextEditor(FieldEditor):
+    def __init__(self, spec: FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.line = QLineEdit(self)
+        if spec.nullable:
+            self.line.setPlaceholderText("null")
+        self.layout_ = QHBoxLayout(self)
+        self.layout_.setContentsMargins(0, 0, 0, 0)
+        self.layout_.addWidget(self.line)
+        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
+
+    def set_value(self, value: Any) -> None:
+        text = "" if value is None else str(value)
+        if self.line.text() != text:
+            self.line.setText(text)
+            self.line.setCursorPosition(0)  # a long value shows its beginning
+
+    def value(self) -> Any:
+        text = self.line.text()
+        return None if self.spec.nullable and not text.strip() else text
+
+    def input_widget(self) -> QWidget:
+        return self.line
+
+
+class NamesEditor(TextEditor):
+    """A list of names, or one of a few words (target_modules: `auto` or q_proj, v_proj)."""
+
+    def __init__(self, spec: FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.line.setPlaceholderText(" or ".join([*spec.choices, "comma-separated names"]))
+
+    def set_value(self, value: Any) -> None:
+        text = ", ".join(map(str, value)) if isinstance(value, list) else ("" if value is None else str(value))
+        if self.line.text() != text:
+            self.line.setText(text)
+
+    def value(self) -> Any:
+        return parse_names(self.line.text(), self.spec.choices)
+
+
+class BoolEditor(FieldEditor):
+    def __init__(self, spec: FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.box = QCheckBox(self)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.box)
+        self._raw: Any = None
+        self.box.clicked.connect(lambda _checked: self.edited.emit(self.value()))
+
+    def set_value(self, value: Any) -> None:
+        # A non-bool from a file ("yes") is shown unticked and kept until the user clicks,
+        # so its error stays visible rather than being silently replaced.
+        self._raw = value
+        self.box.setChecked(value is True)
+
+    def value(self) -> Any:
+        return self.box.isChecked()
+
+    def input_widget(self) -> QWidget:
+        return self.box
+
+
+NONE_LABEL = "(none)"
+
+
+class ChoiceEditor(FieldEditor):
+    def __init__(self, spec: FieldSpec, parent=None, none_label: str = NONE_LABEL):
+        super().__init__(spec, parent)
+        self.combo = QComboBox(self)
+        self._values: list[Any] = list(spec.choices) + ([None] if spec.nullable else [])
+        for value in self._values:
+            self.combo.addItem(none_label if value is None else format_value(value))
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.combo)
+        layout.addStretch(1)
+        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
+
+    def set_value(self, value: Any) -> None:
+        if value not in self._values:
+            # A value the schema does not allow (from a file): shown and kept, marked.
+            self._values.append(value)
+            self.combo.addItem(f"{format_value(value)} (not allowed)")
+        index = self._values.index(value)
+        if self.combo.currentIndex() != index:
+            self.combo.setCurrentIndex(index)
+
+    def value(self) -> Any:
+        return self._values[self.combo.currentIndex()] if self._values else None
+
+    def input_widget(self) -> QWidget:
+        return self.combo
+
+
+class SuggestEditor(TextEditor):
+    """Free text with suggestions (device: auto, cpu, cuda, cuda:N, mps)."""
+
+    def __init__(self, spec: FieldSpec, suggestions: list[str], parent=None):
+        super().__init__(spec, parent)
+        self.layout_.removeWidget(self.line)
+        self.line.hide()
+        self.combo = QComboBox(self)
+        self.combo.setEditable(True)
+        self.combo.addItems(suggestions)
+        self.combo.setInsertPolicy(QComboBox.NoInsert)
+        self.line = self.combo.lineEdit()
+        self.layout_.addWidget(self.combo)
+        self.layout_.addStretch(1)
+        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
+        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
+
+    def input_widget(self) -> QWidget:
+        return self.combo
+
+
+class PathEditor(TextEditor):
+    """Text plus a Browse button (a file or a folder)."""
+
+    def __init__(self, spec: FieldSpec, folder: bool, file_filter: str = "", parent=None):
+        super().__init__(spec, parent)
+        self.folder = folder
+        self.file_filter = file_filter
+        self.browse = QPushButton("Folder…" if folder else "Browse…", self)
+        self.browse.setToolTip("Choose a local model folder" if folder else "Choose a file")
+        self.layout_.addWidget(self.browse)
+        self.browse.clicked.connect(self._browse)
+
+    def _browse(self) -> None:
+        start = self.line.text() or str(Path.cwd())
+        if self.folder:
+            chosen = QFileDialog.getExistingDirectory(self, self.spec.label, start)
+        else:
+            chosen, _ = QFileDialog.getOpenFileName(self, self.spec.label, start, self.file_filter)
+        if chosen:
+            self.line.setText(chosen)
+            self.edited.emit(self.value())
+
+
+class ModelEditor(PathEditor):
+    """The model: the built-in one, a Hugging Face id (typed) or a local folder (Folder…)."""
+
+    def __init__(self, spec: FieldSpec, parent=None):
+        super().__init__(spec, folder=True, parent=parent)
+        self.line.setPlaceholderText("builtin:tiny, a Hugging Face id (org/name), or a folder")
+        self.builtin = QPushButton("Built-in", self)
+        self.builtin.setToolTip(f"Use {BUILTIN_MODEL}: the small model shipped with RL Workbench (runs offline on a CPU)")
+        self.layout_.insertWidget(1, self.builtin)
+        self.builtin.clicked.connect(self._use_builtin)
+
+    def _use_builtin(self) -> None:
+        self.line.setText(BUILTIN_MODEL)
+        self.edited.emit(self.value())
+
+
+def describe_model_source(name: str) -> str:
+    """The line under the model field saying what kind of source it is."""
+    from workbench.checks import looks_like_local_path, model_folder, read_model_info
+
+    if name == BUILTIN_MODEL:
+        kind = "built-in model"
+    elif model_folder(name) is not None:
+        kind = "local folder"
+    elif looks_like_local_path(name) or name.startswith("builtin:"):
+        return ""
+    else:
+        return "Hugging Face hub id: the engine downloads it (or uses the local cache)"
+    try:
+        info = read_model_info(model_folder(name))
+    except (ValueError, TypeError):
+        return kind
+    context = f", context {info.context_length}" if info.context_length else ""
+    return f"{kind}: {info.architecture}{context}"
+
+
+class OptionsEditor(FieldEditor):
+    """Options of a task or reward as a small form generated from the option defaults
+    (engine.tasks.task_options / engine.rewards.reward_options). Only options the user
+    sets are written; an empty box means "the default", shown greyed in the box."""
+
+    def __init__(self, spec: FieldSpec, defaults: Callable[[], dict], parent=None):
+        super().__init__(spec, parent)
+        self._defaults = defaults
+        self._value: dict = {}
+        self._shown_defaults: dict | None = None
+        self._rows: dict[str, QWidget] = {}
+        self.form = QFormLayout(self)
+        self.form.setContentsMargins(0, 0, 0, 0)
+        self.form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+
+    def rebuild(self) -> None:
+        while self.form.rowCount():
+            self.form.removeRow(0)  # deletes the row's widgets at once
+        self._rows.clear()
+        defaults = self._defaults()
+        self._shown_defaults = defaults
+        keys = list(defaults) + [k for k in self._value if k not in defaults]
+        if not keys:
+            empty = QLabel("no options", self)
+            empty.setStyleSheet(NOTE_STYLE)
+            self.form.addRow(empty)
+            return
+        for key in keys:
+            default = defaults.get(key, _UNKNOWN)
+            widget = self._option_widget(key, default)
+            label = QLabel(key if default is not _UNKNOWN else f"{key} (unknown)")
+            label.setStyleSheet(NOTE_STYLE)
+            self.form.addRow(label, widget)
+            self._rows[key] = widget
+
+    def _option_widget(self, key: str, default: Any) -> QWidget:
+        current = self._value.get(key, _UNSET)
+        if isinstance(default, bool) and (current is _UNSET or isinstance(current, bool)):
+            combo = QComboBox(self)
+            combo.addItems([f"default ({format_value(default)})", "true", "false"])
+            combo.setCurrentIndex(0 if current is _UNSET else 1 if current else 2)
+            combo.setObjectName(f"option:{key}")
+            combo.activated.connect(lambda _i: self._changed())
+            return combo
+        line = QLineEdit(self)
+        line.setObjectName(f"option:{key}")
+        line.setPlaceholderText("default: " + (format_value(default) if default is not _UNKNOWN else "–"))
+        if current is not _UNSET:
+            line.setText(option_text(current))
+        line.textEdited.connect(lambda _t: self._changed())
+        return line
+
+    def _parse(self, key: str, widget: QWidget, default: Any) -> Any:
+        if isinstance(widget, QComboBox):
+            return {0: _UNSET, 1: True, 2: False}[widget.currentIndex()]
+        text = widget.text()
+        if not text.strip():
+            return _UNSET
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            kind = schema.INT if isinstance(default, int) else schema.FLOAT
+            return parse_number(text, kind, False)
+        if isinstance(default, str):
+            return text
+        import yaml
+
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+
+    def _changed(self) -> None:
+        defaults = self._defaults()
+        value = {}
+        for key, widget in self._rows.items():
+            parsed = self._parse(key, widget, defaults.get(key, _UNKNOWN))
+            if parsed is not _UNSET:
+                value[key] = parsed
+        self._value = value
+        self.edited.emit(dict(value))
+
+    def set_value(self, value: Any) -> None:
+        value = dict(value) if isinstance(value, dict) else {}
+        if value != self._value or self._defaults() != self._shown_defaults:
+            self._value = value
+            self.rebuild()
+
+    def value(self) -> Any:
+        return dict(self._value)
+
+    def option_widget(self, key: str) -> QWidget:
+        return self._rows[key]
+
+
+_UNSET = object()
+_UNKNOWN = object()
+
+
+def option_text(value: Any) -> str:
+    """How an option value is written in its box (parsed back by the option's type).
+
+    >>> option_text("+-"), option_text(0.5), option_text([1, 2])
+    ('+-', '0.5', '[1, 2]')
+    """
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return format_value(value)
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip()
+
+
+def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
+    """The editor for a field: a few fields get a richer one, the rest by kind."""
+    if spec.path == "model.name_or_path":
+        return ModelEditor(spec, parent)
+    if spec.path == "model.device":
+        return SuggestEditor(spec, ["auto", "cpu", "cuda", "cuda:0", "mps"], parent)
+    if spec.path == "data.path":
+        return PathEditor(spec, folder=False, file_filter="Prompt files (*.jsonl *.json *.csv *.parquet);;All files (*)",
+                          parent=parent)
+    if spec.kind in (schema.INT, schema.FLOAT):
+        return NumberEditor(spec, parent)
+    if spec.kind == schema.BOOL:
+        return BoolEditor(spec, parent)
+    if spec.path == "data.task":
+        return ChoiceEditor(spec, parent, none_label="(none: a prompt file)")
+    if spec.kind == schema.CHOICE:
+        return ChoiceEditor(spec, parent)
+    if spec.kind == schema.NAMES:
+        return NamesEditor(spec, parent)
+    if spec.kind == schema.TEXT:
+        return TextEditor(spec, parent)
+    raise TypeError(f"no editor for {spec.path} ({spec.kind})")
+
+
+class FieldRow(QWidget):
+    """An editor with its problem (red) and note (grey) lines under it."""
+
+    def __init__(self, editor: QWidget, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.editor = editor
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(1)
+        layout.addWidget(editor)
+        self.error = QLabel(self)
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet(ERROR_STYLE)
+        self.error.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.error.hide()
+        self.note = QLabel(self)
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(NOTE_STYLE)
+        self.note.hide()
+        layout.addWidget(self.error)
+        layout.addWidget(self.note)
+
+    def show_problems(self, messages: list[str]) -> None:
+        self.error.setText("\n".join(messages))
+        self.error.setVisible(bool(messages))
+
+    def show_notes(self, messages: list[str]) -> None:
+        self.note.setText("\n".join(m for m in messages if m))
+        self.note.setVisible(any(messages))

@@ -1,0 +1,228 @@
+"""Starting, stopping and watching the engine process.
+
+The engine runs as `python -m engine run PRESET --run-dir DIR --quiet`, a separate
+process: a crash or a hang in training never takes the window with it.
+
+Why subprocess.Popen and not QProcess: QProcess kills its child when the QProcess is
+destroyed, so a run the user chose to leave running when closing the window would die
+with it. A Popen child in its own session outlives the window. The window never waits
+on it: exit is noticed by polling on a timer, and the only thing written to it is the
+five-byte stop line.
+
+Stop is the engine's cooperative stop: the `stop` line on stdin (the step finishes, a
+checkpoint is saved, run_finished with status stopped). Only if the engine has not
+exited `stop_timeout_s` later is it sent SIGTERM, and `kill_timeout_s` after that,
+SIGKILL.
+"""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from workbench import runs
+from workbench.checks import REPO_ROOT
+
+
+def engine_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    # The engine must be importable even when the package is not installed (a checkout).
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def engine_command(preset_path: Path, run_dir: Path, python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-m", "engine", "run", str(preset_path), "--run-dir", str(run_dir), "--quiet"]
+
+
+class EngineHandle(QObject):
+    """What the window needs of a running engine, launched here or found running.
+
+    Signals: `finished(exit_code)` (None when unknown: an engine this window did not
+    start), `stopping()` when a stop was requested, `escalated(str)` when Stop had to
+    terminate or kill.
+    """
+
+    finished = Signal(object)
+    stopping = Signal()
+    escalated = Signal(str)
+
+    POLL_MS = 250
+
+    def __init__(self, run_dir: Path, stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0, parent=None):
+        super().__init__(parent)
+        self.run_dir = Path(run_dir)
+        self.stop_timeout_s = stop_timeout_s
+        self.kill_timeout_s = kill_timeout_s
+        self.exit_code: object = None
+        self.stop_requested = False
+        self._done = False
+        self._poll = QTimer(self)
+        self._poll.setInterval(self.POLL_MS)
+        self._poll.timeout.connect(self.poll)
+        self._escalate = QTimer(self)
+        self._escalate.setSingleShot(True)
+        self._escalate.timeout.connect(self._on_escalate)
+        self._stage = 0
+
+    @property
+    def running(self) -> bool:
+        return not self._done
+
+    def poll(self) -> None:
+        if self._done:
+            return
+        code = self._check_exit()
+        if code is not _RUNNING:
+            self._done = True
+            self.exit_code = code
+            self._poll.stop()
+            self._escalate.stop()
+            self.finished.emit(code)
+
+    def stop(self) -> None:
+        """Ask the engine to stop after its current step (it saves a checkpoint)."""
+        if self._done or self.stop_requested:
+            return
+        self.stop_requested = True
+        self._request_stop()
+        self.stopping.emit()
+        self._stage = 0
+        self._escalate.start(int(self.stop_timeout_s * 1000))
+
+    def kill(self) -> None:
+        """Kill at once (the step in progress and anything unsaved are lost)."""
+        if not self._done:
+            self._signal(signal.SIGKILL if hasattr(signal, "SIGKILL") else signal.SIGTERM)
+            self.escalated.emit("killed")
+
+    def _on_escalate(self) -> None:
+        if self._done:
+            return
+        if self._stage == 0:
+            self._stage = 1
+            self._signal(signal.SIGTERM)
+            self.escalated.emit(f"the engine had not stopped {self.stop_timeout_s:.0f} s after the stop request; "
+                                "sent SIGTERM")
+            self._escalate.start(int(self.kill_timeout_s * 1000))
+        else:
+            self.kill()
+
+    # implemented by the two kinds of handle
+    def _check_exit(self) -> object: ...
+    def _request_stop(self) -> None: ...
+    def _signal(self, sig: int) -> None: ...
+
+
+_RUNNING = object()
+
+
+class EngineProcess(EngineHandle):
+    """An engine this window starts (and can leave running when it closes)."""
+
+    def __init__(self, run_dir: Path, preset_path: Path, python: str | None = None, env: dict | None = None,
+                 stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0, parent=None):
+        super().__init__(run_dir, stop_timeout_s, kill_timeout_s, parent)
+        self.preset_path = Path(preset_path)
+        self.command = engine_command(self.preset_path, self.run_dir, python)
+        self.env = env or engine_environment()
+        self.popen: subprocess.Popen | None = None
+
+    @property
+    def output_path(self) -> Path:
+        return runs.workbench_dir(self.run_dir) / runs.OUTPUT_FILE
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def start(self) -> None:
+        """Start the engine. Raises OSError when it cannot be started at all."""
+        runs.workbench_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        # stdout/stderr go to a file, not a pipe: a pipe nobody reads would block the
+        # engine, and would break (SIGPIPE) once the window is closed on a live run.
+        with open(self.output_path, "ab") as output:
+            kwargs: dict = {}
+            if sys.platform == "win32":  # pragma: no cover
+                kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP
+            else:
+                # Its own session: Ctrl-C in the terminal that started the window, or the
+                # terminal closing, does not reach a run left running.
+                kwargs["start_new_session"] = True
+            self.popen = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
+                                          cwd=str(self.run_dir), env=self.env, **kwargs)
+        runs.write_process_record(self.run_dir, self.popen.pid, self.command)
+        self._poll.start()
+
+    def _check_exit(self) -> object:
+        if self.popen is None:
+            return None
+        code = self.popen.poll()
+        return _RUNNING if code is None else code
+
+    def _request_stop(self) -> None:
+        try:
+            self.popen.stdin.write(b"stop\n")
+            self.popen.stdin.flush()
+        except (OSError, ValueError, AttributeError):
+            # stdin gone (the engine is exiting anyway): SIGTERM is the same request.
+            self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        try:
+            if sig == signal.SIGTERM:
+                self.popen.terminate()
+            else:
+                self.popen.kill()
+        except OSError:
+            pass
+
+    def detach(self) -> None:
+        """Leave the engine running on its own (the window is closing). Closing stdin
+        is harmless: the engine's stop reader just ends."""
+        self._poll.stop()
+        self._escalate.stop()
+        if self.popen is not None and self.popen.stdin:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
+
+
+class AttachedEngine(EngineHandle):
+    """An engine found running from its run directory's process record (a run left
+    running by an earlier window). It has no stdin pipe here; SIGTERM is the engine's
+    other graceful stop request."""
+
+    def __init__(self, run_dir: Path, pid: int, stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0,
+                 parent=None):
+        super().__init__(run_dir, stop_timeout_s, kill_timeout_s, parent)
+        self.pid = pid
+        self._poll.start()
+
+    def _check_exit(self) -> object:
+        return _RUNNING if runs.pid_alive(self.pid, self.run_dir.name) else None
+
+    def _request_stop(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, sig: int) -> None:
+        try:
+            os.kill(self.pid, sig)
+        except OSError:
+            pass
+
+    def detach(self) -> None:
+        self._poll.stop()
+        self._escalate.stop()

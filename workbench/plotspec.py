@@ -1,0 +1,134 @@
+"""Which plots the dashboard shows, chosen by the metric names a run logged and its
+algorithm. No Qt.
+
+Each `PlotSpec` names the metrics it draws (exact names or patterns such as
+`rewards/<name>/mean` for every reward component). A plot is shown when the run has any
+of its metrics, so an algorithm that logs new metric names (PPO's value loss, DPO's
+margins) gets its plots by logging them; metrics no plot claims are offered in the
+"other metric" plot, so nothing logged is out of reach.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+METRICS, EVAL = "metrics", "eval"
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    metric: str  # name in the events (or a pattern; see PlotSpec.curves)
+    label: str = ""
+    source: str = METRICS  # "metrics" events or "eval" events
+    std: str | None = None  # metric holding the std, drawn as a +- band
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    key: str
+    title: str
+    curves: tuple[CurveSpec, ...] = ()
+    # Patterns whose matches each become a curve, e.g. r"rewards/(?P<label>[^/]+)/mean".
+    patterns: tuple[tuple[str, str], ...] = ()  # (regex, source)
+    algorithms: tuple[str, ...] | None = None  # None: any algorithm that logs the metrics
+    unit: str = ""
+    note_when_empty: str = "no values logged (all null)"
+
+    def resolve(self, names: dict[str, set[str]]) -> list[CurveSpec]:
+        """The curves this plot has for a run whose metric names are `names[source]`."""
+        out = [c for c in self.curves if c.metric in names.get(c.source, set())]
+        for pattern, source in self.patterns:
+            regex = re.compile(pattern)
+            for name in sorted(names.get(source, set())):
+                match = regex.fullmatch(name)
+                if match:
+                    label = match.groupdict().get("label") or name
+                    out.append(CurveSpec(name, label, source))
+        return out
+
+    def applies(self, names: dict[str, set[str]], algorithm: str) -> bool:
+        if self.algorithms is not None and algorithm and algorithm not in self.algorithms:
+            return False
+        return bool(self.resolve(names))
+
+
+C = CurveSpec
+
+CATALOGUE: tuple[PlotSpec, ...] = (
+    PlotSpec("reward", "Reward", (C("reward", "reward (mean ± std)", std="reward_std"),),
+             patterns=((r"rewards/(?P<label>[^/]+)/mean", METRICS),)),
+    PlotSpec("eval", "Held-out evaluation", (C("accuracy", "accuracy", EVAL), C("reward", "reward", EVAL)),
+             note_when_empty="no accuracy: the data has no answers"),
+    PlotSpec("kl", "KL to reference", (C("kl", "kl"),),
+             note_when_empty="kl is null: beta = 0 skips the reference pass"),
+    PlotSpec("entropy", "Entropy", (C("entropy", "entropy"),), unit="nats"),
+    PlotSpec("loss", "Loss", (C("loss", "loss"),)),
+    PlotSpec("clip", "Clip ratio", (C("clip_ratio/region_mean", "either"), C("clip_ratio/low_mean", "low"),
+                                    C("clip_ratio/high_mean", "high"))),
+    PlotSpec("length", "Completion length", (C("completions/mean_length", "mean"), C("completions/min_length", "min"),
+                                             C("completions/max_length", "max")), unit="tokens"),
+    PlotSpec("truncated", "Truncated completions", (C("completions/clipped_ratio", "fraction without EOS"),)),
+    PlotSpec("zero_std", "Groups with no signal", (C("frac_reward_zero_std", "fraction of groups, all rewards equal"),)),
+    PlotSpec("grad_norm", "Gradient norm", (C("grad_norm", "before clipping"),)),
+    PlotSpec("lr", "Learning rate", (C("learning_rate", "learning rate"),)),
+    PlotSpec("throughput", "Throughput", (C("throughput/tokens_per_second", "tokens/s"),
+                                          C("throughput/rollout_tokens_per_second", "rollout tokens/s")), unit="tokens/s"),
+    PlotSpec("timing", "Step time", (C("step_time", "step"), C("timing/rollout", "rollout"), C("timing/reward", "reward"),
+                                     C("timing/update", "update")), unit="s"),
+    # PPO (engine issue to come; names as TRL's PPO trainer logs them, and plain ones).
+    PlotSpec("value_loss", "Value loss", (C("value_loss", "value loss"), C("loss/value_avg", "value loss")),
+             algorithms=("ppo",)),
+    PlotSpec("explained_variance", "Explained variance", (C("explained_variance", "explained variance"),
+                                                         C("val/var_explained", "explained variance")), algorithms=("ppo",)),
+    # DPO (engine issue to come; TRL's DPO names).
+    PlotSpec("dpo_margins", "Reward margins", (C("rewards/margins", "chosen − rejected"), C("rewards/chosen", "chosen"),
+                                              C("rewards/rejected", "rejected")), algorithms=("dpo",)),
+    PlotSpec("dpo_accuracy", "Preference accuracy", (C("rewards/accuracies", "accuracy"),), algorithms=("dpo",)),
+)
+
+# Every step carries these; they are not worth a plot of their own but stay reachable
+# through "other metric".
+_BOOKKEEPING = {"num_tokens", "skipped_steps", "throughput/samples_per_second", "eval_time", "num_examples"}
+
+
+@dataclass
+class Layout:
+    plots: list[tuple[PlotSpec, list[CurveSpec]]] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # metrics no plot claims
+
+
+def choose_plots(names: dict[str, set[str]], algorithm: str) -> Layout:
+    """The plots for one run (or the union over runs being compared), in catalogue
+    order, and the metrics left for the "other metric" plot.
+
+    >>> layout = choose_plots({"metrics": {"reward", "reward_std", "rewards/exact/mean", "kl", "num_tokens"}}, "grpo")
+    >>> [p.key for p, _ in layout.plots], layout.other
+    (['reward', 'kl'], ['num_tokens'])
+    """
+    layout = Layout()
+    claimed: set[tuple[str, str]] = set()
+    for spec in CATALOGUE:
+        if not spec.applies(names, algorithm):
+            continue
+        curves = spec.resolve(names)
+        layout.plots.append((spec, curves))
+        for curve in curves:
+            claimed.add((curve.source, curve.metric))
+            if curve.std:
+                claimed.add((curve.source, curve.std))
+    layout.other = sorted(n for n in names.get(METRICS, set()) if (METRICS, n) not in claimed)
+    layout.other += sorted(f"eval:{n}" for n in names.get(EVAL, set())
+                           if (EVAL, n) not in claimed and n not in _BOOKKEEPING)
+    return layout
+
+
+def expected_names(algorithm: str) -> dict[str, set[str]]:
+    """Before a run's first metrics arrive: the metrics its algorithm is known to log,
+    so the dashboard has its plots in place from the start."""
+    known = {
+        "grpo": {"reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/region_mean", "completions/mean_length",
+                 "completions/clipped_ratio", "frac_reward_zero_std", "grad_norm", "learning_rate",
+                 "throughput/tokens_per_second", "step_time"},
+    }
+    return {METRICS: known.get(algorithm, {"reward"}), EVAL: {"accuracy", "reward"}}

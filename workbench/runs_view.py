@@ -1,0 +1,260 @@
+"""The runs list: every run in the runs folder with its status, opened with a double
+click; two or more selected can be compared."""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import re
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.runs import MISSING, RunIndex, RunSummary, differing_fields
+from workbench.schema import format_value
+
+STATUS_COLOURS = {
+    "running": "#1565c0", "starting": "#1565c0", "done": "#1e7e34", "stopped": "#8a6d00",
+    "failed": "#b00020", "interrupted": "#b00020", "stale": "#c75000",
+}
+COLUMNS = ("name", "algorithm", "model", "status", "steps", "last reward", "started")
+
+
+def format_started(timestamp: float | None) -> str:
+    if not timestamp:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+
+
+class RunsModel(QAbstractTableModel):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.runs: list[RunSummary] = []
+
+    def set_runs(self, runs: list[RunSummary]) -> None:
+        if [r.path for r in runs] == [r.path for r in self.runs]:
+            self.runs = runs
+            if runs:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(runs) - 1, len(COLUMNS) - 1))
+            return
+        self.beginResetModel()
+        self.runs = runs
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.runs)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if orientation == Qt.Horizontal and role == Qt.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.runs):
+            return None
+        run = self.runs[index.row()]
+        column = COLUMNS[index.column()]
+        if role == Qt.DisplayRole:
+            if column == "name":
+                return run.name
+            if column == "algorithm":
+                return run.algorithm.upper()
+            if column == "model":
+                return run.model
+            if column == "status":
+                return run.status
+            if column == "steps":
+                return f"{run.step} / {run.max_steps}" if run.max_steps else str(run.step)
+            if column == "last reward":
+                return "" if run.last_reward is None else f"{run.last_reward:.4g}"
+            if column == "started":
+                return format_started(run.started)
+        if role == Qt.ForegroundRole and column == "status":
+            return QColor(STATUS_COLOURS.get(run.status, "#333"))
+        if role == Qt.ToolTipRole:
+            return run.note or str(run.path)
+        if role == Qt.TextAlignmentRole and column in ("steps", "last reward"):
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        return None
+
+
+class RunsView(QWidget):
+    """Signals: open_requested(path), compare_requested([paths]), preset_requested(path),
+    folder_changed(path)."""
+
+    open_requested = Signal(Path)
+    compare_requested = Signal(list)
+    preset_requested = Signal(Path)
+    folder_changed = Signal(Path)
+
+    def __init__(self, folder: Path, parent=None):
+        super().__init__(parent)
+        self.index = RunIndex(folder)
+        self.model = RunsModel(self)
+        self.folder_label = QLabel()
+        self.folder_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        change = QPushButton("Change…")
+        change.setToolTip("Choose the folder new runs are written to and runs are listed from")
+        refresh = QPushButton("Refresh")
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Runs folder:"))
+        top.addWidget(self.folder_label, 1)
+        top.addWidget(change)
+        top.addWidget(refresh)
+        self.table = QTableView()
+        self.table.setObjectName("runs-table")
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.ExtendedSelection)
+        self.table.verticalHeader().hide()
+        self.table.setAlternatingRowColors(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        self.open_button = QPushButton("Open")
+        self.compare_button = QPushButton("Compare selected")
+        self.compare_button.setToolTip("Overlay the curves of the selected runs (select two or more with Ctrl/Shift)")
+        self.preset_button = QPushButton("Load its preset into Set-up")
+        self.hint = QLabel("Double-click a run to open it; select two or more and Compare.")
+        self.hint.setStyleSheet("color:#5f6368")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.open_button)
+        buttons.addWidget(self.compare_button)
+        buttons.addWidget(self.preset_button)
+        buttons.addWidget(self.hint, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(top)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+
+        change.clicked.connect(self._choose_folder)
+        refresh.clicked.connect(self.refresh)
+        self.table.doubleClicked.connect(lambda index: self.open_requested.emit(self.model.runs[index.row()].path))
+        self.open_button.clicked.connect(self._open)
+        self.compare_button.clicked.connect(self._compare)
+        self.preset_button.clicked.connect(self._preset)
+        self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
+        self.set_folder(folder)
+
+    def set_folder(self, folder: Path) -> None:
+        self.index = RunIndex(folder)
+        self.folder_label.setText(str(folder))
+        self.refresh()
+
+    def _choose_folder(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Runs folder", str(self.index.folder))
+        if chosen:
+            self.set_folder(Path(chosen))
+            self.folder_changed.emit(Path(chosen))
+
+    def refresh(self) -> None:
+        selected = set(self.selected_paths())
+        self.model.set_runs(self.index.scan())
+        if selected and set(self.selected_paths()) != selected:
+            self.select_paths(list(selected))
+        self._update_buttons()
+
+    def selected_paths(self) -> list[Path]:
+        rows = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+        return [self.model.runs[r].path for r in rows if r < len(self.model.runs)]
+
+    def select_paths(self, paths: list[Path]) -> None:
+        selection = self.table.selectionModel()
+        selection.clearSelection()
+        wanted = {Path(p).resolve() for p in paths}
+        for row, run in enumerate(self.model.runs):
+            if run.path.resolve() in wanted:
+                selection.select(self.model.index(row, 0),
+                                 QItemSelectionModel.Select | QItemSelectionModel.Rows)
+
+    def summary(self, path: Path) -> RunSummary | None:
+        return next((r for r in self.model.runs if r.path.resolve() == Path(path).resolve()), None)
+
+    def _update_buttons(self) -> None:
+        count = len(self.selected_paths())
+        self.open_button.setEnabled(count == 1)
+        self.preset_button.setEnabled(count == 1)
+        self.compare_button.setEnabled(count >= 2)
+
+    def _open(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) == 1:
+            self.open_requested.emit(paths[0])
+
+    def _compare(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) >= 2:
+            self.compare_requested.emit(paths)
+
+    def _preset(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) == 1:
+            self.preset_requested.emit(paths[0])
+
+
+_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
+
+
+def short_names(names: list[str]) -> list[str]:
+    """Run names without the launch time stamp, where that keeps them apart.
+
+    >>> short_names(["grpo-sort-20261121-014143", "grpo-kl-20261121-020013"])
+    ['grpo-sort', 'grpo-kl']
+    >>> short_names(["a-20261121-014143", "a-20261121-020013"])
+    ['a-20261121-014143', 'a-20261121-020013']
+    """
+    short = [_STAMP.sub("", n) or n for n in names]
+    return short if len(set(short)) == len(short) else list(names)
+
+
+class DifferencesTable(QTableWidget):
+    """The preset fields that differ between compared runs, one column per run in the
+    run's colour."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("differences")
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.verticalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.setAlternatingRowColors(True)
+
+    def show_runs(self, names: list[str], presets: list[dict], colours: list[str]) -> list[tuple[str, list]]:
+        rows = differing_fields(presets)
+        self.clear()
+        self.setColumnCount(len(names))
+        self.setRowCount(max(1, len(rows)))
+        for column, (name, short, colour) in enumerate(zip(names, short_names(names), colours)):
+            item = QTableWidgetItem(short)
+            item.setToolTip(name)
+            item.setForeground(QColor(colour))
+            self.setHorizontalHeaderItem(column, item)
+        if not rows:
+            self.setVerticalHeaderItem(0, QTableWidgetItem(""))
+            self.setItem(0, 0, QTableWidgetItem("(the presets are identical)"))
+            return rows
+        for row, (path, values) in enumerate(rows):
+            self.setVerticalHeaderItem(row, QTableWidgetItem(path))
+            for column, value in enumerate(values):
+                text = value if value is MISSING else format_value(value)
+                self.setItem(row, column, QTableWidgetItem(text))
+        return rows
