@@ -130,9 +130,6 @@ def child_env(args) -> dict:
     for key in ("WANDB_DISABLED", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         env[key] = "1"
     env["WANDB_MODE"] = "disabled"
-    # Our engine makes OpenMP waiters sleep (engine/cli.py); give TRL the same, so the
-    # figures compare the trainers and not the thread wait policy.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if args.threads:
         # Both sides read it at torch's start; the TRL child also calls torch.set_num_threads.
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)

@@ -230,10 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # OpenMP threads that spin while waiting are a disaster on a shared CPU: with another
-    # busy process on a 2-core machine we measured a GRPO step 70x slower (8 s vs 0.12 s).
-    # Sleeping waiters cost little when the machine is idle. Set before torch loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
     args = build_parser().parse_args(argv)
     return args.func(args)
 
