@@ -90,16 +90,9 @@ class RunHeader(QWidget):
         self.note.setVisible(bool(note))
 
     def show_run(self, run: RunData | None, status: str, note: str = "", comparing: int = 0) -> None:
-        if run is None:
-            self.name.setText("No run open")
-            self.status.setText("")
-            self.progress.hide()
-            self.eta.setText("")
-            self.note.hide()
-            self.failure.hide()
-            return
-        if comparing > 1:
-            self.name.setText(f"Comparing {comparing} runs")
+        if run is None or comparing > 1:
+            # No single run's status, progress or failure to show.
+            self.name.setText("No run open" if run is None else f"Comparing {comparing} runs")
             self.status.setText("")
             self.progress.hide()
             self.eta.setText("")
