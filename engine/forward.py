@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.rollout import positions_from_mask
+from engine.rollout import encode_prompts_once, positions_from_mask
 
 
 def group_index(rows: slice, group_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,20 +43,14 @@ def shared_prefix_completion_logits(model, prompt_ids, prompt_mask, completion_i
     """As plain_completion_logits, running each distinct prompt once. `firsts` index the
     rows (of the given tensors) that hold each distinct prompt, `inverse` maps every row
     to its prompt. (b, T, V)"""
-    unique_mask = prompt_mask[firsts]
-    positions = positions_from_mask(unique_mask)
-    out = model(input_ids=prompt_ids[firsts], attention_mask=unique_mask, position_ids=positions,
-                use_cache=True, logits_to_keep=1)
-    first_logits = out.logits[inverse]  # (b, 1, V): predicts completion token 0
+    first_logits, cache, positions = encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse)
     T = completion_ids.shape[1]
     if T == 1:
-        return first_logits
-    cache = out.past_key_values
-    cache.reorder_cache(inverse)  # (u, ...) -> (b, ...), differentiable
+        return first_logits  # (b, 1, V): predicts completion token 0
     # The last completion token predicts nothing we score, so it is not fed in.
     inputs = completion_ids[:, :-1]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1].long()], dim=1)
-    start = positions[:, -1:][inverse] + 1  # (b, 1)
+    start = positions[:, -1:] + 1  # (b, 1)
     steps = torch.arange(T - 1, device=inputs.device)[None, :]
     out = model(input_ids=inputs, attention_mask=attention, position_ids=start + steps,
                 past_key_values=cache, use_cache=True)

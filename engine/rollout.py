@@ -63,6 +63,24 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
+    """Run each distinct prompt once and expand the result to every row.
+
+    `firsts` index the rows holding each distinct prompt, `inverse` maps every row to
+    its prompt. Returns the logits predicting the first completion token (b, 1, V), the
+    KV cache expanded to the b rows, and the rows' position ids (b, P). The expansion is
+    an index_select, so under autograd the gradients of all rows sharing a prompt add up
+    in its one pass.
+    """
+    mask = prompt_mask[firsts].long()
+    positions = positions_from_mask(mask)
+    out = model(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.reorder_cache(inverse)  # (u, ...) -> (b, ...)
+    return out.logits[inverse], cache, positions[inverse]
+
+
 @torch.no_grad()
 def sample(
     model,
@@ -88,19 +106,13 @@ def sample(
     device = prompt_ids.device
     eos = torch.tensor(eos_token_ids, device=device)
     attention = prompt_mask.long()
-    positions = positions_from_mask(attention)
-    if group_size > 1 and batch % group_size == 0:
-        expand = torch.arange(batch, device=device) // group_size
-        out = model(input_ids=prompt_ids[::group_size], attention_mask=attention[::group_size],
-                    position_ids=positions[::group_size], use_cache=True, logits_to_keep=1)
-        out.past_key_values.reorder_cache(expand)
-        out.logits = out.logits[expand]
-    else:
-        out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions,
-                    use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    if group_size < 1 or batch % group_size:
+        group_size = 1
+    rows = torch.arange(batch, device=device)
+    logits, cache, positions = encode_prompts_once(
+        model, prompt_ids, attention, firsts=rows[::group_size], inverse=rows // group_size)
     next_pos = positions[:, -1:] + 1  # (B, 1)
-    logits = out.logits[:, -1, :]
+    logits = logits[:, -1, :]
     # Rows still generating. Finished rows are dropped from the batch (and the cache) as
     # they accumulate, so short completions do not pay for the longest one.
     active = torch.arange(batch, device=device)
