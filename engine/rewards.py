@@ -447,3 +447,11 @@ def combine_rewards(
         per_component[name] = values
         totals = [t + weight * v for t, v in zip(totals, values)]
     return totals, per_component
+
+
+def build_reward_components(rewards_cfg, *, device=None, base_dir=None) -> list[tuple[str, float, RewardFunc]]:
+    """The preset's `rewards` list as (name, weight, reward) triples for combine_rewards.
+
+    `device` is where model-based rewards run; `base_dir` is the folder relative paths
+    in the preset are resolved against (the preset file's folder)."""
+    return [(r.name, r.weight, build_reward(r.name, **r.options)) for r in rewards_cfg]

@@ -26,7 +26,7 @@ from engine.forward import completion_logits
 from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
-from engine.rewards import build_reward, combine_rewards
+from engine.rewards import build_reward, build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
 from engine.trajectories import trajectory_records
 
@@ -103,14 +103,11 @@ class GRPOTrainer:
         self.train_examples, self.eval_examples = load_splits(preset.data, self.cfg.seed, preset_dir)
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.accuracy_reward = accuracy_reward_name(preset.data, self.eval_examples)
-        self.reward_components = [
-            (r.name, r.weight, build_reward(r.name, **r.options)) for r in preset.rewards
-        ]
-
         self.loaded: LoadedModel = load_model(preset.model)
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
+        self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
                            self.algo.max_completion_length, self.loaded.context_length)
 
