@@ -1,4 +1,4 @@
-"""Group-relative advantages for GRPO.
+"""Advantage estimators: group-relative (GRPO), leave-one-out (RLOO), REINFORCE++, GAE (PPO).
 
 Rewards come as a flat (B,) tensor with B = num_prompts * num_generations and
 the generations of one prompt contiguous:
@@ -72,3 +72,161 @@ def group_reward_std(rewards, num_generations):
     e.g. rewards [1, 0, 1, 1], G=2 -> [sqrt(0.5), 0] = [0.7071, 0]
     """
     return _grouped(rewards, num_generations).std(dim=1)
+
+
+# ------------------------------------------------------------------ RLOO, REINFORCE++
+# Other estimators for online runs, chosen by `algorithm.advantage_estimator`.
+
+
+def rloo_advantages(rewards, num_generations):
+    """REINFORCE Leave-One-Out (Ahmadian et al. 2024): each completion's baseline is the
+    mean reward of the *other* completions of its prompt.
+
+    A_i = r_i - mean_{j != i} r_j = G / (G - 1) * (r_i - mean of the group)
+
+    input:  rewards (B,), num_generations G
+    output: (B,) float
+
+    e.g. rewards [1, 0, 0, 1, 1, 1], G=3 -> baselines [0, 0.5, 0.5, 1, 1, 1]
+         -> [1, -0.5, -0.5, 0, 0, 0]
+    """
+    grouped = _grouped(rewards, num_generations)  # (P, G)
+    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
+    return (grouped - others).reshape(-1)
+
+
+def masked_whiten(values, mask, shift_mean=True, eps=1e-8):
+    """Normalise `values` to mean 0, variance 1 over the positions where `mask` is 1
+    (unbiased variance, as TRL's masked_whiten). shift_mean=False keeps the mean:
+    only the scale changes. Masked positions come out as 0.
+
+    input:  values (B, T), mask (B, T)
+    output: (B, T)
+
+    e.g. values [[1, 2, 3, 9]], mask [[1, 1, 1, 0]] -> mean 2, var 1 -> [[-1, 0, 1, 0]]
+         shift_mean=False -> [[1, 2, 3, 0]]
+    """
+    keep = mask.bool()
+    count = keep.sum().clamp(min=2)
+    mean = torch.where(keep, values, 0.0).sum() / keep.sum().clamp(min=1)
+    var = torch.where(keep, (values - mean) ** 2, 0.0).sum() / (count - 1)
+    whitened = (values - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return torch.where(keep, whitened, 0.0)
+
+
+def discounted_returns(token_rewards, mask, gamma):
+    """Reward-to-go at each token: G_t = r_t + gamma * G_{t+1}, over masked tokens.
+
+    input:  token_rewards (B, T), mask (B, T), gamma
+    output: (B, T), 0 where masked
+
+    e.g. rewards [[0, 0, 1]], gamma 0.5 -> [[0.25, 0.5, 1]]
+    """
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    rewards = token_rewards * mask
+    for t in reversed(range(token_rewards.shape[1])):
+        running = rewards[:, t] + gamma * running * mask[:, t]
+        returns[:, t] = running
+    return returns * mask
+
+
+def last_token_rewards(scores, mask):
+    """Place each sequence's score on its last real token. (B,), (B, T) -> (B, T)
+
+    e.g. scores [2, 3], mask [[1, 1, 0], [1, 1, 1]] -> [[0, 2, 0], [0, 0, 3]]
+    """
+    last = (mask.sum(-1).long() - 1).clamp(min=0)  # (B,)
+    out = torch.zeros_like(mask, dtype=scores.dtype)
+    out[torch.arange(len(scores)), last] = scores
+    return out * mask
+
+
+def reinforce_pp_advantages(token_rewards, mask, gamma=1.0):
+    """REINFORCE++ (Hu 2025): discounted returns, whitened over every token of the batch
+    (a global baseline, no critic, no group).
+
+    input:  token_rewards (B, T) (the score on the last token, plus any per-token terms)
+    output: (B, T) advantages, 0 where masked
+
+    e.g. token_rewards [[0, 1], [0, 0]], mask all 1, gamma 1 -> returns [[1, 1], [0, 0]]
+         -> mean 0.5, std 0.5774 -> [[0.866, 0.866], [-0.866, -0.866]]
+    """
+    return masked_whiten(discounted_returns(token_rewards, mask, gamma), mask)
+
+
+def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
+    """REINFORCE++-baseline: subtract the group's mean reward (a per-prompt baseline),
+    then whiten over every token of the batch.
+
+    input:  rewards (B,), mask (B, T), num_generations G
+    output: (B, T)
+
+    e.g. rewards [1, 0, 1, 1], G=2, mask all ones (T=1) -> centred [0.5, -0.5, 0, 0]
+         -> std 0.4082 -> [[1.2247], [-1.2247], [0], [0]]
+    """
+    grouped = _grouped(rewards, num_generations)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)  # (B,)
+    return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float32), mask)
+
+
+# ---------------------------------------------------------------------------- PPO
+
+
+def ppo_token_rewards(scores, kl, mask, kl_coef):
+    """PPO's per-token reward: a KL penalty on every token, the score on the last.
+
+    r_t = -kl_coef * kl_t  (+ score on the last real token)
+
+    input:  scores (B,), kl (B, T) per-token KL estimate, mask (B, T), kl_coef
+    output: (rewards (B, T), non_score_rewards (B, T)), 0 where masked
+
+    e.g. scores [1], kl [[0.5, 1.0]], mask [[1, 1]], kl_coef 0.1
+         -> non_score [[-0.05, -0.1]], rewards [[-0.05, 0.9]]
+    """
+    non_score = -kl_coef * kl * mask
+    return non_score + last_token_rewards(scores, mask), non_score
+
+
+def gae(rewards, values, mask, gamma, lam):
+    """Generalised advantage estimation (Schulman et al. 2016), per token.
+
+    delta_t = r_t + gamma * V_{t+1} - V_t          (V after the last token is 0)
+    A_t     = delta_t + gamma * lam * A_{t+1}
+    returns = A + V
+
+    input:  rewards (B, T), values (B, T), mask (B, T) (1 up to the last token)
+    output: (advantages (B, T), returns (B, T)), 0 where masked
+
+    e.g. rewards [[0, 1]], values [[0.5, 0.5]], gamma 1, lam 1
+         -> delta [[0, 0.5]] -> A [[0.5, 0.5]], returns [[1, 1]]
+    """
+    values = values * mask
+    rewards = rewards * mask
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(running)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        # mask[:, t + 1] == 0 past the end, so nothing flows back from padding.
+        running = delta + gamma * lam * running * (mask[:, t + 1] if t + 1 < T else 0.0)
+        advantages[:, t] = running
+    advantages = advantages * mask
+    return advantages, (advantages + values) * mask
+
+
+def explained_variance(values, returns, mask):
+    """1 - Var(returns - values) / Var(returns) over masked tokens: 1 is a perfect
+    critic, 0 no better than a constant, negative worse.
+
+    e.g. values [[1, 2]], returns [[1, 3]] -> var(ret) 2, var([0, 1]) 0.5 -> 0.75
+    """
+    keep = mask.bool()
+    ret, err = returns[keep], (returns - values)[keep]
+    if ret.numel() < 2:
+        return float("nan")
+    var = ret.var()
+    return float(1 - err.var() / var) if var > 0 else float("nan")

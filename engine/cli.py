@@ -109,13 +109,13 @@ def progress_callback(max_steps: int, start_step: int, quiet: bool):
 
 
 def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
-    from engine.trainer import GRPOTrainer, StopFlag
+    from engine.trainer import StopFlag, build_trainer
 
     stop = StopFlag()
     install_stop_handlers(stop)
     events = None
     try:
-        trainer = GRPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
+        trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
         start = trainer.step
         if resume_from is not None:
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]

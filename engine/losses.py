@@ -1,4 +1,4 @@
-"""Pure tensor math for GRPO-style policy-gradient losses.
+"""Pure tensor math for the policy-gradient losses (GRPO, GSPO, PPO) and DPO.
 
 Shapes used throughout:
     B = number of completions in the batch
@@ -134,7 +134,21 @@ def kl_k3(logprobs, ref_logprobs):
 KL_ESTIMATORS = {"k1": kl_k1, "k3": kl_k3}
 
 
-def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high):
+def sequence_log_ratio(logprobs, old_logprobs, mask):
+    """GSPO (Zheng et al. 2025): the log of the sequence-level importance ratio, the
+    mean over the sequence's tokens of log(pi / pi_old), so that
+    ratio = (prod_t pi_t / pi_old_t) ** (1 / |y|).
+
+    input:  logprobs (B, T), old_logprobs (B, T), mask (B, T)
+    output: (B, 1), broadcasts over T
+
+    e.g. log-ratios [[0.2, 0.4, 9]], mask [[1, 1, 0]] -> [[0.3]]
+    """
+    per_token = torch.where(mask.bool(), logprobs - old_logprobs, 0.0)
+    return (per_token.sum(-1) / mask.sum(-1).clamp(min=1)).unsqueeze(-1)
+
+
+def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high, log_ratio=None):
     """PPO clipped surrogate, per token, as a loss (negated objective).
 
     loss = -min(ratio * A, clamp(ratio, 1 - eps_low, 1 + eps_high) * A)
@@ -151,10 +165,15 @@ def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_h
     e.g. eps 0.2 / 0.28, A = +1, ratio [1.0, 1.5, 0.5] -> loss [-1, -1.28, -0.5],
          high clipped [F, T, F]; A = -1, same ratios -> loss [1, 1.5, 0.8],
          low clipped [F, F, T]
+
+    `log_ratio` (B, T) or (B, 1), when given, replaces logprobs - old_logprobs (GSPO's
+    sequence-level ratio, see sequence_log_ratio).
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # (B, 1), broadcasts over T
-    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    if log_ratio is None:
+        log_ratio = logprobs - old_logprobs
+    ratio = torch.exp(log_ratio).expand_as(logprobs)  # (B, T)
     clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
     is_low_clipped = (ratio < 1 - epsilon_low) & (advantages < 0)
@@ -214,10 +233,13 @@ def grpo_loss(
     epsilon_high,
     loss_type,
     max_completion_length,
+    importance_sampling_level="token",
 ):
     """GRPO loss: clipped surrogate + beta * k3 KL to the reference, aggregated.
 
     The KL term is skipped entirely when beta == 0 or ref_logprobs is None.
+    importance_sampling_level "sequence" is GSPO: one ratio per sequence (the geometric
+    mean of its tokens' ratios), clipped as a whole.
     old_logprobs=None means on-policy (one step per batch): it is taken as
     logprobs.detach(), so ratio == 1 but the gradient is still A * grad log pi.
 
@@ -244,8 +266,11 @@ def grpo_loss(
     old_logprobs = detached if old_logprobs is None else torch.where(pad, detached, old_logprobs)
     if ref_logprobs is not None:
         ref_logprobs = torch.where(pad, detached, ref_logprobs)
+    log_ratio = None
+    if importance_sampling_level == "sequence":
+        log_ratio = sequence_log_ratio(logprobs, old_logprobs, mask)
     per_token_loss, ratio, low, high = clipped_surrogate(
-        logprobs, old_logprobs, advantages, epsilon_low, epsilon_high
+        logprobs, old_logprobs, advantages, epsilon_low, epsilon_high, log_ratio=log_ratio
     )
     # The KL is still reported when beta == 0 but a reference is given: it is free.
     kl = None if ref_logprobs is None else kl_k3(logprobs, ref_logprobs)  # (B, T)
@@ -266,3 +291,93 @@ def grpo_loss(
         "clipped": region.detach(),
     }
     return loss, info, per_token
+
+
+# ----------------------------------------------------------------------------- PPO
+
+
+def ppo_policy_loss(logprobs, old_logprobs, advantages, mask, cliprange):
+    """PPO's clipped policy loss with per-token advantages, a masked mean over tokens
+    (as TRL's PPO trainer).
+
+    input:  logprobs (B, T) with grad, old_logprobs (B, T), advantages (B, T), mask (B, T)
+    output: (loss scalar, info {"approxkl", "clipfrac", "ratio"} floats over masked
+             tokens, per_token {"ratio", "clipped"} detached)
+
+    approxkl = 0.5 * mean((logp - old)^2), the low-variance KL(old || new) estimate.
+    e.g. ratio [e^0.5] at A = +1, cliprange 0.2 -> loss -1.2, clipfrac 1, approxkl 0.125
+    """
+    pad = ~mask.bool()
+    old_logprobs = torch.where(pad, logprobs.detach(), old_logprobs)  # ratio 1 at padding
+    per_token_loss, ratio, low, high = clipped_surrogate(logprobs, old_logprobs, advantages, cliprange, cliprange)
+    loss = masked_mean(per_token_loss, mask)
+    clipped = low | high
+    diff = (logprobs - old_logprobs).detach()
+    info = {
+        "approxkl": masked_mean(0.5 * diff**2, mask).item(),
+        "clipfrac": masked_mean(clipped.float(), mask).item(),
+        "ratio": masked_mean(ratio.detach(), mask).item(),
+    }
+    return loss, info, {"ratio": ratio.detach(), "clipped": clipped}
+
+
+def clipped_value_loss(values, old_values, returns, mask, cliprange_value):
+    """PPO's value loss: the worse of the plain and the clipped squared error, so the
+    critic cannot move its prediction more than cliprange_value from the value it had
+    when the batch was collected.
+
+    loss = 0.5 * mean(max((V - R)^2, (clamp(V, V_old +- c) - R)^2))
+
+    input:  values (B, T) with grad, old_values (B, T), returns (B, T), mask (B, T)
+    output: (loss scalar, info {"clipfrac"}: fraction of tokens where the clipped error won)
+
+    e.g. V 2.0, V_old 1.0, R 3.0, c 0.2 -> clipped V 1.2 -> max(1, 3.24) -> 0.5 * 3.24 = 1.62
+    """
+    clipped_values = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
+    plain = (values - returns) ** 2
+    clipped = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.maximum(plain, clipped), mask)
+    return loss, {"clipfrac": masked_mean((clipped > plain).float(), mask).item()}
+
+
+# ----------------------------------------------------------------------------- DPO
+
+
+def sequence_logps(logprobs, mask, average=False):
+    """Sum (or mean, for IPO) of a sequence's token logprobs. (B, T) -> (B,)
+
+    e.g. [[-1, -2, -9]], mask [[1, 1, 0]] -> sum [-3], mean [-1.5]
+    """
+    total = torch.where(mask.bool(), logprobs, 0.0).sum(-1)
+    return total / mask.sum(-1).clamp(min=1) if average else total
+
+
+def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, *,
+             beta, loss_type="sigmoid", label_smoothing=0.0):
+    """Direct Preference Optimization losses, per pair.
+
+    With h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)):
+      sigmoid (Rafailov et al. 2023; conservative DPO with label smoothing eps):
+              -(1 - eps) * log sigmoid(beta * h) - eps * log sigmoid(-beta * h)
+      hinge   (SLiC): relu(1 - beta * h)
+      ipo     (Azar et al. 2023): (h - 1 / (2 * beta))^2, on length-averaged logps
+    Implicit rewards: beta * (log pi - log ref) of each side, detached.
+
+    input:  four (B,) sequence logps
+    output: (losses (B,), chosen_rewards (B,), rejected_rewards (B,))
+
+    e.g. h = 0 (policy = reference), beta 0.1: sigmoid ln 2 = 0.6931, hinge 1, ipo 25
+    """
+    h = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
+    if loss_type == "sigmoid":
+        losses = (-(1 - label_smoothing) * F.logsigmoid(beta * h)
+                  - label_smoothing * F.logsigmoid(-beta * h))
+    elif loss_type == "hinge":
+        losses = torch.relu(1 - beta * h)
+    elif loss_type == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"unknown DPO loss_type {loss_type!r}; allowed: hinge, ipo, sigmoid")
+    chosen_rewards = beta * (chosen_logps - ref_chosen_logps).detach()
+    rejected_rewards = beta * (rejected_logps - ref_rejected_logps).detach()
+    return losses, chosen_rewards, rejected_rewards

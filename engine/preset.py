@@ -97,20 +97,26 @@ class ModelConfig(Section):
 # ----------------------------------------------------------------------- algorithm
 
 
-class GRPOConfig(Section):
-    """Group Relative Policy Optimization (Shao et al. 2024), with the DAPO and Dr. GRPO
-    loss variants. Names follow TRL's GRPOConfig."""
+class SamplingFields(Section):
+    """How online algorithms sample their rollouts."""
 
-    name: Literal["grpo"] = Field("grpo", description="Algorithm.")
-    num_generations: int = Field(
-        8, ge=2, description="Completions sampled per prompt; advantages are relative within this group."
-    )
     max_completion_length: int = Field(
         256, ge=1, description="Most tokens generated per completion."
     )
     temperature: Float = Field(1.0, gt=0.0, description="Sampling temperature for rollouts.")
     top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens with this much probability.")
     top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 disables.")
+
+
+class GRPOConfig(SamplingFields):
+    """Group Relative Policy Optimization (Shao et al. 2024), with the DAPO and Dr. GRPO
+    loss variants, GSPO's sequence-level ratio, and the RLOO and REINFORCE++ advantage
+    estimators. Names follow TRL's GRPOConfig."""
+
+    name: Literal["grpo"] = Field("grpo", description="Algorithm.")
+    num_generations: int = Field(
+        8, ge=2, description="Completions sampled per prompt; advantages are relative within this group."
+    )
     beta: Float = Field(
         0.0, ge=0.0, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass."
     )
@@ -132,6 +138,17 @@ class GRPOConfig(Section):
     mask_truncated_completions: bool = Field(
         False, description="Exclude completions that hit max_completion_length without EOS from the loss."
     )
+    advantage_estimator: Literal["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = Field(
+        "grpo",
+        description="grpo: (r - group mean) / std (see scale_rewards); rloo: r minus the mean of the "
+        "group's other completions; reinforce_pp: REINFORCE++, rewards whitened over the batch "
+        "(no group baseline); reinforce_pp_baseline: group mean subtracted, then whitened over the batch.",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: one probability ratio per token (GRPO/PPO); sequence: GSPO, one ratio per "
+        "completion (geometric mean of its tokens'), clipped as a whole; use a small epsilon (3e-4 to 4e-4).",
+    )
 
     @field_validator("epsilon_high")
     @classmethod
@@ -141,8 +158,64 @@ class GRPOConfig(Section):
         return value
 
 
-AlgorithmConfig = Annotated[Union[GRPOConfig], Field(discriminator="name")]
-ALGORITHM_NAMES = ("grpo",)
+class PPOConfig(SamplingFields):
+    """Proximal Policy Optimization with a learned critic, token-level rewards (the score
+    on the last token, a KL penalty on every token) and GAE. Names follow TRL's PPOConfig.
+    The critic is a value head on the policy's LoRA backbone (docs/architecture.md)."""
+
+    name: Literal["ppo"] = Field("ppo", description="Algorithm.")
+    max_completion_length: int = Field(53, ge=1, description="Most tokens generated per completion (TRL: response_length).")
+    temperature: Float = Field(0.7, gt=0.0, description="Sampling temperature for rollouts.")
+    num_generations: int = Field(
+        1, ge=1, description="Completions sampled per prompt (PPO's critic needs no group; 1 is usual)."
+    )
+    num_ppo_epochs: int = Field(4, ge=1, description="Passes over each rollout batch.")
+    num_mini_batches: int = Field(
+        1, ge=1, description="Mini-batches per epoch; one optimizer step each (batch_size must divide evenly)."
+    )
+    cliprange: Float = Field(0.2, gt=0.0, lt=1.0, description="Clip range of the policy's probability ratio.")
+    cliprange_value: Float = Field(0.2, gt=0.0, description="Clip range of the value prediction around its old value.")
+    vf_coef: Float = Field(0.1, ge=0.0, description="Weight of the value loss in the total loss.")
+    gamma: Float = Field(1.0, ge=0.0, le=1.0, description="Discount factor.")
+    lam: Float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda: 1 is Monte-Carlo returns, 0 one-step TD.")
+    kl_coef: Float = Field(0.05, ge=0.0, description="Per-token KL penalty against the reference, added to the reward.")
+    kl_estimator: Literal["k1", "k3"] = Field(
+        "k1", description="k1: log pi - log ref (unbiased, can be negative); k3: lower variance, always >= 0."
+    )
+    whiten_rewards: bool = Field(False, description="Scale the per-token rewards to unit variance over the batch (mean kept).")
+    missing_eos_penalty: Union[Float, None] = Field(
+        None, description="Subtracted from the score of a completion that hit max_completion_length without EOS."
+    )
+
+
+class DPOConfig(Section):
+    """Direct Preference Optimization on (prompt, chosen, rejected) pairs, offline.
+    Names follow TRL's DPOConfig. The reference is the model with the adapter disabled."""
+
+    name: Literal["dpo"] = Field("dpo", description="Algorithm.")
+    beta: Float = Field(0.1, gt=0.0, description="Strength of the implicit KL to the reference; higher stays closer.")
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field(
+        "sigmoid", description="sigmoid: DPO; ipo: squared loss on length-averaged logprobs; hinge: SLiC."
+    )
+    label_smoothing: Float = Field(
+        0.0, ge=0.0, lt=0.5, description="Assumed fraction of flipped labels (conservative DPO; sigmoid loss only)."
+    )
+    precompute_ref_log_probs: bool = Field(
+        False, description="Compute the reference logprobs of every pair once before training (no reference pass per step)."
+    )
+    max_completion_length: int = Field(
+        256, ge=1, description="Chosen and rejected are cut to this many tokens; also the generation length at eval."
+    )
+
+    @model_validator(mode="after")
+    def _smoothing(self):
+        if self.label_smoothing and self.loss_type != "sigmoid":
+            raise ValueError(f"label_smoothing: applies to loss_type sigmoid only (loss_type is {self.loss_type})")
+        return self
+
+
+AlgorithmConfig = Annotated[Union[GRPOConfig, PPOConfig, DPOConfig], Field(discriminator="name")]
+ALGORITHM_NAMES = ("grpo", "ppo", "dpo")
 
 
 # ---------------------------------------------------------------------------- data
@@ -210,7 +283,8 @@ class RewardConfig(Section):
 class TrainingConfig(Section):
     max_steps: int = Field(200, ge=1, description="Optimizer steps (one rollout batch each).")
     batch_size: int = Field(
-        64, ge=1, description="Completions per step (prompts per step = batch_size / num_generations)."
+        64, ge=1, description="Completions per step (prompts per step = batch_size / num_generations); "
+        "preference pairs per step for DPO."
     )
     micro_batch_size: Union[int, None] = Field(
         None, ge=1, description="Completions per forward/backward pass (gradient accumulation); null = whole batch."
@@ -254,11 +328,17 @@ class Preset(Section):
     @model_validator(mode="after")
     def _combinations(self):
         algo, train = self.algorithm, self.training
-        if train.batch_size % algo.num_generations:
+        group = self.group_size
+        if train.batch_size % group:
             raise ValueError(
                 f"training.batch_size: {train.batch_size} must be divisible by "
-                f"algorithm.num_generations ({algo.num_generations}); try batch_size "
-                f"{max(1, train.batch_size // algo.num_generations) * algo.num_generations}"
+                f"algorithm.num_generations ({group}); try batch_size "
+                f"{max(1, train.batch_size // group) * group}"
+            )
+        if algo.name == "ppo" and train.batch_size % algo.num_mini_batches:
+            raise ValueError(
+                f"training.batch_size: {train.batch_size} must be divisible by "
+                f"algorithm.num_mini_batches ({algo.num_mini_batches})"
             )
         if train.micro_batch_size is not None and train.micro_batch_size > train.batch_size:
             raise ValueError(
@@ -271,8 +351,13 @@ class Preset(Section):
         return self
 
     @property
+    def group_size(self) -> int:
+        """Completions per prompt in a step (1 for DPO, whose batch is preference pairs)."""
+        return getattr(self.algorithm, "num_generations", 1)
+
+    @property
     def prompts_per_step(self) -> int:
-        return self.training.batch_size // self.algorithm.num_generations
+        return self.training.batch_size // self.group_size
 
 
 # ---------------------------------------------------------------- loading, saving

@@ -1,6 +1,9 @@
-"""The GRPO training loop: rollouts, rewards, advantages, a clipped update, events.
+"""The training loops. `Trainer` holds what every algorithm shares (data, model, optimizer,
+sampling, evaluation, checkpoints, the run loop and its events); `GRPOTrainer` here,
+`engine.ppo.PPOTrainer` and `engine.dpo.DPOTrainer` add a step each. `build_trainer`
+picks one by the preset's algorithm.
 
-The loop stays thin: the math is in engine.losses / engine.advantages, sampling in
+The loops stay thin: the math is in engine.losses / engine.advantages, sampling in
 engine.rollout, per-token records in engine.trajectories and the on-disk contract in
 engine.rundir.
 """
@@ -20,8 +23,16 @@ from pathlib import Path
 import torch
 
 from engine import rundir
-from engine.advantages import group_advantages, group_reward_std
+from engine.advantages import (
+    group_advantages,
+    group_reward_std,
+    last_token_rewards,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+)
 from engine.data import PromptStream, accuracy_reward_name, load_splits
+from engine.tasks import Example
 from engine.forward import completion_logits
 from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
@@ -86,7 +97,10 @@ def set_update_mode(model, updating: bool) -> None:
                 module.train()
 
 
-class GRPOTrainer:
+class Trainer:
+    """What every algorithm shares. A subclass implements `train_step` (returns the step's
+    metrics) and `write_step_outputs` (samples events and trajectory records)."""
+
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                  preset_dir: Path | None = None):
         self.preset = preset
@@ -100,7 +114,7 @@ class GRPOTrainer:
 
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
-        self.train_examples, self.eval_examples = load_splits(preset.data, self.cfg.seed, preset_dir)
+        self.train_examples, self.eval_examples = self.load_examples(preset_dir)
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.accuracy_reward = accuracy_reward_name(preset.data, self.eval_examples)
         self.loaded: LoadedModel = load_model(preset.model)
@@ -111,19 +125,46 @@ class GRPOTrainer:
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
                            self.algo.max_completion_length, self.loaded.context_length)
 
+        self.setup_modules()
         self.optimizer = torch.optim.AdamW(
-            [p for p in self.model.parameters() if p.requires_grad],
+            self.trainable_parameters(),
             lr=self.cfg.learning_rate, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
             weight_decay=self.cfg.weight_decay,
         )
-        total_updates = self.cfg.max_steps * self.algo.num_iterations
+        total_updates = self.cfg.max_steps * self.updates_per_step()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             lambda s: lr_factor(s, self.cfg.warmup_steps, total_updates, self.cfg.lr_scheduler_type),
         )
         self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
 
-    # ------------------------------------------------------------------ checks
+    # ------------------------------------------------------- subclass hooks
+
+    def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
+        return load_splits(self.preset.data, self.cfg.seed, preset_dir)
+
+    def setup_modules(self) -> None:
+        """Build modules trained besides the LoRA adapter (PPO's value head)."""
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def updates_per_step(self) -> int:
+        """Optimizer steps per training step (for the learning-rate schedule)."""
+        return 1
+
+    def extra_state(self) -> dict:
+        """Tensors a checkpoint keeps besides the adapter and the optimizer."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def train_step(self) -> dict:
+        raise NotImplementedError
+
+    def write_step_outputs(self) -> None:
+        raise NotImplementedError
 
     # --------------------------------------------------------------- rollouts
 
@@ -142,14 +183,24 @@ class GRPOTrainer:
             self.model, ids, mask,
             max_new_tokens=self.algo.max_completion_length,
             eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
-            temperature=self.algo.temperature, top_p=self.algo.top_p, top_k=self.algo.top_k,
+            temperature=self.temperature, top_p=getattr(self.algo, "top_p", 1.0),
+            top_k=getattr(self.algo, "top_k", 0),
             greedy=greedy, generator=self.generator, group_size=group_size,
         )
 
-    def completion_logits(self, rollout: Rollout, rows: slice) -> torch.Tensor:
-        """Temperature-scaled logits that predict each completion token. (b, T, V)"""
-        logits = completion_logits(self.model, rollout, rows, self.algo.num_generations)
-        return logits / self.algo.temperature
+    @property
+    def temperature(self) -> float:
+        """Sampling temperature; the update scores tokens at the same temperature, so its
+        logprobs are those of the policy that sampled. DPO samples only greedily (eval)."""
+        return getattr(self.algo, "temperature", 1.0)
+
+    def completion_logits(self, rollout: Rollout, rows: slice, with_hidden: bool = False):
+        """Temperature-scaled logits that predict each completion token (b, T, V); with
+        `with_hidden`, the pair (logits, last hidden states (b, T, H))."""
+        out = completion_logits(self.model, rollout, rows, self.preset.group_size, with_hidden=with_hidden)
+        if with_hidden:
+            return out[0] / self.temperature, out[1]
+        return out / self.temperature
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout, rows: slice) -> torch.Tensor:
@@ -157,11 +208,114 @@ class GRPOTrainer:
             logits = self.completion_logits(rollout, rows)
         return selective_log_softmax(logits, rollout.completion_ids[rows])
 
-    # ------------------------------------------------------------------- step
-
     def micro_batches(self, batch: int) -> list[slice]:
         size = self.cfg.micro_batch_size or batch
         return [slice(i, min(i + size, batch)) for i in range(0, batch, size)]
+
+    def take_examples(self) -> tuple[list[Example], list[str], dict[str, list]]:
+        """The step's prompts, each repeated for its group, and their fields."""
+        G = self.preset.group_size
+        examples = self.stream.take(self.preset.prompts_per_step)
+        prompts = [e.prompt for e in examples for _ in range(G)]
+        names = sorted({k for e in examples for k in e.fields})
+        fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in names}
+        return examples, prompts, fields
+
+    def clip_and_step(self, loss_total: float) -> tuple[float, bool]:
+        """Clip the gradient and take an optimizer and scheduler step, unless the loss or
+        the gradient is not finite (then the gradient is dropped). Returns (grad norm, ok)."""
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.cfg.max_grad_norm))
+        if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return grad_norm, False
+        self.optimizer.step()
+        self.scheduler.step()
+        return grad_norm, True
+
+    def count_skipped_step(self) -> None:
+        self.nonfinite_steps += 1
+        log.warning("step %d: non-finite loss or gradient; step skipped (%d so far)",
+                    self.step + 1, self.nonfinite_steps)
+        if self.nonfinite_steps > self.cfg.max_nonfinite_steps:
+            raise RunAborted(
+                f"{self.nonfinite_steps} steps had a NaN or inf loss or gradient "
+                f"(training.max_nonfinite_steps = {self.cfg.max_nonfinite_steps}); lower "
+                "training.learning_rate or check the rewards for extreme values"
+            )
+
+    def rollout_metrics(self, rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
+        """Metrics of a sampled batch that every online algorithm logs."""
+        lengths = rollout.lengths
+        metrics = {
+            "reward": float(rewards.mean()),
+            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "completions/mean_length": float(lengths.mean()),
+            "completions/min_length": float(lengths.min()),
+            "completions/max_length": float(lengths.max()),
+            "completions/clipped_ratio": float(rollout.truncated.float().mean()),
+        }
+        for name, values in components.items():
+            t = torch.tensor(values, dtype=torch.float32)
+            metrics[f"rewards/{name}/mean"] = float(t.mean())
+            metrics[f"rewards/{name}/std"] = float(t.std()) if len(values) > 1 else 0.0
+        return metrics
+
+    def timing_metrics(self, times: list[float], samples: int, tokens: int, generated: int | None = None) -> dict:
+        """times: perf_counter at the start, after the rollout, after rewards, at the end."""
+        t0, t1, t2, t3 = times
+        metrics = {
+            "grad_norm": None,
+            "learning_rate": self.scheduler.get_last_lr()[0],
+            "step_time": t3 - t0,
+            "timing/rollout": t1 - t0,
+            "timing/reward": t2 - t1,
+            "timing/update": t3 - t2,
+            "throughput/tokens_per_second": tokens / max(t3 - t0, 1e-9),
+            "throughput/samples_per_second": samples / max(t3 - t0, 1e-9),
+            "num_tokens": tokens,
+            "skipped_steps": self.nonfinite_steps,
+        }
+        if generated is not None:
+            metrics["throughput/rollout_tokens_per_second"] = generated / max(t1 - t0, 1e-9)
+        return metrics
+
+    def emit_samples(self, samples: list[dict]) -> None:
+        if samples:
+            self.events.emit("samples", step=self.step, samples=samples)
+
+    def write_trajectories(self, records: list[dict]) -> None:
+        for record in records:
+            record["algorithm"] = self.algo.name
+        if records:
+            rundir.write_trajectories(self.run_dir, self.step, records)
+
+    def recorded_top(self, logits: torch.Tensor, rows: slice, num_recorded: int):
+        """Top-5 (probs, ids) of the recorded rows among `rows` (the first num_recorded of
+        the batch), or None when none of them is in this micro-batch."""
+        recorded = max(0, min(rows.stop, num_recorded) - rows.start)
+        if not recorded:
+            return None
+        with torch.no_grad():
+            return logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
+
+
+class GRPOTrainer(Trainer):
+    """GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
+    completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL."""
+
+    def updates_per_step(self) -> int:
+        return self.algo.num_iterations
+
+    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Advantages by the preset's estimator: (B,) per completion, or (B, T) per token."""
+        G, estimator = self.algo.num_generations, self.algo.advantage_estimator
+        if estimator == "rloo":
+            return rloo_advantages(rewards, G)
+        if estimator == "reinforce_pp":
+            return reinforce_pp_advantages(last_token_rewards(rewards, mask), mask)
+        if estimator == "reinforce_pp_baseline":
+            return reinforce_pp_baseline_advantages(rewards, mask, G)
+        return group_advantages(rewards, G, self.algo.scale_rewards)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
         """num_iterations clipped policy-gradient updates on one rollout batch.
@@ -175,7 +329,7 @@ class GRPOTrainer:
         old_logprobs: dict[int, torch.Tensor] = {}
         per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
                      "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
-        top_probs, top_ids = [], []
+        tops = []
         loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
         eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
         ref_all = None
@@ -194,16 +348,15 @@ class GRPOTrainer:
                     with torch.no_grad():
                         per_token["entropy"][mb] = entropy_from_logits(logits.detach())
                         per_token["logprob"][mb] = logprobs.detach()
-                        recorded = max(0, min(mb.stop, num_recorded) - mb.start)
-                        if recorded:
-                            probs, ids = logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
-                            top_probs.append(probs)
-                            top_ids.append(ids)
+                    top = self.recorded_top(logits.detach(), mb, num_recorded)
+                    if top is not None:
+                        tops.append(top)
                 loss, info, tok = grpo_loss(
                     logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
                     advantages[mb], mask[mb], beta=self.algo.beta,
                     epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
                     loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
+                    importance_sampling_level=self.algo.importance_sampling_level,
                 )
                 weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
                 (loss * weight).backward()
@@ -213,16 +366,12 @@ class GRPOTrainer:
                 if iteration == self.algo.num_iterations - 1:
                     per_token["ratio"][mb] = tok["ratio"]
                     per_token["clipped"][mb] = tok["clipped"].float()
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
-            if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+            grad_norm, ok = self.clip_and_step(loss_total)
+            if not ok:
                 skipped = True
-                self.optimizer.zero_grad(set_to_none=True)
                 break
-            self.optimizer.step()
-            self.scheduler.step()
             loss_sum, info_sum = loss_total, info_total
-        top = (torch.cat(top_probs), torch.cat(top_ids)) if top_probs else None
+        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
         return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
                 "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
 
@@ -230,46 +379,30 @@ class GRPOTrainer:
         """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
         G = self.algo.num_generations
         t0 = time.perf_counter()
-        examples = self.stream.take(self.preset.prompts_per_step)
-        prompts = [e.prompt for e in examples for _ in range(G)]
-        field_names = sorted({k for e in examples for k in e.fields})
-        fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in field_names}
+        _, prompts, fields = self.take_examples()
         rollout = self.generate(prompts, group_size=G)
         completions = self.decode_completions(rollout)
         t1 = time.perf_counter()
 
         totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
-        advantages = group_advantages(rewards, G, self.algo.scale_rewards)
-        t2 = time.perf_counter()
-
         mask = rollout.completion_mask
         if self.algo.mask_truncated_completions:
             mask = mask * (~rollout.truncated).float()[:, None]
+        advantages = self.advantages(rewards, mask)
+        t2 = time.perf_counter()
+
         record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
         update = self.update(rollout, advantages, mask, len(record_rows))
-        skipped = update["skipped"]
         t3 = time.perf_counter()
-
-        if skipped:
-            self.nonfinite_steps += 1
-            log.warning("step %d: non-finite loss or gradient; step skipped (%d so far)",
-                        self.step + 1, self.nonfinite_steps)
-            if self.nonfinite_steps > self.cfg.max_nonfinite_steps:
-                raise RunAborted(
-                    f"{self.nonfinite_steps} steps had a NaN or inf loss or gradient "
-                    f"(training.max_nonfinite_steps = {self.cfg.max_nonfinite_steps}); lower "
-                    "training.learning_rate or check the rewards for extreme values"
-                )
+        if update["skipped"]:
+            self.count_skipped_step()
 
         self.step += 1
-        batch = len(prompts)
         info, per_token = update["info"], update["per_token"]
-        lengths = rollout.lengths
-        tokens = int(lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = {
-            "reward": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if batch > 1 else 0.0,
+        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
+        metrics = self.rollout_metrics(rollout, rewards, components)
+        metrics.update({
             "frac_reward_zero_std": float(torch.isclose(group_reward_std(rewards, G), torch.zeros(())).float().mean()),
             "loss": update["loss"],
             "kl": info.get("kl") if update["ref"] is not None else None,
@@ -277,26 +410,9 @@ class GRPOTrainer:
             "clip_ratio/low_mean": info.get("clip_ratio/low_mean"),
             "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
             "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
-            "completions/mean_length": float(lengths.mean()),
-            "completions/min_length": float(lengths.min()),
-            "completions/max_length": float(lengths.max()),
-            "completions/clipped_ratio": float(rollout.truncated.float().mean()),
-            "grad_norm": update["grad_norm"],
-            "learning_rate": self.scheduler.get_last_lr()[0],
-            "step_time": t3 - t0,
-            "timing/rollout": t1 - t0,
-            "timing/reward": t2 - t1,
-            "timing/update": t3 - t2,
-            "throughput/tokens_per_second": tokens / max(t3 - t0, 1e-9),
-            "throughput/rollout_tokens_per_second": int(lengths.sum()) / max(t1 - t0, 1e-9),
-            "throughput/samples_per_second": batch / max(t3 - t0, 1e-9),
-            "num_tokens": tokens,
-            "skipped_steps": self.nonfinite_steps,
-        }
-        for name, values in components.items():
-            t = torch.tensor(values, dtype=torch.float32)
-            metrics[f"rewards/{name}/mean"] = float(t.mean())
-            metrics[f"rewards/{name}/std"] = float(t.std()) if len(values) > 1 else 0.0
+        })
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        metrics["grad_norm"] = update["grad_norm"]
 
         self._last = dict(prompts=prompts, completions=completions, totals=totals,
                           components=components, advantages=advantages, rollout=rollout,
@@ -307,16 +423,19 @@ class GRPOTrainer:
     def write_step_outputs(self) -> None:
         """samples events and trajectory records for the step just taken."""
         last = self._last
-        n = min(self.cfg.log_completions, len(last["prompts"]))
-        if n:
-            self.events.emit("samples", step=self.step, samples=[
-                {"index": i, "group": i // self.algo.num_generations,
-                 "prompt": last["prompts"][i], "completion": last["completions"][i],
-                 "reward": last["totals"][i],
-                 "rewards": {k: v[i] for k, v in last["components"].items()},
-                 "advantage": float(last["advantages"][i])}
-                for i in range(n)
-            ])
+        G = self.algo.num_generations
+        advantages = last["advantages"]
+        # Per-token estimators (REINFORCE++) give every token its own advantage; a
+        # sample shows the first token's, which for them is the sequence's return.
+        per_sample = advantages if advantages.dim() == 1 else advantages[:, 0]
+        self.emit_samples([
+            {"index": i, "group": i // G,
+             "prompt": last["prompts"][i], "completion": last["completions"][i],
+             "reward": last["totals"][i],
+             "rewards": {k: v[i] for k, v in last["components"].items()},
+             "advantage": float(per_sample[i])}
+            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
+        ])
         rows = last["record_rows"]
         if not rows:
             return
@@ -327,15 +446,15 @@ class GRPOTrainer:
             # beta = 0 skips the reference pass in training; the inspector still gets
             # reference logprobs for the few recorded rows.
             ref = self.reference_logprobs(rollout, slice(0, len(rows)))
-        records = trajectory_records(
-            self.tokenizer, step=self.step, rows=rows, num_generations=self.algo.num_generations,
+        token_advantages = advantages[:, None].expand_as(rollout.completion_mask) if advantages.dim() == 1 else advantages
+        self.write_trajectories(trajectory_records(
+            self.tokenizer, step=self.step, rows=rows, num_generations=G,
             prompts=last["prompts"], completions=last["completions"], rollout=rollout,
-            logprob=per_token["logprob"], ref_logprob=ref, entropy=per_token["entropy"],
-            ratio=per_token["ratio"], clipped=per_token["clipped"],
-            advantages=last["advantages"], top=last["top"],
+            per_token={"logprob": per_token["logprob"], "ref_logprob": ref, "entropy": per_token["entropy"],
+                       "advantage": token_advantages, "ratio": per_token["ratio"]},
+            clipped=per_token["clipped"], top=last["top"],
             totals=last["totals"], components=last["components"],
-        )
-        rundir.write_trajectories(self.run_dir, self.step, records)
+        ))
 
     # ------------------------------------------------------------------- eval
 
@@ -390,6 +509,7 @@ class GRPOTrainer:
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
             "python_rng": random.getstate(),
             "generator": self.generator.get_state(),
+            "extra": self.extra_state(),
         }, tmp / "trainer_state.pt")
         state = {"step": self.step, "data_position": self.stream.position,
                  "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
@@ -413,6 +533,7 @@ class GRPOTrainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         random.setstate(state["python_rng"])
         self.generator.set_state(state["generator"])
+        self.load_extra_state(state.get("extra", {}))
         info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
         self.step = info["step"]
         self.stream.position = info["data_position"]
@@ -478,3 +599,17 @@ class GRPOTrainer:
     def _save_and_emit(self) -> None:
         path = self.save_checkpoint()
         self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
+
+
+def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
+                  preset_dir: Path | None = None) -> Trainer:
+    """The trainer for the preset's algorithm."""
+    if preset.algorithm.name == "ppo":
+        from engine.ppo import PPOTrainer
+
+        return PPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
+    if preset.algorithm.name == "dpo":
+        from engine.dpo import DPOTrainer
+
+        return DPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
+    return GRPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
