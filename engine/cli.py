@@ -3,6 +3,7 @@
     rl-engine run PRESET [--run-dir DIR] [--set key=value ...]
     rl-engine resume RUN_DIR
     rl-engine validate PRESET [--set key=value ...]
+    rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from engine import rundir
 from engine.preset import PresetError, load_preset
+from engine.rewards import absolute_reward_paths, reward_source_problems
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 _ENGINE_ROOT = Path(__file__).resolve().parent
@@ -38,12 +40,25 @@ def user_code_location(exc: BaseException) -> tuple[str, int] | None:
     while exc is not None and exc not in chain:  # the engine re-raises user errors with context
         chain.append(exc)
         exc = exc.__cause__ or exc.__context__
+
+    def user_file(filename: str | None) -> Path | None:
+        if not filename or filename.startswith("<"):  # <frozen importlib...>, <string>
+            return None
+        path = Path(filename).resolve()
+        if "site-packages" in path.parts or any(root in path.parents for root in skip):
+            return None
+        return path
+
     for error in chain:
         for frame, line in traceback.walk_tb(error.__traceback__):
-            path = Path(frame.f_code.co_filename).resolve()
-            if "site-packages" in path.parts or any(root in path.parents for root in skip):
-                continue
-            found = (str(path), line)
+            path = user_file(frame.f_code.co_filename)
+            if path is not None:
+                found = (str(path), line)
+        if isinstance(error, SyntaxError) and error.lineno:
+            # A syntax error in the user's file has no frame there: it was never run.
+            path = user_file(error.filename)
+            if path is not None:
+                found = (str(path), error.lineno)
     return found
 
 
@@ -159,6 +174,12 @@ def cmd_run(args) -> int:
         here = Path(preset.data.path).resolve()
         path = here if here.exists() else preset_dir / preset.data.path
         preset = preset.model_copy(update={"data": preset.data.model_copy(update={"path": str(path)})})
+    # Likewise a custom reward's file and a reward model's folder.
+    rewards = []
+    for reward in preset.rewards:
+        name, options = absolute_reward_paths(reward.name, reward.options, preset_dir)
+        rewards.append(reward.model_copy(update={"name": name, "options": options}))
+    preset = preset.model_copy(update={"rewards": rewards})
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
     return train(preset, run_dir, None, preset_dir, args.quiet)
@@ -187,6 +208,10 @@ def cmd_validate(args) -> int:
     except PresetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    problems = reward_source_problems(preset.rewards, Path(args.preset).resolve().parent)
+    if problems:
+        print(f"error: {args.preset} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
+        return EXIT_INVALID
     try:
         from transformers import AutoConfig
 
@@ -202,6 +227,76 @@ def cmd_validate(args) -> int:
         return EXIT_INVALID
     print(f"{args.preset}: valid ({preset.algorithm.name}, {len(train_examples)} train / "
           f"{len(eval_examples)} held-out prompts, longest prompt {longest} tokens)")
+    return EXIT_OK
+
+
+def parse_fields(items: list[str]) -> dict[str, str]:
+    """`--field answer=" 1 2 3"` -> {"answer": " 1 2 3"}; the value is kept as written
+    (spaces included). PresetError for an item that is not NAME=VALUE."""
+    fields, problems = {}, []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().isidentifier():
+            problems.append(f"--field {item!r}: expected NAME=VALUE, e.g. --field answer=' 1 2 3'")
+        else:
+            fields[key.strip()] = value
+    if problems:
+        raise PresetError(problems, "--field")
+    return fields
+
+
+def format_reward_table(components, parts: dict[str, list[float]], total: float) -> str:
+    """The table try-reward prints: one line per component, then the weighted total.
+
+    component      weight   value  weighted  source
+    exact_match         1  1.0000    1.0000
+    brevity           0.1 -2.0000   -0.2000  my_rewards.py:brevity
+    total                            0.8000
+    """
+    rows = [("component", "weight", "value", "weighted", "source")]
+    for label, weight, reward in components:
+        value = parts[label][0]
+        source = getattr(reward, "reward_source", "") or ""
+        rows.append((label, f"{weight:g}", f"{value:.4f}", f"{weight * value:.4f}", source))
+    rows.append(("total", "", "", f"{total:.4f}", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:4], widths[1:])]
+        lines.append(("  ".join(cells) + ("  " + row[4] if row[4] else "")).rstrip())
+    return "\n".join(lines)
+
+
+def cmd_try_reward(args) -> int:
+    """Score one completion with the preset's rewards and print each component and the
+    weighted total. Exit 0; 2 for a bad preset, --field or a missing field; 1 when a
+    reward fails to load or to score (the message names it, and the file and line of a
+    fault in a custom function)."""
+    from engine.rewards import MissingFieldError, build_reward_components, combine_rewards
+
+    try:
+        preset = load_preset(args.preset, args.set)
+        fields = parse_fields(args.field)
+    except PresetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    base_dir = Path(args.preset).resolve().parent
+    try:
+        components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
+        totals, parts = combine_rewards(components, [args.prompt], [args.completion],
+                                        {k: [v] for k, v in fields.items()})
+    except MissingFieldError as exc:
+        print(f"error: {failure_message(exc)}\n  give it with --field NAME=VALUE, e.g. --field answer=' 1 2 3'",
+              file=sys.stderr)
+        return EXIT_INVALID
+    except Exception as exc:
+        message = failure_message(exc)
+        where = user_code_location(exc)
+        if where and where[0] not in message:
+            message += f" ({where[0]}:{where[1]})"
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_FAILED
+    print(format_reward_table(components, parts, totals[0]))
     return EXIT_OK
 
 
@@ -225,6 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("preset")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("try-reward", help="score one completion with the preset's rewards; prints each component")
+    p.add_argument("preset")
+    p.add_argument("--prompt", required=True, help="the prompt, as the policy sees it")
+    p.add_argument("--completion", required=True, help="the completion to score")
+    p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
+                   help="a data field the rewards read, e.g. --field answer=' 1 2 3' (repeatable)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(func=cmd_try_reward)
     return parser
 
 

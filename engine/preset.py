@@ -25,6 +25,7 @@ from pydantic import (
     Field,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -260,21 +261,60 @@ def _named(field: str, check, name: str, options: dict) -> None:
 
 
 class RewardConfig(Section):
-    name: str = Field(..., min_length=1, description="A reward from the registry (exact_match, numeric_match, regex_format, ...).")
+    """One reward component. `name` is a registry reward (`exact_match`, ...),
+    `reward_model` (options: model, batch_size, max_length, dtype), or `FILE.py:FUNCTION`
+    (your own function; options are passed to it as keyword arguments). Only what can
+    be checked without reading files is checked here; the file, the function and the
+    model are checked when the run builds the rewards (and by the workbench)."""
+
+    name: str = Field(
+        ..., min_length=1,
+        description="A registry reward (exact_match, numeric_match, regex_format, ...), `reward_model` "
+        "(a Hugging Face sequence-classification model), or FILE.py:FUNCTION (your own Python function; "
+        "a relative file is found next to the preset).",
+    )
+    label: Union[str, None] = Field(
+        None, min_length=1,
+        description="Name the component is logged under (rewards/<label>/mean); default: the reward's "
+        "name, or the function's name for FILE.py:FUNCTION.",
+    )
     weight: Float = Field(1.0, description="Weight of this component in the total reward.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Options of this reward function.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of this reward: the registry reward's; a reward model's model (hub id or "
+        "folder, required), batch_size, max_length, dtype; a custom function's keyword arguments.",
+    )
+
+    @field_validator("label")
+    @classmethod
+    def _label(cls, value):
+        from engine.rewards import check_label
+
+        return value if value is None else check_label(value)
 
     @model_validator(mode="after")
     def _known(self):
-        from engine.rewards import REWARDS, build_reward
+        from engine.rewards import check_reward
 
-        if self.name not in REWARDS:
-            raise ValueError(
-                f"unknown reward {self.name!r}; allowed: {', '.join(sorted(REWARDS))}"
-            )
-        # Building the reward checks option names and types; it is cheap (no model).
-        _named("options", lambda name, options: build_reward(name, **options), self.name, self.options)
+        # Registry rewards are built (cheap: a closure); a reward model's options and a
+        # custom function's FILE.py:FUNCTION are checked for form only.
+        check_reward(self.name, self.options)
         return self
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_label(self, handler):
+        # `label: null` is noise in every saved preset; it is written only when set.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("label") is None:
+            data.pop("label", None)
+        return data
+
+    @property
+    def component_name(self) -> str:
+        """The logged name: `label`, else the function's name for FILE.py:FUNCTION, else `name`."""
+        from engine.rewards import component_label
+
+        return component_label(self.name, self.label)
 
 
 # ------------------------------------------------------------------------ training
@@ -344,10 +384,15 @@ class Preset(Section):
             raise ValueError(
                 f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"
             )
-        names = [r.name for r in self.rewards]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"rewards: {', '.join(dupes)} listed twice; each component is logged by its name")
+        labels = [r.component_name for r in self.rewards]
+        for label in dict.fromkeys(labels):
+            where = [i for i, other in enumerate(labels) if other == label]
+            if len(where) > 1:
+                raise ValueError(
+                    f"rewards: {', '.join(f'rewards.{i}' for i in where)} are "
+                    f"{'both' if len(where) == 2 else 'all'} logged as {label!r}; each component is logged "
+                    f"by its label: give one a distinct `label` (e.g. label: {label}_{len(where)})"
+                )
         return self
 
     @property

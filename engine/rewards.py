@@ -433,12 +433,10 @@ def check_label(label: str) -> str:
         >>> check_label("my rm")
         Traceback (most recent call last):
         ...
-        ValueError: must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean), got 'my rm'
+        ValueError: must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean)
     """
     if not _LABEL.match(label):
-        raise ValueError(
-            f"must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean), got {label!r}"
-        )
+        raise ValueError("must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean)")
     return label
 
 

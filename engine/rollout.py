@@ -34,6 +34,11 @@ class Rollout:
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(-1)
 
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """The rows `index` (a 1-d long tensor), in that order."""
+        return Rollout(*(getattr(self, f)[index] for f in (
+            "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs", "truncated")))
+
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Set logits outside the top-k / nucleus (top-p) set to -inf. (B, V) -> (B, V).

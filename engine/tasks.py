@@ -38,6 +38,7 @@ import hashlib
 import inspect
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -51,6 +52,8 @@ __all__ = [
     "make_arithmetic_examples",
     "is_eval_prompt",
     "load_prompt_file",
+    "corrupt_answer",
+    "preference_pairs",
 ]
 
 # One prompt in EVAL_BUCKETS lands in the eval split.  Keeping a tenth of the
@@ -388,6 +391,60 @@ def make_task(
                 f"task {name!r}: {count_name} must be a non-negative integer, got {count!r}."
             )
     return factory(seed=seed, num_train=num_train, num_eval=num_eval, **options)
+
+
+# ---------------------------------------------------------------------------
+# Preference pairs (DPO) for the built-in tasks
+# ---------------------------------------------------------------------------
+
+
+def corrupt_answer(answer: str, rng: random.Random) -> str:
+    """A plausible wrong answer of the same shape, for a rejected completion.
+
+    A list of digits (sort) gets one of: two adjacent unequal digits swapped (order
+    wrong), one digit replaced (content wrong), or one digit dropped; a single integer
+    (arithmetic) is moved by 1, 2 or 10.
+
+    Example:
+        >>> rng = random.Random(0)
+        >>> wrong = corrupt_answer(" 1 3 4", rng)
+        >>> wrong != " 1 3 4" and wrong.startswith(" ")
+        True
+        >>> corrupt_answer(" 20", random.Random(0)) in {" 10", " 18", " 19", " 21", " 22", " 30"}
+        True
+    """
+    parts = answer.split()
+    if len(parts) == 1 and re.fullmatch(r"-?\d+", parts[0]):
+        return f" {int(parts[0]) + rng.choice([-10, -2, -1, 1, 2, 10])}"
+    if parts and all(p.isdigit() for p in parts):
+        swaps = [i for i in range(len(parts) - 1) if parts[i] != parts[i + 1]]
+        kinds = ["replace"] + (["swap"] if swaps else []) + (["drop"] if len(parts) > 1 else [])
+        kind = rng.choice(kinds)
+        wrong = list(parts)
+        if kind == "swap":
+            i = rng.choice(swaps)
+            wrong[i], wrong[i + 1] = wrong[i + 1], wrong[i]
+        elif kind == "drop":
+            del wrong[rng.randrange(len(wrong))]
+        else:
+            i = rng.randrange(len(wrong))
+            wrong[i] = rng.choice([d for d in "0123456789" if d != wrong[i]])
+        return "".join(f" {p}" for p in wrong)
+    raise ValueError(f"cannot make a wrong answer for {answer!r}: only built-in task answers are supported")
+
+
+def preference_pairs(examples: list[Example], seed: int) -> list[Example]:
+    """The examples with `chosen` (their answer) and `rejected` (a corrupted answer)
+    fields added, seeded so the same examples always get the same pairs.
+
+    Example:
+        >>> pair = preference_pairs([Example("sort 3 1 =", {"answer": " 1 3"})], seed=0)[0]
+        >>> pair.fields["chosen"], pair.fields["rejected"] != " 1 3"
+        (' 1 3', True)
+    """
+    rng = random.Random(f"pairs:{seed}")
+    return [Example(e.prompt, {**e.fields, "chosen": e.fields["answer"],
+                               "rejected": corrupt_answer(e.fields["answer"], rng)}) for e in examples]
 
 
 # ---------------------------------------------------------------------------

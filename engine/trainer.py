@@ -194,18 +194,21 @@ class Trainer:
         logprobs are those of the policy that sampled. DPO samples only greedily (eval)."""
         return getattr(self.algo, "temperature", 1.0)
 
-    def completion_logits(self, rollout: Rollout, rows: slice, with_hidden: bool = False):
+    def completion_logits(self, rollout: Rollout, rows: slice, with_hidden: bool = False,
+                          group_size: int | None = None):
         """Temperature-scaled logits that predict each completion token (b, T, V); with
-        `with_hidden`, the pair (logits, last hidden states (b, T, H))."""
-        out = completion_logits(self.model, rollout, rows, self.preset.group_size, with_hidden=with_hidden)
+        `with_hidden`, the pair (logits, last hidden states (b, T, H)). Rows come in
+        groups of `group_size` identical prompts (default: the preset's)."""
+        group_size = self.preset.group_size if group_size is None else group_size
+        out = completion_logits(self.model, rollout, rows, group_size, with_hidden=with_hidden)
         if with_hidden:
             return out[0] / self.temperature, out[1]
         return out / self.temperature
 
     @torch.no_grad()
-    def reference_logprobs(self, rollout: Rollout, rows: slice) -> torch.Tensor:
+    def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
         with reference_mode(self.model):
-            logits = self.completion_logits(rollout, rows)
+            logits = self.completion_logits(rollout, rows, group_size=group_size)
         return selective_log_softmax(logits, rollout.completion_ids[rows])
 
     def micro_batches(self, batch: int) -> list[slice]:
@@ -297,6 +300,151 @@ class Trainer:
             return None
         with torch.no_grad():
             return logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
+
+
+    # ------------------------------------------------------------------- eval
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Greedy decoding on the held-out split: accuracy and mean reward."""
+        if not self.eval_examples:
+            return {}
+        t0 = time.perf_counter()
+        batch = max(self.cfg.batch_size, 32)
+        totals, comps, correct, samples = [], {}, [], []
+        acc_fn = build_reward(self.accuracy_reward) if self.accuracy_reward else None
+        for i in range(0, len(self.eval_examples), batch):
+            chunk = self.eval_examples[i: i + batch]
+            prompts = [e.prompt for e in chunk]
+            fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
+            completions = self.decode_completions(self.generate(prompts, greedy=True))
+            t, c = combine_rewards(self.reward_components, prompts, completions, fields)
+            totals += t
+            for k, v in c.items():
+                comps.setdefault(k, []).extend(v)
+            if acc_fn is not None:
+                correct += [float(v == 1.0) for v in acc_fn(prompts, completions, **fields)]
+            if not samples:
+                samples = [{"prompt": p, "completion": c_, "reward": r}
+                           for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]
+        result = {
+            "reward": sum(totals) / len(totals),
+            "accuracy": (sum(correct) / len(correct)) if correct else None,
+            "num_examples": len(totals),
+            "eval_time": time.perf_counter() - t0,
+            "samples": samples,
+        }
+        for k, v in comps.items():
+            result[f"rewards/{k}/mean"] = sum(v) / len(v)
+        return result
+
+    # ------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self) -> Path:
+        """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
+        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete."""
+        final = rundir.checkpoint_dir(self.run_dir, self.step)
+        tmp = final.with_name(final.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp)
+        torch.save({
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+            "python_rng": random.getstate(),
+            "generator": self.generator.get_state(),
+            "extra": self.extra_state(),
+        }, tmp / "trainer_state.pt")
+        state = {"step": self.step, "data_position": self.stream.position,
+                 "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
+        (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load_checkpoint(self, folder: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
+        state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        random.setstate(state["python_rng"])
+        self.generator.set_state(state["generator"])
+        self.load_extra_state(state.get("extra", {}))
+        info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
+        self.step = info["step"]
+        self.stream.position = info["data_position"]
+        self.nonfinite_steps = info["nonfinite_steps"]
+
+    # -------------------------------------------------------------------- run
+
+    def run_started_fields(self) -> dict:
+        counts = parameter_counts(self.model)
+        return {
+            "preset": preset_to_dict(self.preset),
+            "model": {"name_or_path": self.preset.model.name_or_path,
+                      "architecture": type(self.model.get_base_model()).__name__,
+                      "parameters": counts["total"], "trainable_parameters": counts["trainable"],
+                      "lora_targets": self.loaded.target_modules,
+                      "context_length": self.loaded.context_length},
+            "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
+            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
+            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples),
+        }
+
+    def run(self, on_step=None, resume_from: Path | None = None) -> str:
+        """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
+        (the caller writes run_failed)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.events = rundir.EventWriter(self.run_dir)
+        if resume_from is None:
+            save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
+            self.events.emit("run_started", step=0, **self.run_started_fields())
+            self._evaluate_and_emit()
+        else:
+            self.load_checkpoint(resume_from)
+            self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
+                             data_position=self.stream.position, **self.run_started_fields())
+        try:
+            while self.step < self.cfg.max_steps and not self.stop.requested:
+                metrics = self.train_step()
+                if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
+                    self.events.emit("metrics", step=self.step, **metrics)
+                self.write_step_outputs()
+                if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
+                    self._evaluate_and_emit()
+                if self.cfg.save_steps and self.step % self.cfg.save_steps == 0 and self.step < self.cfg.max_steps:
+                    self._save_and_emit()
+                if on_step is not None:
+                    on_step(self.step, metrics)
+            status = "stopped" if self.step < self.cfg.max_steps else "done"
+            if status == "done":
+                self._evaluate_and_emit()
+            self._save_and_emit()
+            self.events.emit("run_finished", step=self.step, status=status,
+                             reason=self.stop.reason if status == "stopped" else "max_steps reached")
+            return status
+        finally:
+            self.events.close()
+
+    def _evaluate_and_emit(self) -> None:
+        result = self.evaluate()
+        if result:
+            self.events.emit("eval", step=self.step, **result)
+            log.info("eval at step %d: accuracy %s, reward %.4f", self.step, result["accuracy"], result["reward"])
+
+    def _save_and_emit(self) -> None:
+        path = self.save_checkpoint()
+        self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
 
 
 class GRPOTrainer(Trainer):
@@ -455,150 +603,6 @@ class GRPOTrainer(Trainer):
             clipped=per_token["clipped"], top=last["top"],
             totals=last["totals"], components=last["components"],
         ))
-
-    # ------------------------------------------------------------------- eval
-
-    @torch.no_grad()
-    def evaluate(self) -> dict:
-        """Greedy decoding on the held-out split: accuracy and mean reward."""
-        if not self.eval_examples:
-            return {}
-        t0 = time.perf_counter()
-        batch = max(self.cfg.batch_size, 32)
-        totals, comps, correct, samples = [], {}, [], []
-        acc_fn = build_reward(self.accuracy_reward) if self.accuracy_reward else None
-        for i in range(0, len(self.eval_examples), batch):
-            chunk = self.eval_examples[i: i + batch]
-            prompts = [e.prompt for e in chunk]
-            fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
-            completions = self.decode_completions(self.generate(prompts, greedy=True))
-            t, c = combine_rewards(self.reward_components, prompts, completions, fields)
-            totals += t
-            for k, v in c.items():
-                comps.setdefault(k, []).extend(v)
-            if acc_fn is not None:
-                correct += [float(v == 1.0) for v in acc_fn(prompts, completions, **fields)]
-            if not samples:
-                samples = [{"prompt": p, "completion": c_, "reward": r}
-                           for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]
-        result = {
-            "reward": sum(totals) / len(totals),
-            "accuracy": (sum(correct) / len(correct)) if correct else None,
-            "num_examples": len(totals),
-            "eval_time": time.perf_counter() - t0,
-            "samples": samples,
-        }
-        for k, v in comps.items():
-            result[f"rewards/{k}/mean"] = sum(v) / len(v)
-        return result
-
-    # ------------------------------------------------------------- checkpoints
-
-    def save_checkpoint(self) -> Path:
-        """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
-        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete."""
-        final = rundir.checkpoint_dir(self.run_dir, self.step)
-        tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "python_rng": random.getstate(),
-            "generator": self.generator.get_state(),
-            "extra": self.extra_state(),
-        }, tmp / "trainer_state.pt")
-        state = {"step": self.step, "data_position": self.stream.position,
-                 "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
-        (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
-
-    def load_checkpoint(self, folder: Path) -> None:
-        from peft import set_peft_model_state_dict
-        from peft.utils import load_peft_weights
-
-        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
-        state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        random.setstate(state["python_rng"])
-        self.generator.set_state(state["generator"])
-        self.load_extra_state(state.get("extra", {}))
-        info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
-        self.step = info["step"]
-        self.stream.position = info["data_position"]
-        self.nonfinite_steps = info["nonfinite_steps"]
-
-    # -------------------------------------------------------------------- run
-
-    def run_started_fields(self) -> dict:
-        counts = parameter_counts(self.model)
-        return {
-            "preset": preset_to_dict(self.preset),
-            "model": {"name_or_path": self.preset.model.name_or_path,
-                      "architecture": type(self.model.get_base_model()).__name__,
-                      "parameters": counts["total"], "trainable_parameters": counts["trainable"],
-                      "lora_targets": self.loaded.target_modules,
-                      "context_length": self.loaded.context_length},
-            "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
-            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
-            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples),
-        }
-
-    def run(self, on_step=None, resume_from: Path | None = None) -> str:
-        """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
-        (the caller writes run_failed)."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.events = rundir.EventWriter(self.run_dir)
-        if resume_from is None:
-            save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
-            self.events.emit("run_started", step=0, **self.run_started_fields())
-            self._evaluate_and_emit()
-        else:
-            self.load_checkpoint(resume_from)
-            self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
-                             data_position=self.stream.position, **self.run_started_fields())
-        try:
-            while self.step < self.cfg.max_steps and not self.stop.requested:
-                metrics = self.train_step()
-                if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
-                    self.events.emit("metrics", step=self.step, **metrics)
-                self.write_step_outputs()
-                if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
-                    self._evaluate_and_emit()
-                if self.cfg.save_steps and self.step % self.cfg.save_steps == 0 and self.step < self.cfg.max_steps:
-                    self._save_and_emit()
-                if on_step is not None:
-                    on_step(self.step, metrics)
-            status = "stopped" if self.step < self.cfg.max_steps else "done"
-            if status == "done":
-                self._evaluate_and_emit()
-            self._save_and_emit()
-            self.events.emit("run_finished", step=self.step, status=status,
-                             reason=self.stop.reason if status == "stopped" else "max_steps reached")
-            return status
-        finally:
-            self.events.close()
-
-    def _evaluate_and_emit(self) -> None:
-        result = self.evaluate()
-        if result:
-            self.events.emit("eval", step=self.step, **result)
-            log.info("eval at step %d: accuracy %s, reward %.4f", self.step, result["accuracy"], result["reward"])
-
-    def _save_and_emit(self) -> None:
-        path = self.save_checkpoint()
-        self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
 
 
 def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,

@@ -1,0 +1,231 @@
+"""PPO with a value head on the policy's LoRA backbone (actor-critic, token-level rewards).
+
+One step: sample a batch; score it; one no-grad pass gives the old policy's logprobs,
+the old values (a linear head on the last hidden state) and the entropy; a pass with the
+adapter disabled gives the reference logprobs; per-token rewards are the KL penalty on
+every token plus the score on the last; GAE gives advantages and returns; then
+num_ppo_epochs x num_mini_batches clipped updates of policy and value together.
+Names of the knobs and metrics follow TRL's PPO trainer.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engine.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
+from engine.losses import (
+    KL_ESTIMATORS,
+    clipped_value_loss,
+    entropy_from_logits,
+    masked_mean,
+    ppo_policy_loss,
+    selective_log_softmax,
+)
+from engine.rewards import combine_rewards
+from engine.rollout import Rollout
+from engine.trainer import Trainer, set_update_mode
+from engine.trajectories import trajectory_records
+
+
+class PPOTrainer(Trainer):
+    # ------------------------------------------------------------------ critic
+
+    def setup_modules(self) -> None:
+        hidden = self.model.get_base_model().config.get_text_config().hidden_size
+        # fp32 whatever the backbone's dtype: values are regression targets, bf16's
+        # 3 significant digits would make the value loss noise. Zero-initialised, so
+        # the critic starts by predicting 0 rather than random numbers.
+        self.value_head = torch.nn.Linear(hidden, 1, device=self.device, dtype=torch.float32)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The critic's value at each position. (b, T, H) -> (b, T) float32"""
+        return self.value_head(hidden.float()).squeeze(-1)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return super().trainable_parameters() + list(self.value_head.parameters())
+
+    def updates_per_step(self) -> int:
+        return self.algo.num_ppo_epochs * self.algo.num_mini_batches
+
+    def extra_state(self) -> dict:
+        return {"value_head": self.value_head.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.value_head.load_state_dict(state["value_head"])
+
+    # ------------------------------------------------------------------- step
+
+    @torch.no_grad()
+    def old_policy_pass(self, rollout: Rollout, num_recorded: int) -> dict:
+        """Logprobs, values and entropy of the policy that sampled, and the reference
+        logprobs; top-5 alternatives of the recorded rows. All (B, T)."""
+        set_update_mode(self.model, False)
+        B = rollout.completion_ids.shape[0]
+        out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy")}
+        tops = []
+        for mb in self.micro_batches(B):
+            logits, hidden = self.completion_logits(rollout, mb, with_hidden=True)
+            out["logprob"][mb] = selective_log_softmax(logits, rollout.completion_ids[mb])
+            out["value"][mb] = self.values(hidden)
+            out["entropy"][mb] = entropy_from_logits(logits)
+            top = self.recorded_top(logits, mb, num_recorded)
+            if top is not None:
+                tops.append(top)
+        out["ref_logprob"] = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(B)])
+        out["top"] = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
+        return out
+
+    def mini_batches(self, batch: int) -> tuple[list[torch.Tensor], int]:
+        """Row indices of each mini-batch of one epoch, and the group size they keep.
+
+        One mini-batch keeps the batch's order, so rows of a prompt stay together and
+        share one prompt pass; several are drawn at random (as TRL), which breaks groups."""
+        n = self.algo.num_mini_batches
+        if n == 1:
+            return [torch.arange(batch, device=self.device)], self.preset.group_size
+        order = torch.randperm(batch, generator=self.generator, device=self.generator.device).to(self.device)
+        return list(order.chunk(n)), 1
+
+    def update(self, rollout: Rollout, old: dict, advantages, returns, mask) -> dict:
+        """num_ppo_epochs passes of num_mini_batches clipped updates. Returns averaged
+        diagnostics, the per-token ratio and clip flags of the last epoch, and whether
+        a non-finite loss or gradient stopped it."""
+        B = rollout.completion_ids.shape[0]
+        set_update_mode(self.model, True)
+        sums: dict[str, float] = {}
+        updates = 0
+        ratio_all, clipped_all = torch.ones_like(mask), torch.zeros_like(mask)
+        grad_norm, skipped = float("nan"), False
+        for _epoch in range(self.algo.num_ppo_epochs):
+            batches, group_size = self.mini_batches(B)
+            for idx in batches:
+                part = rollout.select(idx)
+                part_mask = mask[idx]
+                self.optimizer.zero_grad(set_to_none=True)
+                stats: dict[str, float] = {}
+                for mb in self.micro_batches(len(idx)):
+                    rows = idx[mb]
+                    logits, hidden = self.completion_logits(part, mb, with_hidden=True, group_size=group_size)
+                    logprobs = selective_log_softmax(logits, part.completion_ids[mb])
+                    values = self.values(hidden)
+                    m = part_mask[mb]
+                    pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
+                                                            self.algo.cliprange)
+                    vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], returns[rows], m,
+                                                          self.algo.cliprange_value)
+                    loss = pg_loss + self.algo.vf_coef * vf_loss
+                    # Each micro-batch carries its share of the mini-batch's tokens, so the
+                    # accumulated gradient is that of the mini-batch's token mean.
+                    weight = float(m.sum() / part_mask.sum().clamp(min=1))
+                    (loss * weight).backward()
+                    for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
+                                       ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
+                                       ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):
+                        stats[key] = stats.get(key, 0.0) + value * weight
+                    ratio_all[rows] = tok["ratio"]
+                    clipped_all[rows] = tok["clipped"].float()
+                grad_norm, ok = self.clip_and_step(stats["loss"])
+                if not ok:
+                    skipped = True
+                    break
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                updates += 1
+            if skipped:
+                break
+        averaged = {k: v / max(updates, 1) for k, v in sums.items()}
+        return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
+                "ratio": ratio_all, "clipped": clipped_all}
+
+    def train_step(self) -> dict:
+        algo = self.algo
+        t0 = time.perf_counter()
+        _, prompts, fields = self.take_examples()
+        rollout = self.generate(prompts, group_size=algo.num_generations)
+        completions = self.decode_completions(rollout)
+        t1 = time.perf_counter()
+
+        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
+        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
+        scores = rewards.clone()
+        if algo.missing_eos_penalty is not None:
+            scores = scores - algo.missing_eos_penalty * rollout.truncated.float()
+        t2 = time.perf_counter()
+
+        mask = rollout.completion_mask
+        record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
+        old = self.old_policy_pass(rollout, len(record_rows))
+        kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
+        token_rewards, non_score = ppo_token_rewards(scores, kl, mask, algo.kl_coef)
+        if algo.whiten_rewards:
+            token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
+        old["value"] = old["value"] * mask
+        advantages, returns = gae(token_rewards, old["value"], mask, algo.gamma, algo.lam)
+        advantages = masked_whiten(advantages, mask)
+        update = self.update(rollout, old, advantages, returns, mask)
+        t3 = time.perf_counter()
+        if update["skipped"]:
+            self.count_skipped_step()
+
+        self.step += 1
+        stats = update["stats"]
+        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
+        metrics = self.rollout_metrics(rollout, rewards, components)
+        mean_non_score = float(non_score.sum(1).mean())
+        metrics.update({
+            "objective/kl": float(kl.sum(1).mean()),
+            "objective/entropy": float((-old["logprob"] * mask).sum(1).mean()),
+            "objective/non_score_reward": mean_non_score,
+            "objective/rlhf_reward": mean_non_score + float(scores.mean()),
+            "objective/scores": float(scores.mean()),
+            "policy/approxkl_avg": stats.get("approxkl"),
+            "policy/clipfrac_avg": stats.get("clipfrac"),
+            "loss/policy_avg": stats.get("policy"),
+            "loss/value_avg": stats.get("value"),
+            "val/clipfrac_avg": stats.get("vf_clipfrac"),
+            "val/ratio": stats.get("ratio"),
+            "val/explained_variance": explained_variance(old["value"], returns, mask),
+            "val/mean": float(masked_mean(old["value"], mask)),
+            "loss": None if update["skipped"] else stats.get("loss"),
+            "kl": float(masked_mean(kl, mask)),
+            "entropy": float(masked_mean(old["entropy"], mask)),
+        })
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        metrics["grad_norm"] = update["grad_norm"]
+
+        self._last = dict(prompts=prompts, completions=completions, totals=totals, components=components,
+                          rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
+                          advantages=advantages, returns=returns, scores=scores.tolist(),
+                          ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
+        return metrics
+
+    def write_step_outputs(self) -> None:
+        last = self._last
+        G = self.algo.num_generations
+        self.emit_samples([
+            {"index": i, "group": i // G,
+             "prompt": last["prompts"][i], "completion": last["completions"][i],
+             "reward": last["totals"][i],
+             "rewards": {k: v[i] for k, v in last["components"].items()},
+             # A sample's advantage here is its first token's (GAE gives one per token).
+             "advantage": float(last["advantages"][i, 0])}
+            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
+        ])
+        rows = last["record_rows"]
+        if not rows:
+            return
+        old = last["old"]
+        self.write_trajectories(trajectory_records(
+            self.tokenizer, step=self.step, rows=rows, num_generations=G,
+            prompts=last["prompts"], completions=last["completions"], rollout=last["rollout"],
+            per_token={"logprob": old["logprob"], "ref_logprob": old["ref_logprob"], "kl": last["kl"],
+                       "entropy": old["entropy"], "advantage": last["advantages"], "value": old["value"],
+                       "return": last["returns"], "kl_reward": last["non_score"],
+                       "reward_per_token": last["token_rewards"], "ratio": last["ratio"]},
+            clipped=last["clipped"], top=old["top"],
+            totals=last["totals"], components=last["components"], extra={"score": last["scores"]},
+        ))

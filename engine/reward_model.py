@@ -1,0 +1,156 @@
+"""A learned reward model as a reward component (``name: reward_model``).
+
+Any Hugging Face ``AutoModelForSequenceClassification`` with one label, by hub id or
+local folder::
+
+    rewards:
+      - name: reward_model
+        weight: 0.5
+        options: {model: OpenAssistant/reward-model-deberta-v3-large-v2, batch_size: 32}
+
+The reward of a completion is the model's single logit on ``prompt + completion``
+(the text as the policy sees it, no chat template), computed in batches of
+``batch_size`` on the engine's device, in eval mode without gradients. Texts longer
+than ``max_length`` tokens (default: the model's context) are cut from the left, so
+the completion is always scored. A tokenizer without a pad token pads with its EOS
+token (and the model's ``config.pad_token_id`` is set to match).
+
+Loaded models are cached per (model, device, dtype): two components naming one model,
+and the evaluation, share one copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.models import context_length, resolve_device, resolve_dtype
+from engine.rewards import REWARD_MODEL_OPTIONS, RewardError, RewardFunc, num_labels_message, resolve_reward_model
+
+log = logging.getLogger(__name__)
+
+# A tokenizer's model_max_length is a huge sentinel when the tokenizer does not know it.
+_NO_LIMIT = 1_000_000
+
+
+@dataclass
+class RewardModel:
+    """A loaded reward model: ``score(texts)`` is one float per text.
+
+    Example (a model whose logit is 0.7 on "sort 2 1 = 1 2"):
+        load_reward_model("path/to/rm", "cpu").score(["sort 2 1 = 1 2"]) -> [0.7]
+    """
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    context: int | None
+
+    @torch.inference_mode()
+    def score(self, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> list[float]:
+        """The model's logit for each text, in batches of ``batch_size`` (texts of
+        similar length batched together; the order of the result is the input's)."""
+        limit = max_length or self.context
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        scores = [0.0] * len(texts)
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            encoded = self.tokenizer(
+                [texts[i] for i in rows], return_tensors="pt", padding=True,
+                truncation=limit is not None, max_length=limit,
+            )
+            encoded = {k: v.to(self.device) for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            logits = self.model(**encoded).logits
+            for row, value in zip(rows, logits[:, 0].float().cpu().tolist()):
+                scores[row] = value
+        return scores
+
+
+_CACHE: dict[tuple[str, str, str], RewardModel] = {}
+
+
+def _hint(model: str, what: str, exc: Exception) -> str:
+    if Path(model).expanduser().exists():
+        return f"could not load the {what} from folder {model}: {exc}"
+    return (
+        f"could not load the {what} {model!r}: it is not a local folder, and loading it from the "
+        f"Hugging Face hub failed ({type(exc).__name__}: {str(exc)[:300]}). Check the id, your "
+        "network, or download it and give the folder's path."
+    )
+
+
+def load_reward_model(model: str, device=None, dtype: str = "auto", where: str = "reward_model") -> RewardModel:
+    """Load (or take from the cache) the sequence-classification model ``model`` on
+    ``device`` (a torch.device, a string, or None for CUDA when available) in ``dtype``
+    (``auto``: bf16 on a CUDA device that has it, else fp32). RewardError, prefixed with
+    ``where``, when it cannot be loaded or does not output exactly one score."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    device = device if isinstance(device, torch.device) else resolve_device(device or "auto")
+    torch_dtype = resolve_dtype(dtype, device)
+    key = (model, str(device), str(torch_dtype))
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        config = AutoConfig.from_pretrained(model)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        raise RewardError(f"{where}: {_hint(model, 'config', exc)}") from exc
+    if config.num_labels != 1:
+        raise RewardError(f"{where}: {num_labels_message(model, config.num_labels)}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except Exception as exc:
+        raise RewardError(f"{where}: {_hint(model, 'tokenizer', exc)}") from exc
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise RewardError(f"{where}: the tokenizer of {model} has neither a pad nor an EOS token to pad batches with")
+        tokenizer.pad_token = tokenizer.eos_token
+    # Right padding keeps every text's positions as they are alone; the completion is
+    # at the end of the text, so truncation cuts the prompt's beginning instead.
+    tokenizer.padding_side = "right"
+    tokenizer.truncation_side = "left"
+    try:
+        loaded, info = AutoModelForSequenceClassification.from_pretrained(
+            model, dtype=torch_dtype, output_loading_info=True)
+    except Exception as exc:
+        raise RewardError(f"{where}: {_hint(model, 'model', exc)}") from exc
+    prefix = getattr(loaded, "base_model_prefix", "") + "."
+    untrained = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
+    if untrained:
+        raise RewardError(
+            f"{where}: {model} has no trained reward head ({', '.join(untrained)} would start "
+            "random); give a model trained for sequence classification with one label"
+        )
+    loaded.config.pad_token_id = tokenizer.pad_token_id
+    loaded.to(device).eval()
+    loaded.requires_grad_(False)
+    limits = [n for n in (context_length(loaded.config), tokenizer.model_max_length)
+              if isinstance(n, int) and 0 < n < _NO_LIMIT]
+    result = RewardModel(model, loaded, tokenizer, device, torch_dtype, min(limits) if limits else None)
+    _CACHE[key] = result
+    log.info("loaded reward model %s on %s (%s)", model, device, torch_dtype)
+    return result
+
+
+def reward_model_reward(*, model: str, batch_size: int = REWARD_MODEL_OPTIONS["batch_size"],
+                        max_length: int | None = None, dtype: str = "auto", device=None, base_dir=None,
+                        where: str = "reward_model") -> RewardFunc:
+    """A reward component scoring ``prompt + completion`` with the reward model ``model``
+    (a relative folder is looked up in ``base_dir``, then the current folder).
+
+    Example (``rm`` is a folder with a one-label GPT2ForSequenceClassification):
+        reward = reward_model_reward(model="rm", device="cpu")
+        reward(["sort 2 1 ="], [" 1 2"]) -> [logit of "sort 2 1 = 1 2"]
+    """
+    loaded = load_reward_model(resolve_reward_model(model, base_dir), device, dtype, where)
+
+    def reward(prompts: list[str], completions: list[str], **fields: list) -> list[float]:
+        return loaded.score([p + c for p, c in zip(prompts, completions)], batch_size, max_length)
+
+    reward.reward_source = f"reward model {model}"
+    return reward
