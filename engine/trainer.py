@@ -440,7 +440,9 @@ class Trainer:
         result = self.evaluate()
         if result:
             self.events.emit("eval", step=self.step, **result)
-            log.info("eval at step %d: accuracy %s, reward %.4f", self.step, result["accuracy"], result["reward"])
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in result.items()
+                              if k in ("accuracy", "reward", "preference_accuracy") and v is not None)
+            log.info("eval at step %d: %s", self.step, shown or "no scores")
 
     def _save_and_emit(self) -> None:
         path = self.save_checkpoint()

@@ -75,3 +75,32 @@ def test_grouped_sampling_logprobs_match_ungrouped_prefill(tmp_path):
             for g in (1, 2)]
     assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
     assert torch.allclose(outs[0].sampling_logprobs, outs[1].sampling_logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_hidden_states_for_the_value_head_match_between_paths(kind, tmp_path):
+    """PPO's value head reads the hidden state at each position that predicts a
+    completion token; both forward paths must give the same states, and the logits
+    must still be the plain ones."""
+    loaded = build(kind, tmp_path / kind)
+    model, tok = loaded.model, loaded.tokenizer
+    prompts = [p for p in ["sort 3 1 =", "sort 9 8 7 ="] for _ in range(2)]
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+    rollout = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=6,
+                     eos_token_ids=loaded.eos_token_ids, pad_token_id=tok.pad_token_id,
+                     generator=torch.Generator().manual_seed(1), group_size=2)
+    rows = slice(0, 4)
+    mask = rollout.completion_mask[..., None]
+    with torch.no_grad():
+        plain_logits, plain_hidden = completion_logits(model, rollout, rows, 2, shared_prefix=False, with_hidden=True)
+        shared_logits, shared_hidden = completion_logits(model, rollout, rows, 2, shared_prefix=True, with_hidden=True)
+        logits_only = completion_logits(model, rollout, rows, 2, shared_prefix=False)
+    assert plain_hidden.shape[:2] == rollout.completion_ids.shape
+    assert torch.allclose(plain_hidden * mask, shared_hidden * mask, atol=1e-5)
+    assert torch.allclose(plain_logits * mask, shared_logits * mask, atol=1e-5)
+    assert torch.equal(plain_logits, logits_only)
+    # The hidden state is the one the LM head reads (after the final norm for GPT-2):
+    # projecting it gives the logits.
+    if kind == "gpt2":
+        head = model.get_output_embeddings()
+        assert torch.allclose(head(plain_hidden) * mask, plain_logits * mask, atol=1e-4)

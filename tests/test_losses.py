@@ -374,3 +374,116 @@ def test_grpo_loss_unknown_loss_type():
     lp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="'dapo'.*'dr_grpo'.*'grpo'"):
         grpo_loss(lp, lp, None, torch.zeros(1), torch.ones(1, 2), loss_type="ppo", **KW)
+
+
+# ---------------------------------------------------------------- GSPO, PPO, DPO
+
+from engine.losses import (  # noqa: E402
+    clipped_value_loss,
+    dpo_loss,
+    ppo_policy_loss,
+    sequence_log_ratio,
+    sequence_logps,
+)
+
+
+def test_sequence_log_ratio_is_the_masked_token_mean():
+    lp = torch.tensor([[0.2, 0.4, 9.0]])
+    close(sequence_log_ratio(lp, torch.zeros(1, 3), torch.tensor([[1, 1, 0]])), [[0.3]])
+
+
+def test_gspo_gives_every_token_the_sequence_ratio_and_clips_it_whole():
+    # log-ratios [0.1, 0.5] -> sequence log-ratio 0.3 -> ratio e^0.3 = 1.3499 on both tokens
+    lp = torch.tensor([[LN(0.5) + 0.1, LN(0.5) + 0.5]], requires_grad=True)
+    old = torch.full((1, 2), LN(0.5))
+    mask = torch.ones(1, 2)
+    kwargs = dict(beta=0.0, epsilon_low=0.2, epsilon_high=0.2, loss_type="grpo", max_completion_length=2)
+    loss, info, tok = grpo_loss(lp, old, None, torch.tensor([1.0]), mask, importance_sampling_level="sequence", **kwargs)
+    close(tok["ratio"], [[math.exp(0.3)] * 2])
+    assert tok["clipped"].all()  # 1.35 > 1.2 with A > 0: the whole sequence is clipped
+    loss.backward()
+    close(lp.grad, [[0.0, 0.0]])
+    # Token level: only the second token (ratio e^0.5) is clipped.
+    _, _, tok = grpo_loss(lp.detach(), old, None, torch.tensor([1.0]), mask, **kwargs)
+    assert tok["clipped"].tolist() == [[False, True]]
+
+
+def test_ppo_policy_loss_clips_both_ways():
+    mask = torch.ones(1, 2)
+    old = torch.zeros(1, 2)
+    # A > 0, ratios e^0.5 (clipped at 1.2) and 1 -> per-token -1.2, -1 -> mean -1.1
+    lp = torch.tensor([[0.5, 0.0]], requires_grad=True)
+    loss, info, tok = ppo_policy_loss(lp, old, torch.ones(1, 2), mask, 0.2)
+    assert loss.item() == pytest.approx(-1.1)
+    assert info["clipfrac"] == 0.5 and tok["clipped"].tolist() == [[True, False]]
+    assert info["approxkl"] == pytest.approx(0.5 * 0.25 / 2)  # 0.5 * mean([0.25, 0])
+    loss.backward()
+    close(lp.grad, [[0.0, -0.5]])  # clipped token gives no gradient; d(-r/2)/dlp = -1/2
+    # A < 0, ratio e^-0.5 = 0.61 < 0.8: clipped from below, loss 0.8
+    lp = torch.tensor([[-0.5]], requires_grad=True)
+    loss, info, _ = ppo_policy_loss(lp, torch.zeros(1, 1), -torch.ones(1, 1), torch.ones(1, 1), 0.2)
+    assert loss.item() == pytest.approx(0.8) and info["clipfrac"] == 1.0
+    loss.backward()
+    assert lp.grad.item() == 0.0
+
+
+def test_ppo_policy_loss_ignores_padding():
+    lp = torch.tensor([[0.0, 50.0]])
+    loss, info, _ = ppo_policy_loss(lp, torch.zeros(1, 2), torch.ones(1, 2), torch.tensor([[1.0, 0.0]]), 0.2)
+    assert loss.item() == pytest.approx(-1.0) and info["clipfrac"] == 0.0
+
+
+def test_clipped_value_loss_hand_worked():
+    # V 2.0 moved from V_old 1.0, clip 0.2 -> 1.2; R 3.0: plain (2-3)^2 = 1, clipped (1.2-3)^2 = 3.24
+    v = torch.tensor([[2.0]], requires_grad=True)
+    loss, info = clipped_value_loss(v, torch.tensor([[1.0]]), torch.tensor([[3.0]]), torch.ones(1, 1), 0.2)
+    assert loss.item() == pytest.approx(1.62) and info["clipfrac"] == 1.0
+    loss.backward()
+    assert v.grad.item() == 0.0  # the clipped branch wins and does not depend on V
+    # within the clip range the plain error is used: V 1.1, R 3 -> 0.5 * 1.9^2 = 1.805, grad (1.1-3) = -1.9
+    v = torch.tensor([[1.1]], requires_grad=True)
+    loss, info = clipped_value_loss(v, torch.tensor([[1.0]]), torch.tensor([[3.0]]), torch.ones(1, 1), 0.2)
+    assert loss.item() == pytest.approx(1.805) and info["clipfrac"] == 0.0
+    loss.backward()
+    assert v.grad.item() == pytest.approx(-1.9)
+
+
+def test_sequence_logps_sum_and_average():
+    lp, mask = torch.tensor([[-1.0, -2.0, -9.0]]), torch.tensor([[1, 1, 0]])
+    close(sequence_logps(lp, mask), [-3.0])
+    close(sequence_logps(lp, mask, average=True), [-1.5])
+
+
+def _dpo(h, **kwargs):
+    """Policy logps so that the log-ratio difference is h, reference at 0."""
+    zero = torch.zeros(1)
+    return dpo_loss(torch.tensor([h]), zero, zero, zero, **kwargs)
+
+
+def test_dpo_losses_closed_forms():
+    # sigmoid, h = 2, beta 0.5: -log sigmoid(1) = log(1 + e^-1) = 0.31326
+    assert _dpo(2.0, beta=0.5)[0].item() == pytest.approx(math.log1p(math.exp(-1)), abs=1e-6)
+    # label smoothing 0.1: 0.9 * 0.31326 + 0.1 * log(1 + e^1) = 0.9 * 0.31326 + 0.1 * 1.31326 = 0.41326
+    assert _dpo(2.0, beta=0.5, label_smoothing=0.1)[0].item() == pytest.approx(0.41326, abs=1e-5)
+    # hinge: relu(1 - beta * h): h 2 -> 0; h 1 -> 0.5
+    assert _dpo(2.0, beta=0.5, loss_type="hinge")[0].item() == 0.0
+    assert _dpo(1.0, beta=0.5, loss_type="hinge")[0].item() == pytest.approx(0.5)
+    # ipo: (h - 1 / (2 beta))^2: beta 0.5 -> (h - 1)^2; h 3 -> 4; h 1 -> 0
+    assert _dpo(3.0, beta=0.5, loss_type="ipo")[0].item() == pytest.approx(4.0)
+    assert _dpo(1.0, beta=0.5, loss_type="ipo")[0].item() == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="allowed"):
+        _dpo(1.0, beta=0.5, loss_type="kto")
+
+
+def test_dpo_implicit_rewards_and_gradient_direction():
+    chosen = torch.tensor([-2.0], requires_grad=True)
+    rejected = torch.tensor([-3.0], requires_grad=True)
+    losses, r_chosen, r_rejected = dpo_loss(chosen, rejected, torch.tensor([-2.5]), torch.tensor([-2.0]), beta=0.1)
+    close(r_chosen, [0.05])    # 0.1 * (-2 - -2.5)
+    close(r_rejected, [-0.1])  # 0.1 * (-3 - -2)
+    losses.sum().backward()
+    # the loss pushes the chosen logp up and the rejected one down, equally
+    assert chosen.grad.item() < 0 < rejected.grad.item()
+    assert chosen.grad.item() == pytest.approx(-rejected.grad.item())
+    # d/dh of -log sigmoid(beta h) = -beta * sigmoid(-beta h); h = 1.5
+    assert chosen.grad.item() == pytest.approx(-0.1 / (1 + math.exp(0.15)), abs=1e-6)

@@ -1,0 +1,219 @@
+"""PPO, DPO and the GRPO estimator variants end to end on the built-in model."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import small_preset_dict
+from engine import rundir
+from engine.advantages import rloo_advantages
+from engine.dpo import DPOTrainer
+from engine.ppo import PPOTrainer
+from engine.preset import preset_from_dict
+from engine.trainer import GRPOTrainer, StopFlag, build_trainer
+
+PPO_METRICS = {
+    "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
+    "objective/scores", "policy/approxkl_avg", "policy/clipfrac_avg", "loss/policy_avg", "loss/value_avg",
+    "val/clipfrac_avg", "val/ratio", "val/explained_variance", "reward", "kl", "entropy", "loss",
+}
+DPO_METRICS = {
+    "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
+    "logps/rejected", "logits/chosen", "logits/rejected", "loss", "grad_norm",
+}
+
+
+def ppo_preset(**algorithm):
+    data = small_preset_dict()
+    data["algorithm"] = {"name": "ppo", "max_completion_length": 10, "num_ppo_epochs": 2, **algorithm}
+    return preset_from_dict(data)
+
+
+def dpo_preset(training=None, **algorithm):
+    data = small_preset_dict(**(training or {}))
+    data["algorithm"] = {"name": "dpo", "max_completion_length": 16, **algorithm}
+    return preset_from_dict(data)
+
+
+def metrics_events(run):
+    return [e for e in rundir.read_events(run) if e["type"] == "metrics"]
+
+
+def first_trajectory(run, step=1):
+    return json.loads((run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()[0])
+
+
+# ------------------------------------------------------------------------- PPO
+
+
+def test_build_trainer_picks_the_algorithm(tmp_path):
+    assert isinstance(build_trainer(ppo_preset(), tmp_path / "p"), PPOTrainer)
+    assert isinstance(build_trainer(dpo_preset(), tmp_path / "d"), DPOTrainer)
+    assert type(build_trainer(preset_from_dict(small_preset_dict()), tmp_path / "g")) is GRPOTrainer
+
+
+def test_ppo_run_logs_trl_metrics_and_token_level_records(tmp_path):
+    trainer = PPOTrainer(ppo_preset(missing_eos_penalty=1.0), tmp_path / "run")
+    value_before = trainer.value_head.weight.detach().clone()
+    assert trainer.run() == "done"
+    events = metrics_events(tmp_path / "run")
+    assert len(events) == 3
+    for event in events:
+        missing = PPO_METRICS - set(event)
+        assert not missing, missing
+        assert event["loss"] is not None
+    # the critic learns (it starts at zero)
+    assert not torch.equal(value_before, trainer.value_head.weight)
+    record = first_trajectory(tmp_path / "run")
+    assert record["algorithm"] == "ppo"
+    n = len(record["tokens"])
+    for key in ("value", "return", "advantage", "kl_reward", "reward_per_token", "kl", "ratio", "logprob"):
+        assert len(record[key]) == n, key
+    coef = trainer.algo.kl_coef
+    # the KL part of each token's reward is -kl_coef * kl (k1 here), rounded to 4 digits
+    assert record["kl_reward"] == pytest.approx([-coef * k for k in record["kl"]], rel=1e-3, abs=1e-6)
+    # the score sits on the last token, on top of its KL part
+    assert record["reward_per_token"][-1] == pytest.approx(record["kl_reward"][-1] + record["score"], rel=1e-3, abs=1e-4)
+    assert record["reward_per_token"][:-1] == pytest.approx(record["kl_reward"][:-1], rel=1e-3, abs=1e-6)
+    # a missing EOS costs the penalty
+    assert record["score"] == pytest.approx(record["reward"] - (1.0 if record["truncated"] else 0.0))
+    # GAE gives per-token advantages: they vary along the completion
+    assert len({round(a, 3) for a in record["advantage"]}) > 1
+
+
+def test_ppo_micro_batches_give_the_full_batch_gradient(tmp_path):
+    grads = {}
+    for micro in (None, 3):
+        data = small_preset_dict(micro_batch_size=micro, learning_rate=1e-9)
+        data["algorithm"] = {"name": "ppo", "max_completion_length": 10, "num_ppo_epochs": 1}
+        trainer = PPOTrainer(preset_from_dict(data), tmp_path / f"mb{micro}")
+        trainer.optimizer.step = lambda: None
+        trainer.train_step()
+        grads[micro] = torch.cat([p.grad.flatten() for p in trainer.trainable_parameters() if p.grad is not None])
+    assert torch.allclose(grads[None], grads[3], rtol=1e-4, atol=1e-7)
+
+
+def test_ppo_mini_batches_and_groups(tmp_path):
+    trainer = PPOTrainer(ppo_preset(num_mini_batches=2, num_generations=2, kl_estimator="k3",
+                                    whiten_rewards=True), tmp_path / "run")
+    assert trainer.updates_per_step() == 4
+    trainer.train_step()
+    assert trainer.scheduler.last_epoch == 4  # one optimizer step per mini-batch per epoch
+
+
+def test_ppo_checkpoint_restores_the_value_head(tmp_path):
+    stop = StopFlag()
+    first = PPOTrainer(ppo_preset(), tmp_path / "run", stop=stop)
+    first.run(on_step=lambda step, _m: step == 2 and stop.request("test"))
+    (checkpoint,) = rundir.complete_checkpoints(tmp_path / "run")
+    second = PPOTrainer(ppo_preset(), tmp_path / "run")
+    second.load_checkpoint(checkpoint)
+    assert torch.equal(first.value_head.weight, second.value_head.weight)
+    assert second.step == 2
+
+
+# ------------------------------------------------------------------------- DPO
+
+
+def test_dpo_run_logs_trl_metrics_pairs_and_implicit_rewards(tmp_path):
+    trainer = DPOTrainer(dpo_preset(), tmp_path / "run")
+    assert trainer.run() == "done"
+    events = rundir.read_events(tmp_path / "run")
+    metrics = [e for e in events if e["type"] == "metrics"]
+    for event in metrics:
+        assert not DPO_METRICS - set(event)
+    # margins grow from 0 (policy = reference at the start) as the pairs are learnt
+    assert metrics[0]["rewards/margins"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics[-1]["rewards/margins"] > 0
+    evals = [e for e in events if e["type"] == "eval"]
+    assert {"preference_accuracy", "accuracy", "rewards/margins"} <= set(evals[-1])
+    assert evals[0]["preference_accuracy"] == 0.0  # margins exactly 0 at the start
+    samples = next(e for e in events if e["type"] == "samples")["samples"]
+    assert {"prompt", "completion", "rejected", "rewards"} <= set(samples[0])
+    record = first_trajectory(tmp_path / "run", step=2)
+    assert record["algorithm"] == "dpo"
+    beta = trainer.algo.beta
+    for side in ("chosen", "rejected"):
+        s = record[side]
+        assert s["tokens"][-1] == "<eos>"
+        assert s["implicit_reward"] == pytest.approx(
+            [beta * (lp - ref) for lp, ref in zip(s["logprob"], s["ref_logprob"])], rel=1e-2, abs=2e-4)  # both rounded to 4 digits
+        assert sum(s["implicit_reward"]) == pytest.approx(s["reward"], abs=1e-3)
+    assert record["margin"] == pytest.approx(record["chosen"]["reward"] - record["rejected"]["reward"])
+
+
+def test_dpo_precomputed_reference_gives_the_same_step(tmp_path):
+    losses = {}
+    for precompute in (False, True):
+        trainer = DPOTrainer(dpo_preset(precompute_ref_log_probs=precompute, loss_type="ipo"),
+                             tmp_path / f"p{precompute}")
+        trainer.optimizer.step = lambda: None
+        trainer.scheduler.step = lambda: None
+        losses[precompute] = [trainer.train_step()["loss"] for _ in range(2)]
+    assert losses[True] == pytest.approx(losses[False], rel=1e-5)
+    assert len(trainer.reference_cache) == len(trainer.train_examples)
+
+
+def test_dpo_micro_batches_give_the_full_batch_gradient(tmp_path):
+    grads = {}
+    for micro in (None, 3):
+        trainer = DPOTrainer(dpo_preset(training={"micro_batch_size": micro}, loss_type="hinge"), tmp_path / f"m{micro}")
+        trainer.optimizer.step = lambda: None
+        trainer.train_step()
+        grads[micro] = torch.cat([p.grad.flatten() for p in trainer.trainable_parameters() if p.grad is not None])
+    assert torch.allclose(grads[None], grads[3], rtol=1e-4, atol=1e-7)
+
+
+def test_dpo_reads_preference_pairs_from_a_file(tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"sort {a} {b} =", "chosen": f" {min(a, b)} {max(a, b)}",
+                                         "rejected": f" {max(a, b)} {min(a, b)}"}) + "\n"
+                             for a in range(4) for b in range(5, 9)))
+    data = small_preset_dict(max_steps=2)
+    data["algorithm"] = {"name": "dpo", "max_completion_length": 8}
+    data["data"] = {"task": None, "path": str(pairs), "num_eval": 4}
+    trainer = DPOTrainer(preset_from_dict(data), tmp_path / "run")
+    assert trainer.run() == "done"
+    evals = [e for e in rundir.read_events(tmp_path / "run") if e["type"] == "eval"]
+    assert evals[-1]["num_pairs"] == 4 and evals[-1]["accuracy"] is None  # no answers: no generation eval
+
+
+def test_dpo_file_without_rejected_column_names_it(tmp_path):
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"p{i}", "chosen": " a"}) + "\n" for i in range(6)))
+    data = small_preset_dict()
+    data["algorithm"] = {"name": "dpo"}
+    data["data"] = {"task": None, "path": str(pairs), "num_eval": 2}
+    with pytest.raises(ValueError, match="data.path: DPO needs .*lacks rejected"):
+        DPOTrainer(preset_from_dict(data), tmp_path / "run")
+
+
+# --------------------------------------------------------- GRPO estimator variants
+
+
+@pytest.mark.parametrize("algorithm", [
+    {"advantage_estimator": "rloo"},
+    {"advantage_estimator": "reinforce_pp"},
+    {"advantage_estimator": "reinforce_pp_baseline"},
+    {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "num_iterations": 2},
+])
+def test_grpo_variants_train(tmp_path, algorithm):
+    data = small_preset_dict(max_steps=2)
+    data["algorithm"].update(algorithm)
+    trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
+    assert trainer.run() == "done"
+    for event in metrics_events(tmp_path / "run"):
+        assert event["loss"] is not None and event["grad_norm"] is not None
+    record = first_trajectory(tmp_path / "run")
+    assert len(record["advantage"]) == len(record["tokens"])
+
+
+def test_rloo_advantages_reach_the_samples(tmp_path):
+    data = small_preset_dict(max_steps=1, log_completions=8)
+    data["algorithm"]["advantage_estimator"] = "rloo"
+    trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
+    trainer.run()
+    samples = next(e for e in rundir.read_events(tmp_path / "run") if e["type"] == "samples")["samples"]
+    expected = rloo_advantages(torch.tensor([s["reward"] for s in samples]), 4)
+    assert [s["advantage"] for s in samples] == pytest.approx(expected.tolist(), abs=1e-5)
