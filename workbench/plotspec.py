@@ -76,20 +76,31 @@ CATALOGUE: tuple[PlotSpec, ...] = (
                                           C("throughput/rollout_tokens_per_second", "rollout tokens/s")), unit="tokens/s"),
     PlotSpec("timing", "Step time", (C("step_time", "step"), C("timing/rollout", "rollout"), C("timing/reward", "reward"),
                                      C("timing/update", "update")), unit="s"),
-    # PPO (engine issue to come; names as TRL's PPO trainer logs them, and plain ones).
-    PlotSpec("value_loss", "Value loss", (C("value_loss", "value loss"), C("loss/value_avg", "value loss")),
+    # PPO (names as TRL's PPO trainer logs them).
+    PlotSpec("ppo_objective", "RLHF objective", (C("objective/rlhf_reward", "score + KL penalty"),
+                                                 C("objective/scores", "score"),
+                                                 C("objective/non_score_reward", "KL penalty")), algorithms=("ppo",)),
+    PlotSpec("value_loss", "Value loss", (C("loss/value_avg", "value loss"), C("loss/policy_avg", "policy loss")),
              algorithms=("ppo",)),
-    PlotSpec("explained_variance", "Explained variance", (C("explained_variance", "explained variance"),
-                                                         C("val/var_explained", "explained variance")), algorithms=("ppo",)),
-    # DPO (engine issue to come; TRL's DPO names).
+    PlotSpec("explained_variance", "Explained variance", (C("val/explained_variance", "explained variance"),),
+             algorithms=("ppo",)),
+    PlotSpec("ppo_clip", "Clipped fraction", (C("policy/clipfrac_avg", "policy"), C("val/clipfrac_avg", "value")),
+             algorithms=("ppo",)),
+    PlotSpec("ppo_approxkl", "Policy change per update", (C("policy/approxkl_avg", "approx. KL old → new"),
+                                                          C("val/ratio", "mean ratio")), algorithms=("ppo",)),
+    # DPO (TRL's DPO names).
     PlotSpec("dpo_margins", "Reward margins", (C("rewards/margins", "chosen − rejected"), C("rewards/chosen", "chosen"),
                                               C("rewards/rejected", "rejected")), algorithms=("dpo",)),
+    PlotSpec("dpo_logps", "Sequence logprobs", (C("logps/chosen", "chosen"), C("logps/rejected", "rejected")),
+             algorithms=("dpo",)),
+    PlotSpec("dpo_eval", "Held-out preference accuracy", (C("preference_accuracy", "chosen above rejected", EVAL),),
+             algorithms=("dpo",)),
     PlotSpec("dpo_accuracy", "Preference accuracy", (C("rewards/accuracies", "accuracy"),), algorithms=("dpo",)),
 )
 
 # Every step carries these; they are not worth a plot of their own but stay reachable
 # through "other metric".
-_BOOKKEEPING = {"num_tokens", "skipped_steps", "throughput/samples_per_second", "eval_time", "num_examples"}
+_BOOKKEEPING = {"num_tokens", "skipped_steps", "throughput/samples_per_second", "eval_time", "num_examples", "num_pairs"}
 
 
 @dataclass
@@ -130,5 +141,11 @@ def expected_names(algorithm: str) -> dict[str, set[str]]:
         "grpo": {"reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/region_mean", "completions/mean_length",
                  "completions/clipped_ratio", "frac_reward_zero_std", "grad_norm", "learning_rate",
                  "throughput/tokens_per_second", "step_time"},
+        "ppo": {"reward", "reward_std", "kl", "entropy", "loss", "objective/rlhf_reward", "objective/scores",
+                "loss/value_avg", "val/explained_variance", "policy/clipfrac_avg", "policy/approxkl_avg",
+                "completions/mean_length", "grad_norm", "learning_rate", "step_time"},
+        "dpo": {"loss", "rewards/margins", "rewards/chosen", "rewards/rejected", "rewards/accuracies",
+                "logps/chosen", "logps/rejected", "grad_norm", "learning_rate", "step_time"},
     }
-    return {METRICS: known.get(algorithm, {"reward"}), EVAL: {"accuracy", "reward"}}
+    evals = {"accuracy", "reward", "preference_accuracy"} if algorithm == "dpo" else {"accuracy", "reward"}
+    return {METRICS: known.get(algorithm, {"reward"}), EVAL: evals}
