@@ -267,11 +267,13 @@ def test_differing_fields():
 
 
 def test_plots_follow_metric_names_and_algorithm():
-    grpo = plotspec.choose_plots({"metrics": {"reward", "reward_std", "kl", "value_loss"}}, "grpo")
+    grpo = plotspec.choose_plots({"metrics": {"reward", "reward_std", "kl", "loss/value_avg"}}, "grpo")
     assert [p.key for p, _ in grpo.plots] == ["reward", "kl"]
-    assert grpo.other == ["value_loss"]  # not a GRPO plot, still reachable
-    ppo = plotspec.choose_plots({"metrics": {"reward", "value_loss", "explained_variance"}}, "ppo")
-    assert {"value_loss", "explained_variance"} <= {p.key for p, _ in ppo.plots}
+    assert grpo.other == ["loss/value_avg"]  # not a GRPO plot, still reachable
+    ppo = plotspec.choose_plots({"metrics": {"reward", "loss/value_avg", "val/explained_variance",
+                                             "objective/rlhf_reward", "policy/clipfrac_avg"}}, "ppo")
+    assert {"value_loss", "explained_variance", "ppo_objective", "ppo_clip"} <= {p.key for p, _ in ppo.plots}
+    assert ppo.other == []
     dpo = plotspec.choose_plots({"metrics": {"rewards/margins", "rewards/accuracies"}}, "dpo")
     assert [p.key for p, _ in dpo.plots] == ["dpo_margins", "dpo_accuracy"]
     components = plotspec.choose_plots({"metrics": {"reward", "rewards/a/mean", "rewards/b/mean"}}, "grpo")

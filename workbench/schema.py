@@ -154,6 +154,10 @@ def field_spec(model: type[BaseModel], name: str, prefix: str = "") -> FieldSpec
         if _is_model(item):
             return FieldSpec(kind=LIST, model=item, **common)
         return FieldSpec(kind=NAMES, **common)
+    if origin is Union and all(_is_model(_strip_annotated(a)[0]) for a in args):
+        # The algorithm: one of several sections, chosen by its discriminator (see
+        # algorithm_models); the first member stands for the default.
+        return FieldSpec(kind=SECTION, model=_strip_annotated(args[0])[0], **common)
     if origin is Union:
         # e.g. Literal["auto"] | list[str]: a list of names, or one of a few words.
         words = tuple(w for a in args if typing.get_origin(a) is Literal for w in typing.get_args(a))
@@ -206,8 +210,15 @@ def algorithm_summary(name: str) -> str:
 
 
 def item_defaults(model: type[BaseModel]) -> dict:
-    """Defaults of the optional fields of a list item (a reward component)."""
-    return {name: _default(info) for name, info in model.model_fields.items() if not info.is_required()}
+    """Defaults of the optional fields of a list item (a reward component). A field
+    whose default is null is left out, as the engine leaves it out of a saved preset
+    (a reward's `label`).
+
+    >>> item_defaults(field_spec(Preset, "rewards").model)
+    {'weight': 1.0, 'options': {}}
+    """
+    defaults = {name: _default(info) for name, info in model.model_fields.items() if not info.is_required()}
+    return {name: value for name, value in defaults.items() if value is not None}
 
 
 def default_preset_dict() -> dict:
