@@ -124,7 +124,8 @@ class DPOTrainer(Trainer):
         self.optimizer.zero_grad(set_to_none=True)
         num_recorded = min(self.cfg.record_rollouts, len(examples)) * PAIR
         B = len(examples)
-        loss_total = 0.0
+        loss_total, nll_total = 0.0, 0.0
+        chosen_tokens = mask[0::PAIR].sum().clamp(min=1)
         logps = torch.zeros_like(mask)
         logit_sums = torch.zeros(B * PAIR, device=self.device)
         recorded = {"entropy": [], "top": []}
@@ -138,6 +139,11 @@ class DPOTrainer(Trainer):
                 chosen, rejected, ref_chosen[pairs], ref_rejected[pairs],
                 beta=algo.beta, loss_type=algo.loss_type, label_smoothing=algo.label_smoothing)
             loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
+            if algo.rpo_alpha is not None:
+                # the chosen answers' NLL, a mean over every chosen token of the batch
+                nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
+                loss = loss + algo.rpo_alpha * nll
+                nll_total += nll.item()
             loss.backward()
             loss_total += loss.item()
             with torch.no_grad():
@@ -173,6 +179,8 @@ class DPOTrainer(Trainer):
             "logits/chosen": float(logit_sums[0::PAIR].sum() / (lengths[0::PAIR].sum() * V)),
             "logits/rejected": float(logit_sums[1::PAIR].sum() / (lengths[1::PAIR].sum() * V)),
         }
+        if algo.rpo_alpha is not None:
+            metrics["nll_loss"] = nll_total
         metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
         metrics["grad_norm"] = grad_norm
         self._last = dict(examples=examples, rows=rows, logps=logps, recorded=recorded,

@@ -204,6 +204,10 @@ class DPOConfig(Section):
     precompute_ref_log_probs: bool = Field(
         False, description="Compute the reference logprobs of every pair once before training (no reference pass per step)."
     )
+    rpo_alpha: Union[Float, None] = Field(
+        None, ge=0.0, description="RPO (Pang et al. 2024): add rpo_alpha x the chosen answers' token-mean NLL to the "
+        "loss, so the chosen answers' likelihood does not sink with the rejected ones'; null = plain DPO."
+    )
     max_completion_length: int = Field(
         256, ge=1, description="Chosen and rejected are cut to this many tokens; also the generation length at eval."
     )

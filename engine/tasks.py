@@ -401,9 +401,10 @@ def make_task(
 def corrupt_answer(answer: str, rng: random.Random) -> str:
     """A plausible wrong answer of the same shape, for a rejected completion.
 
-    A list of digits (sort) gets one of: two adjacent unequal digits swapped (order
-    wrong), one digit replaced (content wrong), or one digit dropped; a single integer
-    (arithmetic) is moved by 1, 2 or 10.
+    A list of digits (sort) gets the kind of mistake a small model makes: most often one
+    digit moved up or down by 1 (content wrong), else two adjacent unequal digits
+    swapped (order wrong) or one digit dropped; a single integer (arithmetic) is moved
+    by 1, 2 or 10.
 
     Example:
         >>> rng = random.Random(0)
@@ -418,7 +419,7 @@ def corrupt_answer(answer: str, rng: random.Random) -> str:
         return f" {int(parts[0]) + rng.choice([-10, -2, -1, 1, 2, 10])}"
     if parts and all(p.isdigit() for p in parts):
         swaps = [i for i in range(len(parts) - 1) if parts[i] != parts[i + 1]]
-        kinds = ["replace"] + (["swap"] if swaps else []) + (["drop"] if len(parts) > 1 else [])
+        kinds = ["replace"] * 2 + (["swap"] if swaps else []) + (["drop"] if len(parts) > 1 else [])
         kind = rng.choice(kinds)
         wrong = list(parts)
         if kind == "swap":
@@ -428,7 +429,7 @@ def corrupt_answer(answer: str, rng: random.Random) -> str:
             del wrong[rng.randrange(len(wrong))]
         else:
             i = rng.randrange(len(wrong))
-            wrong[i] = rng.choice([d for d in "0123456789" if d != wrong[i]])
+            wrong[i] = str(rng.choice([d for d in (int(wrong[i]) - 1, int(wrong[i]) + 1) if 0 <= d <= 9]))
         return "".join(f" {p}" for p in wrong)
     raise ValueError(f"cannot make a wrong answer for {answer!r}: only built-in task answers are supported")
 

@@ -1,6 +1,7 @@
 """PPO, DPO and the GRPO estimator variants end to end on the built-in model."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -155,14 +156,20 @@ def test_dpo_precomputed_reference_gives_the_same_step(tmp_path):
     assert len(trainer.reference_cache) == len(trainer.train_examples)
 
 
-def test_dpo_micro_batches_give_the_full_batch_gradient(tmp_path):
-    grads = {}
+@pytest.mark.parametrize("algorithm", [{"loss_type": "hinge"}, {"rpo_alpha": 1.0}])
+def test_dpo_micro_batches_give_the_full_batch_gradient(tmp_path, algorithm):
+    grads, metrics = {}, {}
     for micro in (None, 3):
-        trainer = DPOTrainer(dpo_preset(training={"micro_batch_size": micro}, loss_type="hinge"), tmp_path / f"m{micro}")
+        trainer = DPOTrainer(dpo_preset(training={"micro_batch_size": micro}, **algorithm), tmp_path / f"m{micro}")
         trainer.optimizer.step = lambda: None
-        trainer.train_step()
+        metrics[micro] = trainer.train_step()
         grads[micro] = torch.cat([p.grad.flatten() for p in trainer.trainable_parameters() if p.grad is not None])
     assert torch.allclose(grads[None], grads[3], rtol=1e-4, atol=1e-7)
+    assert metrics[None]["loss"] == pytest.approx(metrics[3]["loss"], rel=1e-5)
+    if "rpo_alpha" in algorithm:
+        # at the start the DPO part is ln 2 and the NLL is -logps/chosen per token
+        assert metrics[None]["nll_loss"] > 0
+        assert metrics[None]["loss"] == pytest.approx(math.log(2) + metrics[None]["nll_loss"], rel=1e-5)
 
 
 def test_dpo_reads_preference_pairs_from_a_file(tmp_path):
