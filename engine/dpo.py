@@ -9,6 +9,7 @@ precompute_ref_log_probs. Names of the knobs and metrics follow TRL's DPO traine
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from engine.trainer import Trainer, set_update_mode
 from engine.trajectories import token_fields
 
 PAIR = 2  # rows per preference pair: chosen, rejected
+log = logging.getLogger(__name__)
 
 
 class DPOTrainer(Trainer):
@@ -40,9 +42,9 @@ class DPOTrainer(Trainer):
         return train, held_out
 
     def setup_modules(self) -> None:
+        # Filled by the first step when precompute_ref_log_probs is on (after run_started
+        # and the first evaluation, so a reader sees the run begin at once).
         self.reference_cache: dict[tuple[str, str, str], tuple[float, float, int, int]] = {}
-        if self.algo.precompute_ref_log_probs:
-            self.precompute_reference(self.train_examples)
 
     # -------------------------------------------------------------- batching
 
@@ -86,7 +88,10 @@ class DPOTrainer(Trainer):
         """Reference logps of every pair, once (sums and lengths, so IPO's averages follow)."""
         started = time.perf_counter()
         chunk = max(self.cfg.batch_size, 32)
+        log.info("precomputing reference logprobs of %d pairs", len(examples))
         for i in range(0, len(examples), chunk):
+            if i and i % (chunk * 50) == 0:
+                log.info("reference logprobs: %d / %d pairs", i, len(examples))
             part = examples[i: i + chunk]
             rows = self.pair_rows(part)
             ref = self.reference_logprobs(rows, slice(0, rows.completion_ids.shape[0]), group_size=PAIR)
@@ -94,7 +99,7 @@ class DPOTrainer(Trainer):
             lengths = rows.completion_mask.sum(-1).long().tolist()
             for j, e in enumerate(part):
                 self.reference_cache[self._key(e)] = (sums[2 * j], sums[2 * j + 1], lengths[2 * j], lengths[2 * j + 1])
-        self.precompute_seconds = time.perf_counter() - started
+        log.info("reference logprobs of %d pairs in %.1f s", len(examples), time.perf_counter() - started)
 
     def reference_side_logps(self, examples: list[Example], rows: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
         if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):
@@ -113,6 +118,8 @@ class DPOTrainer(Trainer):
 
     def train_step(self) -> dict:
         algo = self.algo
+        if algo.precompute_ref_log_probs and not self.reference_cache:
+            self.precompute_reference(self.train_examples)
         t0 = time.perf_counter()
         examples = self.stream.take(self.cfg.batch_size)
         rows = self.pair_rows(examples)
