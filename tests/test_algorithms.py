@@ -41,6 +41,15 @@ def metrics_events(run):
     return [e for e in rundir.read_events(run) if e["type"] == "metrics"]
 
 
+def plot_keys(run, algorithm):
+    from workbench.plotspec import EVAL, METRICS, choose_plots
+
+    events = rundir.read_events(run)
+    names = {METRICS: {k for e in events if e["type"] == "metrics" for k, v in e.items() if isinstance(v, (int, float))},
+             EVAL: {k for e in events if e["type"] == "eval" for k, v in e.items() if isinstance(v, (int, float))}}
+    return {spec.key for spec, _ in choose_plots(names, algorithm).plots}
+
+
 def first_trajectory(run, step=1):
     return json.loads((run / "trajectories" / f"step_{step:06d}.jsonl").read_text().splitlines()[0])
 
@@ -81,6 +90,9 @@ def test_ppo_run_logs_trl_metrics_and_token_level_records(tmp_path):
     assert record["score"] == pytest.approx(record["reward"] - (1.0 if record["truncated"] else 0.0))
     # GAE gives per-token advantages: they vary along the completion
     assert len({round(a, 3) for a in record["advantage"]}) > 1
+    # the window's dashboard has a plot for each of PPO's own metrics
+    plots = plot_keys(tmp_path / "run", "ppo")
+    assert {"reward", "kl", "value_loss", "explained_variance", "ppo_objective", "ppo_clip", "ppo_approxkl"} <= plots
 
 
 def test_ppo_micro_batches_give_the_full_batch_gradient(tmp_path):
@@ -142,6 +154,7 @@ def test_dpo_run_logs_trl_metrics_pairs_and_implicit_rewards(tmp_path):
             [beta * (lp - ref) for lp, ref in zip(s["logprob"], s["ref_logprob"])], rel=1e-2, abs=2e-4)  # both rounded to 4 digits
         assert sum(s["implicit_reward"]) == pytest.approx(s["reward"], abs=1e-3)
     assert record["margin"] == pytest.approx(record["chosen"]["reward"] - record["rejected"]["reward"])
+    assert {"dpo_margins", "dpo_accuracy", "dpo_logps", "dpo_eval", "eval", "loss"} <= plot_keys(tmp_path / "run", "dpo")
 
 
 def test_dpo_precomputed_reference_gives_the_same_step(tmp_path):

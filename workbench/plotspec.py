@@ -63,7 +63,7 @@ CATALOGUE: tuple[PlotSpec, ...] = (
     PlotSpec("kl", "KL to reference", (C("kl", "kl"),),
              note_when_empty="kl is null: beta = 0 skips the reference pass"),
     PlotSpec("entropy", "Entropy", (C("entropy", "entropy"),), unit="nats"),
-    PlotSpec("loss", "Loss", (C("loss", "loss"),)),
+    PlotSpec("loss", "Loss", (C("loss", "loss"), C("nll_loss", "chosen NLL (DPO's rpo_alpha)"))),
     PlotSpec("clip", "Clip ratio", (C("clip_ratio/region_mean", "either"), C("clip_ratio/low_mean", "low"),
                                     C("clip_ratio/high_mean", "high"))),
     PlotSpec("length", "Completion length", (C("completions/mean_length", "mean"), C("completions/min_length", "min"),
