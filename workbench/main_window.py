@@ -33,9 +33,11 @@ import yaml
 
 from engine import rundir
 from engine.preset import PresetError
+from engine.rewards import absolute_reward_paths
 from workbench import runs
 from workbench.dashboard import Dashboard, run_colour
 from workbench.document import PresetDocument
+from workbench.inspector import InspectorView
 from workbench.launcher import AttachedEngine, EngineHandle, EngineProcess
 from workbench.log_view import FileTail, LogView
 from workbench.run_header import RunHeader
@@ -45,7 +47,9 @@ from workbench.samples_view import SamplesView
 from workbench.settings import Settings, bundled_presets
 from workbench.setup_panel import SetupPanel
 
-SETUP, DASHBOARD, SAMPLES, RUNS, LOG = range(5)
+# Tab positions. (The inspector would sit best after Samples; it is last so that the
+# positions of the first five stay as they were.)
+SETUP, DASHBOARD, SAMPLES, RUNS, LOG, INSPECTOR = range(6)
 SAVE, DISCARD, CANCEL = "Save", "Discard", "Cancel"
 STOP_RUN, LEAVE_RUNNING = "Stop the run", "Leave it running"
 
@@ -85,6 +89,7 @@ class MainWindow(QMainWindow):
         self.differences = DifferencesTable()
         self.differences.hide()
         self.samples = SamplesView()
+        self.inspector = InspectorView()
         self.runs_view = RunsView(self.settings.runs_path)
         self.log_view = LogView()
         self.header = RunHeader()
@@ -111,6 +116,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.samples, "Samples")
         self.tabs.addTab(self.runs_view, "Runs")
         self.tabs.addTab(self.log_view, "Log")
+        self.tabs.insertTab(INSPECTOR, self.inspector, "Inspector")
+        self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
+                                "KL, entropy or ratio")
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -128,6 +136,7 @@ class MainWindow(QMainWindow):
         self.doc.saved.connect(lambda _path: self._update_title())
         self.setup.validated.connect(self._validated)
         self.header.show_log.connect(self.show_engine_log)
+        self.samples.inspect_requested.connect(self.inspect)
         self.runs_view.open_requested.connect(self.open_run)
         self.runs_view.compare_requested.connect(self.compare_runs)
         self.runs_view.preset_requested.connect(self.load_run_preset)
@@ -394,6 +403,10 @@ class MainWindow(QMainWindow):
                 source = Path(data["data"]["path"]).expanduser()
                 if not source.is_absolute():
                     data["data"]["path"] = str((self.doc.base_dir / source).resolve())
+            # Likewise a custom reward's Python file and a reward model's folder.
+            for reward in data["rewards"]:
+                reward["name"], reward["options"] = absolute_reward_paths(reward["name"], reward["options"],
+                                                                          self.doc.base_dir)
             launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
             engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self)
             engine.start()
@@ -481,6 +494,7 @@ class MainWindow(QMainWindow):
         self.dashboard.set_runs([run])
         self.compare_box.hide()
         self.samples.set_run(run)
+        self.inspector.set_run(run)
         self.log_view.set_run(path)
         if self.engine_dir is None or self.engine_dir.resolve() != path:
             self._maybe_attach(path)
@@ -513,6 +527,7 @@ class MainWindow(QMainWindow):
         width = self.dash_split.width() or self.width()
         self.dash_split.setSizes([max(400, width - 430), 430])
         self.samples.set_run(runs_[0])
+        self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
         self._update_header()
         self.tabs.setCurrentIndex(DASHBOARD)
@@ -556,6 +571,13 @@ class MainWindow(QMainWindow):
     def _tab_changed(self, index: int) -> None:
         if index == RUNS:
             self.runs_view.refresh()
+        elif index == INSPECTOR:
+            self.inspector.poll()
+
+    def inspect(self, step: int, index: int) -> bool:
+        """Open a sample's trajectory in the inspector (the samples table's double-click)."""
+        self.tabs.setCurrentIndex(INSPECTOR)
+        return self.inspector.open_trajectory(step, index)
 
     # ================================================================== timer
 
@@ -577,6 +599,8 @@ class MainWindow(QMainWindow):
             self.log_view.poll()
         if self.tabs.currentIndex() == RUNS and self._ticks % 10 == 0:
             self.runs_view.refresh()
+        if self.tabs.currentIndex() == INSPECTOR and self._ticks % 5 == 0:
+            self.inspector.poll()  # new step files of a live run (a stat when there are none)
 
     # ================================================================== close
 

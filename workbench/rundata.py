@@ -353,6 +353,9 @@ class RunData:
         self.failure: dict | None = None  # run_failed
         self.lifecycle: str | None = None  # type of the last lifecycle event
         self.checkpoints: list[dict] = []
+        # (step, samples) of each eval event: greedy completions of the same held-out
+        # prompts at every evaluation (the inspector's prompt history follows them).
+        self.eval_samples: list[tuple[int, list[dict]]] = []
         self.first_time: float | None = None
         self.last_time: float | None = None
         self.last_step = 0
@@ -445,6 +448,8 @@ class RunData:
                 update.samples += 1
             elif kind == "eval":
                 evals.append(event)
+                if isinstance(event.get("samples"), list) and event["samples"]:
+                    self.eval_samples.append((step if isinstance(step, int) else 0, event["samples"]))
             elif kind == "checkpoint":
                 self.checkpoints.append(event)
             elif kind in LIFECYCLE:
@@ -456,6 +461,7 @@ class RunData:
                         # Steps after the checkpoint are being redone: their old values go.
                         dropped = self.metrics.truncate_after(step) + self.evals.truncate_after(step)
                         self.samples.truncate_after(step)
+                        self.eval_samples = [e for e in self.eval_samples if e[0] <= step]
                         update.rewound = bool(dropped)
                     self.started, self.finished, self.failure = event, None, None
                 elif kind == "run_finished":

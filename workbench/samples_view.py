@@ -237,7 +237,12 @@ def sample_html(sample: Sample) -> str:
 
 
 class SamplesView(QWidget):
-    """Filter bar, table and detail pane for the samples of one run."""
+    """Filter bar, table and detail pane for the samples of one run.
+
+    `inspect_requested(step, index)`: a sample double-clicked (or *Inspect tokens*), to
+    be opened in the trajectory inspector."""
+
+    inspect_requested = Signal(int, int)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -262,6 +267,10 @@ class SamplesView(QWidget):
         self.newest = QPushButton("Newest first")
         self.newest.setToolTip("Sort by step, newest at the top (click a column header to sort by it)")
         self.count = QLabel()
+        self.inspect_button = QPushButton("Inspect tokens ▸")
+        self.inspect_button.setObjectName("samples-inspect")
+        self.inspect_button.setToolTip("Open the selected sample in the trajectory inspector (or double-click it)")
+        self.inspect_button.setEnabled(False)
         bar = QHBoxLayout()
         bar.addWidget(self.search, 3)
         bar.addWidget(QLabel("steps"))
@@ -270,6 +279,7 @@ class SamplesView(QWidget):
         bar.addWidget(self.step_to)
         bar.addWidget(self.newest)
         bar.addWidget(self.count, 1)
+        bar.addWidget(self.inspect_button)
 
         self.table = QTableView()
         self.table.setObjectName("samples-table")
@@ -287,7 +297,8 @@ class SamplesView(QWidget):
         self.table.setFont(QFontDatabase.systemFont(QFontDatabase.FixedFont))
         self.detail = QTextBrowser()
         self.detail.setObjectName("sample-detail")
-        self.detail.setPlaceholderText("Select a sample to see its whole prompt and completion.")
+        self.detail.setPlaceholderText("Select a sample to see its whole prompt and completion; double-click it "
+                                       "to see its tokens in the inspector.")
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.table)
         split.addWidget(self.detail)
@@ -304,6 +315,8 @@ class SamplesView(QWidget):
         self.newest.clicked.connect(lambda: self.table.sortByColumn(0, Qt.DescendingOrder))
         self.model.counts_changed.connect(self._counts)
         self.table.selectionModel().currentRowChanged.connect(self._show_current)
+        self.table.doubleClicked.connect(lambda index: self.inspect_row(index.row()))
+        self.inspect_button.clicked.connect(lambda: self.inspect_row(self.table.currentIndex().row()))
         self.model.modelReset.connect(self._sized)
         self._sized()
 
@@ -361,8 +374,14 @@ class SamplesView(QWidget):
 
     def _show_current(self, current: QModelIndex, _previous=None) -> None:
         sample = self.model.sample(current.row())
+        self.inspect_button.setEnabled(sample is not None)
         if sample is not None:
             self.detail.setHtml(sample_html(sample))
+
+    def inspect_row(self, row: int) -> None:
+        sample = self.model.sample(row)
+        if sample is not None:
+            self.inspect_requested.emit(sample.step, sample.index)
 
     def select_row(self, row: int) -> None:
         self.table.selectRow(row)
