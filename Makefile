@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PRESET ?= presets/grpo-sort.yaml
 
-.PHONY: run test setup bench bench-workbench clean
+.PHONY: run test setup bench bench-ppo bench-dpo bench-workbench bench-inspector clean
 
 run: setup
 	$(BIN)/rl-workbench $(PRESET)
@@ -34,8 +34,21 @@ bench: setup
 	$(BIN)/pip install -e ".[bench]"
 	$(BIN)/python bench/grpo_vs_trl.py
 
+# PPO is compared with trl==1.12.0 (the last TRL with a PPO trainer), which the script
+# installs in its own venv, bench/out/trl112-venv, the first time.
+bench-ppo: setup
+	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/python bench/ppo_vs_trl.py
+
+bench-dpo: setup
+	$(BIN)/pip install -e ".[bench]"
+	$(BIN)/python bench/dpo_vs_trl.py
+
 bench-workbench: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/workbench_bench.py
+
+bench-inspector: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/inspector_bench.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -36,23 +36,17 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import (  # noqa: E402
+    OUT, ROOT, child_env, fmt_table as _fmt_table, median_of, parameter_count, prepare_model,
+    print_child_result, read_child_result, run_child, tail, vmhwm_mb,
+)
 
-OUT = ROOT / "bench" / "out"
-MODELS_DIR = OUT / "models"
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
-RESULT_PREFIX = "BENCH_RESULT "
-
-# The 10x model: the tiny model's recipe is 4 layers x 128 wide (~0.82M parameters);
-# 8 layers x 288 wide is ~8.1M, about ten times as many.
-TEN_X = dict(n_layer=8, n_embd=288, n_head=6, n_positions=128, seed=0)
 
 # Shared GRPO settings that have no flag (the flags carry the rest).
 FIXED = dict(
@@ -63,112 +57,7 @@ FIXED = dict(
 )
 
 
-# ----------------------------------------------------------------------------- models
-
-
-def _gpt2_spec(n_layer: int, n_embd: int, n_head: int, n_positions: int, seed: int) -> dict:
-    return dict(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_positions=n_positions, seed=seed)
-
-
-def build_cached_model(folder: Path, spec: dict) -> None:
-    """A randomly initialised GPT-2 with the built-in character tokenizer, saved with
-    save_pretrained; rebuilt only when the spec changed."""
-    marker = folder / "bench_spec.json"
-    if marker.exists() and json.loads(marker.read_text()) == spec and (folder / "config.json").exists():
-        return
-    from engine.builtin_model import RecipeConfig, build_model, build_tokenizer
-
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    tokenizer = build_tokenizer(model_max_length=spec["n_positions"])
-    model = build_model(RecipeConfig(**spec), tokenizer)  # seeds torch with spec["seed"]
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
-    marker.write_text(json.dumps(spec))
-
-
-def prepare_model(name: str) -> tuple[Path, str]:
-    """(folder, note) of a benchmark model, building it when needed."""
-    if name == "tiny":
-        from engine.builtin_model import RecipeConfig, builtin_model_path
-
-        path = builtin_model_path()
-        if (path / "config.json").exists():
-            return path, "assets/tiny-model"
-        recipe = RecipeConfig()
-        folder = MODELS_DIR / "tiny-standin"
-        build_cached_model(folder, _gpt2_spec(recipe.n_layer, recipe.n_embd, recipe.n_head, recipe.n_positions, recipe.seed))
-        return folder, "assets/tiny-model is missing: untrained stand-in of the same architecture"
-    if name == "10x":
-        folder = MODELS_DIR / "gpt2-10x"
-        build_cached_model(folder, _gpt2_spec(**TEN_X))
-        return folder, "random init, seed {seed}: {n_layer} layers x {n_embd} wide, {n_head} heads".format(**TEN_X)
-    raise SystemExit(f"unknown model {name!r}; choose from tiny, 10x")
-
-
-def parameter_count(folder: Path) -> int:
-    """Parameters of the base model (tied embeddings counted once)."""
-    from safetensors import safe_open
-
-    total = 0
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        for key in f.keys():
-            n = 1
-            for d in f.get_slice(key).get_shape():
-                n *= d
-            total += n
-    return total
-
-
 # ------------------------------------------------------------------------------ sides
-
-
-def child_env(args) -> dict:
-    env = dict(os.environ)
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    for key in ("WANDB_DISABLED", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        env[key] = "1"
-    env["WANDB_MODE"] = "disabled"
-    if args.threads:
-        # Both sides read it at torch's start; the TRL child also calls torch.set_num_threads.
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
-    return env
-
-
-def run_child(cmd: list[str], log_path: Path, env: dict, timeout: float) -> tuple[int, float, float]:
-    """Run `cmd` to completion; (exit status, peak RSS in MB, wall seconds). Output goes
-    to log_path. ru_maxrss from wait4 is the child's own peak resident set."""
-    started = time.perf_counter()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    pid, status, usage = os.wait4(proc.pid, 0)
-                    break
-                time.sleep(0.05)
-        except BaseException:
-            proc.kill()
-            os.wait4(proc.pid, 0)
-            proc.returncode = -9
-            raise
-    rc = os.waitstatus_to_exitcode(status)
-    proc.returncode = rc  # reaped here; keep Popen from waiting again
-    return rc, usage.ru_maxrss / 1024.0, time.perf_counter() - started
-
-
-def tail(path: Path, n: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return ""
 
 
 def write_preset(args, model_path: Path, dest: Path) -> Path:
@@ -252,10 +141,7 @@ def run_trl_parent(args, model_path: Path, work: Path, env: dict) -> dict:
     rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
     if rc != 0:
         raise RuntimeError(f"the TRL side exited with status {rc}; log {log}:\n{tail(log)}")
-    lines = [l for l in log.read_text(errors="replace").splitlines() if l.startswith(RESULT_PREFIX)]
-    if not lines:
-        raise RuntimeError(f"the TRL side printed no result; log {log}:\n{tail(log)}")
-    child = json.loads(lines[-1][len(RESULT_PREFIX):])
+    child = read_child_result(log)
     result = summarise("trl", args, child["window"], peak_mb, wall, in_step=child["in_step"],
                        mean_length=child["mean_length"], completions_per_step=child["completions_per_step"],
                        rewards=child["rewards"])
@@ -373,13 +259,6 @@ def trl_child(args) -> int:
     if args.trl_verbose:
         for s in sorted(clock.logs):
             print(f"TRL step {s}: {json.dumps(clock.logs[s], sort_keys=True)}", flush=True)
-    vmhwm = None
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                vmhwm = int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
     result = {
         "window": window,
         "in_step": sum(l.get("step_time", 0.0) for l in timed_logs),
@@ -389,9 +268,9 @@ def trl_child(args) -> int:
         "lora_targets": targets,
         "trainable_parameters": trainable,
         "torch_threads": torch.get_num_threads(),
-        "vmhwm_mb": vmhwm,
+        "vmhwm_mb": vmhwm_mb(),
     }
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    print_child_result(result)
     return 0
 
 
@@ -400,21 +279,14 @@ def trl_child(args) -> int:
 
 def fmt_table(rows: list[dict]) -> str:
     header = ("side", "params", "steps timed", "samples/s", "peak RSS MB", "mean compl. len")
-    body = [(r["side"], f"{r['params']:,}", str(r["steps_timed"]), f"{r['samples_per_s']:.2f}",
-             f"{r['peak_rss_mb']:.0f}", f"{r['mean_completion_length']:.1f}") for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
-    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(b) for b in body])
-
-
-def median_of(results: list[dict], key: str) -> float:
-    return statistics.median(r[key] for r in results)
+    return _fmt_table(header, [(r["side"], f"{r['params']:,}", str(r["steps_timed"]), f"{r['samples_per_s']:.2f}",
+                                f"{r['peak_rss_mb']:.0f}", f"{r['mean_completion_length']:.1f}") for r in rows])
 
 
 def bench_model(args, name: str) -> dict:
     folder, note = prepare_model(name)
     params = parameter_count(folder)
-    env = child_env(args)
+    env = child_env(args.threads)
     runs: dict[str, list[dict]] = {"ours": [], "trl": []}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for rep in range(args.repeats):
