@@ -248,10 +248,11 @@ def parse_fields(items: list[str]) -> dict[str, str]:
 def format_reward_table(components, parts: dict[str, list[float]], total: float) -> str:
     """The table try-reward prints: one line per component, then the weighted total.
 
-    component      weight   value  weighted  source
-    exact_match         1  1.0000    1.0000
-    brevity           0.1 -2.0000   -0.2000  my_rewards.py:brevity
-    total                            0.8000
+    component      weight    value  weighted  source
+    exact_match         1   1.0000    1.0000
+    sort_position     0.5   1.0000    0.5000
+    brevity           0.1  -0.5000   -0.0500  my_rewards.py:brevity
+    total                             1.4500
     """
     rows = [("component", "weight", "value", "weighted", "source")]
     for label, weight, reward in components:
@@ -323,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("try-reward", help="score one completion with the preset's rewards; prints each component")
     p.add_argument("preset")
     p.add_argument("--prompt", required=True, help="the prompt, as the policy sees it")
-    p.add_argument("--completion", required=True, help="the completion to score")
+    p.add_argument("--completion", required=True,
+                   help="the completion to score (text starting with '-': --completion=-5)")
     p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
                    help="a data field the rewards read, e.g. --field answer=' 1 2 3' (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")

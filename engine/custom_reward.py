@@ -32,14 +32,18 @@ import ast
 import hashlib
 import importlib.util
 import inspect
+import logging
 import re
 import sys
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from engine.rewards import RewardError, RewardFunc, split_custom_name
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "find_reward_file",
@@ -140,6 +144,11 @@ def inspect_reward_file(path: Path) -> FileInfo:
         inspect_reward_file(Path("my_rewards.py")).defined() -> ["brevity"]
     """
     try:
+        stat = Path(path).stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        cached = _PARSED.get(str(path))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         source = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
@@ -149,7 +158,14 @@ def inspect_reward_file(path: Path) -> FileInfo:
         raise ValueError(f"{path}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
     info = FileInfo(Path(path))
     _collect(tree.body, info)
+    if len(_PARSED) > 32:
+        _PARSED.clear()
+    _PARSED[str(path)] = (stamp, info)
     return info
+
+
+# The workbench reads a file after every edit of the form: parse it once per version.
+_PARSED: dict[str, tuple[tuple[int, int], FileInfo]] = {}
 
 
 def _no_function(function: str, path: Path, defined: list[str]) -> str:
@@ -270,17 +286,11 @@ def _import(path: Path, where: str) -> ModuleType:
         raise RewardError(f"{where}: {exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
-        line = next((ln for frame, ln in _walk(exc) if frame.f_code.co_filename == key), None)
-        at = f" (at {path}, line {line})" if line is not None else ""
+        lines = [ln for frame, ln in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == key]
+        at = f" (at {path}, line {lines[-1]})" if lines else ""
         raise RewardError(f"{where}: importing {path} failed with {type(exc).__name__}: {exc}{at}") from exc
     _MODULES[key] = (stamp, module)
     return module
-
-
-def _walk(exc: BaseException):
-    import traceback
-
-    return traceback.walk_tb(exc.__traceback__)
 
 
 def _defined_in(module: ModuleType) -> list[str]:
@@ -335,6 +345,10 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
         params = signature.parameters.values()
         takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
         names = {p.name for p in params}
+        for option in options:
+            if option not in names:  # a typo would vanish into **fields: say so in the log
+                log.warning("%s: option %r is not a parameter of %s; it is passed in its **kwargs",
+                            where, option, function)
     options = dict(options)
 
     def reward(prompts: list[str], completions: list[str], **fields: list) -> list[float]:

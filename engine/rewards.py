@@ -486,10 +486,20 @@ def check_reward_model_options(options: dict) -> None:
         )
 
 
+def _check_custom_options(function: str, options: dict) -> None:
+    for option in options:
+        if not (isinstance(option, str) and option.isidentifier()):
+            raise ValueError(
+                f"option {option!r} is not a Python identifier; options are passed "
+                f"to {function} as keyword arguments."
+            )
+
+
 def check_reward(name: str, options: dict) -> str:
     """Check a ``rewards`` entry without loading anything (no file is read, no model
     loaded): the name's kind and the options that can be checked now. Returns the kind.
-    Raises ValueError; an options problem starts with ``options:``.
+    Raises ValueError; a message about one field starts with it (``name:``,
+    ``options:``, ``options.model:``) so the preset's error names that field.
 
     Example:
         >>> check_reward("my_rewards.py:brevity", {"target": 10})
@@ -498,23 +508,30 @@ def check_reward(name: str, options: dict) -> str:
         Traceback (most recent call last):
         ...
         ValueError: options: reward 'exact_match' has no option 'foo'; allowed options: answer_field='answer', case_sensitive=True.
+        >>> check_reward("reward_model", {"batch_size": 8})
+        Traceback (most recent call last):
+        ...
+        ValueError: options.model: reward 'reward_model' needs the option 'model': a Hugging Face hub id or a local folder of a sequence-classification model with one label.
     """
-    kind = reward_kind(name)
+    try:
+        kind = reward_kind(name)
+    except ValueError as exc:
+        if ":" in name or name.strip().endswith(".py"):
+            raise ValueError(f"name: {exc}") from None  # meant as FILE.py:FUNCTION
+        raise
+    field = "options"
     try:
         if kind == "registry":
             build_reward(name, **options)  # cheap: a closure, no model
-        elif kind == "reward_model":
-            check_reward_model_options(options)
+        elif kind == "custom":
+            _check_custom_options(split_custom_name(name)[1], options)
         else:
-            function = split_custom_name(name)[1]
-            for option in options:
-                if not (isinstance(option, str) and option.isidentifier()):
-                    raise ValueError(
-                        f"option {option!r} is not a Python identifier; options are passed "
-                        f"to {function} as keyword arguments."
-                    )
+            # The other options first (a stand-in model), then `model` on its own field.
+            check_reward_model_options({**options, "model": "-"})
+            field = "options.model"
+            check_reward_model_options(options)
     except ValueError as exc:
-        raise ValueError(f"options: {exc}") from None
+        raise ValueError(f"{field}: {exc}") from None
     return kind
 
 

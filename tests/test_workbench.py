@@ -349,16 +349,25 @@ def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_win
 
 
 def test_a_failing_engine_shows_its_message_and_the_log(window, qtbot, tmp_path):
+    # A custom reward that raises, next to the preset and named relative to it: the
+    # launched engine finds it, fails in it, and the banner shows the user's file and line.
+    folder = tmp_path / "presets"
+    folder.mkdir()
+    rewards_file = folder / "my_rewards.py"
+    rewards_file.write_text("def strict(prompts, completions, **fields):\n"
+                            "    raise ValueError('strict refuses ' + repr(completions[0]))\n")
     data = small_preset()
-    data["model"]["name_or_path"] = str(broken_model_folder(tmp_path / "no-weights"))
-    window.doc.new(data)
+    data["rewards"].append({"name": "my_rewards.py:strict", "weight": 0.5})
+    (folder / "failing.yaml").write_text(yaml.safe_dump(data))
+    assert window.open_preset(folder / "failing.yaml")
     with qtbot.waitSignal(window.engine_finished, timeout=ENGINE_TIMEOUT_MS) as finished:
         assert window.run() is not None
     assert finished.args == [1]
     window.tick()
     banner = window.header.failure
     assert banner.isVisible()
-    assert "model.name_or_path" in banner.message.text()
+    assert "reward component 'strict'" in banner.message.text() and "strict refuses" in banner.message.text()
+    assert f"{rewards_file.resolve()}:2" in banner.message.text()
     assert "failed" in window.header.status.text()
     qtbot.mouseClick(banner.log_button, Qt.LeftButton)
     assert window.tabs.currentIndex() == LOG

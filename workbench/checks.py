@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.data import load_splits
 from engine.preset import BUILTIN_MODEL, Preset
-from engine.rewards import build_reward
+from engine.rewards import REWARDS, build_reward, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # engine.builtin_model says where the built-in model lives, but importing it loads
@@ -107,15 +107,21 @@ def _splits(preset: Preset, base_dir: Path | None):
 
 def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResult:
     """Problems the engine would report at start-up, found without torch: data that does
-    not load, reward options of the wrong type, a model folder that is not a model, and
-    prompts plus max_completion_length longer than the model's context."""
+    not load, reward options of the wrong type, a custom reward's file or function that
+    is missing (the file is read, not run), a reward-model folder that is missing or has
+    other than one label, a model folder that is not a model, and prompts plus
+    max_completion_length longer than the model's context."""
     result = CheckResult()
 
     for index, reward in enumerate(preset.rewards):
+        if reward.name not in REWARDS:
+            continue
         try:
             build_reward(reward.name, **reward.options)
         except ValueError as exc:
             result.problems.append((f"rewards.{index}.options", str(exc)))
+    # A custom reward's file and function (read, never run) and a local reward model's folder.
+    result.problems += reward_source_problems(preset.rewards, base_dir)
 
     try:
         train, held_out = _splits(preset, base_dir)

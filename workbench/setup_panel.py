@@ -14,19 +14,20 @@ import copy
 import html
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QComboBox,
+    QFileDialog,
     QFormLayout,
     QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
@@ -35,8 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.custom_reward import find_reward_file, function_options, inspect_reward_file
 from engine.preset import Preset
-from engine.rewards import REWARDS, reward_options
+from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_kind, reward_options
 from engine.tasks import TASKS, task_options
 from workbench import schema
 from workbench.checks import prelaunch_checks, preview_prompts
@@ -49,6 +51,8 @@ from workbench.fields import (
     FieldRow,
     NumberEditor,
     OptionsEditor,
+    PathEditor,
+    TextEditor,
     describe_model_source,
     make_editor,
 )
@@ -159,58 +163,271 @@ class AlgorithmBox(QGroupBox):
         self.stack.setCurrentWidget(self.form(name))
 
 
-class RewardRow(QFrame):
-    """One reward component: name, weight, options, remove."""
+def reward_row_kind(name: Any) -> str:
+    """How a rewards entry is edited: ``registry``, ``reward_model`` or ``custom`` (a
+    name meant as FILE.py:FUNCTION, valid or not, is edited as one).
 
-    def __init__(self, editor: "RewardsEditor", index: int):
+    >>> reward_row_kind("exact_match"), reward_row_kind("reward_model"), reward_row_kind("r.py:f"), reward_row_kind("r.py")
+    ('registry', 'reward_model', 'custom', 'custom')
+    """
+    name = name if isinstance(name, str) else ""
+    try:
+        return reward_kind(name)
+    except ValueError:
+        return "custom" if (":" in name or name.strip().endswith(".py")) else "registry"
+
+
+def split_function_name(name: Any) -> tuple[str, str]:
+    """The file and function of a custom reward's name, also while it is half typed.
+
+    >>> split_function_name("lib/r.py:brevity"), split_function_name("r.py:"), split_function_name("r.py")
+    (('lib/r.py', 'brevity'), ('r.py', ''), ('r.py', ''))
+    """
+    name = name if isinstance(name, str) else ""
+    file, sep, function = name.rpartition(":")
+    return (file, function) if sep else (name, "")
+
+
+def functions_in(file: str, base_dir: Path | None) -> list[str]:
+    """Public functions defined in a reward file (read, not run); [] when unreadable."""
+    path = find_reward_file(file, base_dir) if file else None
+    if path is None:
+        return []
+    try:
+        info = inspect_reward_file(path)
+    except ValueError:
+        return []
+    takes_two = [n for n in info.defined() if len(info.functions[n].args.posonlyargs + info.functions[n].args.args) >= 2
+                 or info.functions[n].args.vararg is not None]
+    return takes_two + [n for n in info.defined() if n not in takes_two]
+
+
+class RewardFileEditor(PathEditor):
+    """A custom reward's Python file; Browse… writes a path relative to the preset's
+    folder when the file is inside it (so the preset can be moved with its rewards)."""
+
+    def __init__(self, spec: schema.FieldSpec, base_dir, parent=None):
+        super().__init__(spec, folder=False, file_filter="Python files (*.py);;All files (*)", parent=parent)
+        self.base_dir = base_dir  # a callable: the preset's folder, or None
+        self.line.setPlaceholderText("my_rewards.py")
+        self.browse.setToolTip("Choose the Python file that defines the reward function")
+
+    def _browse(self) -> None:
+        base = self.base_dir()
+        start = str(find_reward_file(self.line.text(), base) or base or Path.cwd())
+        chosen, _ = QFileDialog.getOpenFileName(self, "Python file with the reward function", start, self.file_filter)
+        if chosen:
+            self.line.setText(relative_to_preset(chosen, base))
+            self.edited.emit(self.value())
+
+
+def relative_to_preset(path: str, base_dir: Path | None) -> str:
+    """``path`` relative to the preset's folder when it is inside it, else unchanged.
+
+    >>> relative_to_preset("/work/presets/lib/r.py", Path("/work/presets")), relative_to_preset("/tmp/r.py", None)
+    ('lib/r.py', '/tmp/r.py')
+    """
+    if base_dir is None:
+        return path
+    try:
+        return Path(path).resolve().relative_to(Path(base_dir).resolve()).as_posix()
+    except ValueError:
+        return path
+
+
+class FunctionEditor(FieldEditor):
+    """The function's name: typed, or picked among the functions the file defines."""
+
+    def __init__(self, spec: schema.FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.combo = QComboBox(self)
+        self.combo.setEditable(True)
+        self.combo.setInsertPolicy(QComboBox.NoInsert)
+        self.combo.lineEdit().setPlaceholderText("function(prompts, completions, **fields)")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.combo)
+        self.combo.lineEdit().textEdited.connect(lambda _text: self.edited.emit(self.value()))
+        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
+
+    def set_choices(self, names: list[str]) -> None:
+        if [self.combo.itemText(i) for i in range(self.combo.count())] != names:
+            text = self.combo.currentText()
+            self.combo.clear()
+            self.combo.addItems(names)
+            self.combo.setEditText(text)
+
+    def set_value(self, value: Any) -> None:
+        if self.combo.currentText() != (value or ""):
+            self.combo.setEditText(value or "")
+
+    def value(self) -> Any:
+        return self.combo.currentText().strip()
+
+    def input_widget(self) -> QWidget:
+        return self.combo
+
+
+REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
+                     "prompt + completion is the reward. A hub id (org/name) or a local folder.")
+CUSTOM_HELP = ("Your own reward: a function reward(prompts, completions, **fields) -> list of floats in a Python "
+               "file (a relative path is found next to the preset). Its keyword parameters with defaults are its "
+               "options.")
+
+
+class RewardRow(QFrame):
+    """One reward component: what it is (a registry reward, a reward model, or a Python
+    file and function), its label, weight and options, and Remove.
+
+    `field_rows` maps a path inside the entry (``""``, ``options.model``, ``name``) to
+    the row that shows problems about it."""
+
+    def __init__(self, editor: "RewardsEditor", index: int, kind: str):
         super().__init__(editor)
-        self.editor, self.index = editor, index
+        self.editor, self.index, self.kind = editor, index, kind
+        self._item: dict = {}  # the entry as last shown
         self.setFrameShape(QFrame.StyledPanel)
         self.setObjectName(f"reward:{index}")
-        reward_spec = schema.field_spec(_reward_model(), "name", f"rewards.{index}.")
-        weight_spec = schema.field_spec(_reward_model(), "weight", f"rewards.{index}.")
-        options_spec = schema.field_spec(_reward_model(), "options", f"rewards.{index}.")
-        self.name = ChoiceEditor(schema.FieldSpec(reward_spec.path, "name", schema.CHOICE, reward_spec.description,
-                                                  choices=tuple(sorted(REWARDS))), self)
-        self.weight = NumberEditor(weight_spec, self)
-        self.weight.line.setMaximumWidth(80)
-        self.options = OptionsEditor(options_spec, self._option_defaults, self)
+        prefix = f"rewards.{index}."
+        specs = {name: schema.field_spec(_reward_model(), name, prefix) for name in ("name", "label", "weight", "options")}
+        self.weight = NumberEditor(specs["weight"], self)
+        self.weight.line.setMaximumWidth(70)
+        self.label = TextEditor(specs["label"], self)
+        self.label.line.setMaximumWidth(130)
+        self.options = OptionsEditor(specs["options"], self._option_defaults, self)
         self.remove = QPushButton("Remove", self)
         self.remove.setToolTip("Remove this reward component")
         self.problems = FieldRow(self.options, self)
+        self.field_rows: dict[str, FieldRow] = {"": self.problems}
+        self.name: ChoiceEditor | None = None
+        self.model: PathEditor | None = None
+        self.file: RewardFileEditor | None = None
+        self.function: FunctionEditor | None = None
+
         top = QHBoxLayout()
-        top.addWidget(self.name, 2)
-        top.addWidget(QLabel("weight"))
-        top.addWidget(self.weight)
-        top.addWidget(self.remove)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(2)
         layout.addLayout(top)
+        if kind == "registry":
+            self.name = ChoiceEditor(schema.FieldSpec(specs["name"].path, "name", schema.CHOICE,
+                                                      specs["name"].description, choices=tuple(sorted(REWARDS))), self)
+            top.addWidget(self.name, 2)
+            self.name.edited.connect(lambda value: editor.set_item(self.index, {"name": value, "options": {}}))
+        elif kind == "reward_model":
+            title = QLabel("<b>reward model</b>", self)
+            title.setToolTip(REWARD_MODEL_HELP)
+            top.addWidget(title, 2)
+            model_spec = schema.FieldSpec(f"{prefix}options.model", "model", schema.TEXT, REWARD_MODEL_HELP)
+            self.model = PathEditor(model_spec, folder=True, parent=self)
+            self.model.line.setPlaceholderText("Hugging Face id (org/name) or a folder")
+            self.model.browse.setToolTip("Choose a local reward-model folder")
+            self.field_rows["options.model"] = FieldRow(self.model, self)
+            layout.addWidget(self.field_rows["options.model"])
+            self.model.edited.connect(self._model_edited)
+        else:
+            title = QLabel("<b>Python function</b>", self)
+            title.setToolTip(CUSTOM_HELP)
+            top.addWidget(title, 2)
+            file_spec = schema.FieldSpec(specs["name"].path, "file", schema.TEXT, CUSTOM_HELP)
+            self.file = RewardFileEditor(file_spec, lambda: editor.panel.doc.base_dir, self)
+            self.function = FunctionEditor(schema.FieldSpec(specs["name"].path, "function", schema.TEXT, CUSTOM_HELP),
+                                           self)
+            source = QWidget(self)
+            form = QFormLayout(source)
+            form.setContentsMargins(0, 0, 0, 0)
+            form.addRow("file", self.file)
+            form.addRow("function", self.function)
+            self.field_rows["name"] = FieldRow(source, self)
+            layout.addWidget(self.field_rows["name"])
+            self.file.edited.connect(self._file_edited)
+            self.function.edited.connect(lambda _value: self._source_edited())
+        top.addWidget(QLabel("label"))
+        top.addWidget(self.label)
+        top.addWidget(QLabel("weight"))
+        top.addWidget(self.weight)
+        top.addWidget(self.remove)
         layout.addWidget(self.problems)
-        self.name.edited.connect(lambda value: editor.set_item(self.index, {"name": value, "options": {}}))
+        self.label.edited.connect(lambda value: editor.set_item(self.index, {"label": value or None}))
         self.weight.edited.connect(lambda value: editor.set_item(self.index, {"weight": value}))
-        self.options.edited.connect(lambda value: editor.set_item(self.index, {"options": value}))
+        self.options.edited.connect(self._options_edited)
         self.remove.clicked.connect(lambda: editor.remove_item(self.index))
 
+    # -------------------------------------------------------------- editing
+
+    def _options_edited(self, value: dict) -> None:
+        if self.kind == "reward_model":
+            # `model` has its own field; the options box holds the rest.
+            value = {"model": (self._item.get("options") or {}).get("model", ""), **value}
+        self.editor.set_item(self.index, {"options": value})
+
+    def _model_edited(self, value: Any) -> None:
+        options = dict(self._item.get("options") or {})
+        options["model"] = value or ""
+        self.editor.set_item(self.index, {"options": options})
+
+    def _file_edited(self, _value: Any) -> None:
+        functions = functions_in(self.file.value() or "", self.editor.panel.doc.base_dir)
+        self.function.set_choices(functions)
+        if functions and self.function.value() not in functions:
+            self.function.set_value(functions[0])  # a new file: its first reward-shaped function
+        self._source_edited()
+
+    def _source_edited(self) -> None:
+        name = f"{(self.file.value() or '').strip()}:{self.function.value()}"
+        old = self._item.get("options") or {}
+        # Options belong to the function: keep only those the new one takes.
+        keep = function_options(name, self.editor.panel.doc.base_dir)
+        self.editor.set_item(self.index, {"name": name, "options": {k: v for k, v in old.items() if k in keep}})
+
     def _option_defaults(self) -> dict:
-        name = self.name.value()
-        return reward_options(name) if name in REWARDS else {}
+        name = self._item.get("name") if self._item else None
+        if self.kind == "registry":
+            return reward_options(name) if name in REWARDS else {}
+        if self.kind == "reward_model":
+            return {k: v for k, v in reward_options(REWARD_MODEL).items() if k != "model"}
+        return function_options(name, self.editor.panel.doc.base_dir) if isinstance(name, str) else {}
+
+    # ------------------------------------------------------------- showing
 
     def show_item(self, item: Any) -> None:
         item = item if isinstance(item, dict) else {}
-        self.name.set_value(item.get("name"))
+        self._item = item
+        name = item.get("name")
+        options = item.get("options") if isinstance(item.get("options"), dict) else {}
+        if self.name is not None:
+            self.name.set_value(name)
+        if self.model is not None:
+            model = options.get("model")
+            self.model.set_value(model if isinstance(model, str) else ("" if model is None else str(model)))
+            options = {k: v for k, v in options.items() if k != "model"}
+        if self.file is not None:
+            file, function = split_function_name(name)
+            self.file.set_value(file)
+            self.function.set_choices(functions_in(file, self.editor.panel.doc.base_dir))
+            self.function.set_value(function)
+        label = item.get("label")
+        self.label.set_value(label)
+        try:
+            default = component_label(name if isinstance(name, str) else "")
+        except Exception:  # a half-typed name: no default to show
+            default = ""
+        self.label.line.setPlaceholderText(default or "label")
         self.weight.set_value(item.get("weight"))
-        self.options.set_value(item.get("options") or {})
+        self.options.set_value(options)
 
 
 def _reward_model():
     return schema.field_spec(Preset, "rewards").model
 
 
+ADD_REWARD_MODEL = "reward model (Hugging Face)…"
+ADD_CUSTOM = "Python function…"
+
+
 class RewardsEditor(QGroupBox):
-    """The reward components (from the engine's registry), plus the places where reward
-    models and custom Python rewards will go."""
+    """The reward components: registry rewards, reward models and custom Python
+    functions, each with label, weight and options."""
 
     def __init__(self, panel: "SetupPanel"):
         super().__init__("Rewards", panel)
@@ -222,6 +439,7 @@ class RewardsEditor(QGroupBox):
         self.rows_box.setSpacing(4)
         self.adder = QComboBox(self)
         self.adder.setObjectName("reward-adder")
+        self.adder.setToolTip("A reward from the registry, a learned reward model, or your own Python function")
         self.add_button = QPushButton("Add component", self)
         add = QHBoxLayout()
         add.addWidget(self.adder, 1)
@@ -230,30 +448,7 @@ class RewardsEditor(QGroupBox):
         layout.addWidget(self.list_row)
         layout.addLayout(self.rows_box)
         layout.addLayout(add)
-        layout.addWidget(self._later_engine_issue())
         self.add_button.clicked.connect(self._add)
-
-    def _later_engine_issue(self) -> QWidget:
-        # LATER ENGINE ISSUE: reward models and custom Python reward functions. The
-        # engine's preset has no fields for them yet; when it does, these widgets become
-        # editors of those fields (a reward model id/folder; a file and function name)
-        # and this box is enabled. Until then they are shown, disabled, so users see
-        # where they will be.
-        box = QGroupBox("Reward model / custom Python function", self)
-        box.setObjectName("rewards-later")
-        box.setEnabled(False)
-        form = QFormLayout(box)
-        form.addRow("reward model", QLineEdit(placeholderText="Hugging Face id or folder"))
-        file_row = QHBoxLayout()
-        file_row.addWidget(QLineEdit(placeholderText="my_rewards.py"))
-        file_row.addWidget(QPushButton("Browse…"))
-        form.addRow("Python file", file_row)
-        form.addRow("function", QLineEdit(placeholderText="reward(prompts, completions, **fields)"))
-        note = QLabel("Coming with the next engine issue (reward models and custom Python rewards).")
-        note.setWordWrap(True)
-        note.setStyleSheet(NOTE_STYLE)
-        form.addRow(note)
-        return box
 
     def _items(self) -> list:
         value = self.panel.doc.get("rewards")
@@ -262,13 +457,14 @@ class RewardsEditor(QGroupBox):
     def refresh(self) -> None:
         items = self._items()
         names = [i.get("name") if isinstance(i, dict) else None for i in items]
-        if len(self.items) != len(items):
+        kinds = [reward_row_kind(n) for n in names]
+        if [row.kind for row in self.items] != kinds:
             for row in self.items:
                 self.rows_box.removeWidget(row)
                 row.hide()  # at once: deleteLater waits for the event loop
                 row.setParent(None)
                 row.deleteLater()
-            self.items = [RewardRow(self, i) for i in range(len(items))]
+            self.items = [RewardRow(self, i, kind) for i, kind in enumerate(kinds)]
             for row in self.items:
                 self.rows_box.addWidget(row)
         for row, item in zip(self.items, items):
@@ -277,12 +473,15 @@ class RewardsEditor(QGroupBox):
         for name in sorted(REWARDS):
             if name not in names:
                 self.adder.addItem(name)
-        self.add_button.setEnabled(self.adder.count() > 0)
+        self.adder.addItem(ADD_REWARD_MODEL)
+        self.adder.addItem(ADD_CUSTOM)
 
     def set_item(self, index: int, changes: dict) -> None:
         items = [dict(i) if isinstance(i, dict) else i for i in self._items()]
         if 0 <= index < len(items) and isinstance(items[index], dict):
             items[index].update(changes)
+            if items[index].get("label", "") is None:
+                del items[index]["label"]  # unset: the preset leaves it out
             self.panel.doc.set("rewards", items)
 
     def remove_item(self, index: int) -> None:
@@ -290,16 +489,67 @@ class RewardsEditor(QGroupBox):
         del items[index]
         self.panel.doc.set("rewards", items)
 
+    def _new_item(self, name: str, options: dict | None = None) -> dict:
+        defaults = {k: v for k, v in schema.item_defaults(_reward_model()).items() if v is not None}
+        item = {"name": name, **defaults, "options": options or {}}
+        # Two components may not share a label: number a second reward model, say.
+        taken = {component_label(i.get("name", ""), i.get("label")) for i in self._items()
+                 if isinstance(i, dict) and isinstance(i.get("name"), str)}
+        label, n = component_label(name), 2
+        while label in taken:
+            label, n = f"{component_label(name)}_{n}", n + 1
+        if label != component_label(name):
+            item["label"] = label
+        return item
+
     def _add(self) -> None:
-        name = self.adder.currentText()
-        if name:
-            self.panel.doc.set("rewards", self._items() + [{"name": name, **schema.item_defaults(_reward_model())}])
+        choice = self.adder.currentText()
+        if choice == ADD_REWARD_MODEL:
+            self.add_reward_model()
+        elif choice == ADD_CUSTOM:
+            self.add_custom()
+        elif choice:
+            self.panel.doc.set("rewards", self._items() + [self._new_item(choice)])
+
+    def add_reward_model(self, model: str = "") -> None:
+        """A reward-model component (the model field is then edited in its row)."""
+        self.panel.doc.set("rewards", self._items() + [self._new_item(REWARD_MODEL, {"model": model})])
+        if not model:
+            self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
+
+    def add_custom(self, path: str | None = None) -> None:
+        """A custom-function component from the Python file `path` (asked for when None),
+        naming its first function that takes (prompts, completions, ...)."""
+        base = self.panel.doc.base_dir
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Python file with the reward function", str(base or Path.cwd()),
+                                                  "Python files (*.py);;All files (*)")
+            if not path:
+                return
+        file = relative_to_preset(path, base)
+        functions = functions_in(file, base)
+        name = f"{file}:{functions[0] if functions else 'reward'}"
+        self.panel.doc.set("rewards", self._items() + [self._new_item(name)])
 
     def row_for(self, path: str) -> FieldRow | None:
         parts = path.split(".")
         if len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(self.items):
-            return self.items[int(parts[1])].problems
+            rows = self.items[int(parts[1])].field_rows
+            inner = ".".join(parts[2:])
+            while inner:
+                if inner in rows:
+                    return rows[inner]
+                inner = inner.rpartition(".")[0]
+            return rows[""]
         return self.list_row
+
+    def all_rows(self) -> dict[str, FieldRow]:
+        """Every row that shows problems, by the path it is about (rewards.1.options.model)."""
+        found = {}
+        for index, item in enumerate(self.items):
+            for inner, row in item.field_rows.items():
+                found[f"rewards.{index}" + (f".{inner}" if inner else "")] = row
+        return found
 
 
 class SetupPanel(QWidget):
@@ -496,7 +746,7 @@ class SetupPanel(QWidget):
         by_row: dict[int, tuple[FieldRow, list[str]]] = {}
         unplaced: list[str] = []
         all_rows = list(self.rows().values()) + [self.algorithm.row, self.rewards.list_row] + \
-            [r.problems for r in self.rewards.items]
+            list(self.rewards.all_rows().values())
         for row in all_rows:
             by_row[id(row)] = (row, [])
         for path, message in problems:
@@ -525,9 +775,9 @@ class SetupPanel(QWidget):
         for path, candidate in self.rows().items():
             if candidate is row:
                 return path
-        for index, item in enumerate(self.rewards.items):
-            if item.problems is row:
-                return f"rewards.{index}"
+        for path, candidate in self.rewards.all_rows().items():
+            if candidate is row:
+                return path
         return ""
 
     def _summarise(self, problems: list[tuple[str, str]], unplaced: list[str]) -> None:
