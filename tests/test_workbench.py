@@ -21,10 +21,10 @@ from workbench import runs, schema
 from workbench.app import classify_target, create_window
 from workbench.fields import BoolEditor, ChoiceEditor, NamesEditor, OptionsEditor
 from workbench.launcher import AttachedEngine, EngineProcess
-from workbench.main_window import CANCEL, DISCARD, LEAVE_RUNNING, LOG, SAMPLES, SAVE, SETUP, STOP_RUN, MainWindow
+from workbench.main_window import CANCEL, DISCARD, LEAVE_RUNNING, LOG, RUNS, SAMPLES, SAVE, SETUP, STOP_RUN, MainWindow
 from workbench.schema import format_value
 from workbench.settings import Settings
-from workbench_helpers import broken_model_folder, small_preset, write_run
+from workbench_helpers import small_preset, write_run
 
 ENGINE_TIMEOUT_MS = 150_000  # model load on a busy 2-core machine, then a few steps
 
@@ -319,7 +319,7 @@ def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot):
     assert window.shown[0].status == "stopped"
     assert rundir.complete_checkpoints(run_dir)
     assert "stopped" in window.header.status.text()
-    window.tabs.setCurrentIndex(3)
+    window.tabs.setCurrentIndex(RUNS)
     assert window.runs_view.summary(run_dir).status == "stopped"
 
 
@@ -397,7 +397,7 @@ def test_an_engine_that_exits_without_a_result_is_reported(window, qtbot, tmp_pa
 
 def test_a_past_run_opens_with_dashboard_samples_and_log(window, qtbot, tmp_path):
     run_dir = write_run(tmp_path / "runs", "past", steps=20)
-    window.tabs.setCurrentIndex(3)
+    window.tabs.setCurrentIndex(RUNS)
     window.runs_view.refresh()
     window.runs_view.select_paths([run_dir])
     qtbot.mouseClick(window.runs_view.open_button, Qt.LeftButton)
@@ -463,7 +463,7 @@ def test_dashboard_smoothing_axis_and_readout(window, qtbot, tmp_path):
 def test_two_runs_compare_with_their_differences(window, qtbot, tmp_path):
     a = write_run(tmp_path / "runs", "lr-small", steps=20, learning_rate=0.01)
     b = write_run(tmp_path / "runs", "lr-large", steps=30, learning_rate=0.05)
-    window.tabs.setCurrentIndex(3)
+    window.tabs.setCurrentIndex(RUNS)
     window.runs_view.refresh()
     window.runs_view.select_paths([a, b])
     assert window.runs_view.compare_button.isEnabled()

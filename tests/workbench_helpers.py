@@ -14,8 +14,6 @@ import yaml
 from engine import rundir
 from engine.preset import preset_from_dict, preset_to_dict
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILTIN_MODEL_DIR = ROOT / "assets" / "tiny-model"
 
 
 def small_preset(**training) -> dict:
@@ -71,12 +69,3 @@ def write_run(folder: Path, name: str, steps: int = 20, learning_rate: float = 0
             record["time"] = start + record.get("step", 0) * step_seconds
             f.write(json.dumps(record) + "\n")
     return run_dir
-
-
-def broken_model_folder(folder: Path) -> Path:
-    """A folder that passes the workbench's pre-launch checks (config.json, tokenizer.json)
-    but has no weights: the engine fails loading it and writes run_failed."""
-    folder.mkdir(parents=True)
-    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-        (folder / name).write_bytes((BUILTIN_MODEL_DIR / name).read_bytes())
-    return folder

@@ -49,7 +49,7 @@ from workbench.setup_panel import SetupPanel
 
 # Tab positions. (The inspector would sit best after Samples; it is last so that the
 # positions of the first five stay as they were.)
-SETUP, DASHBOARD, SAMPLES, RUNS, LOG, INSPECTOR = range(6)
+SETUP, DASHBOARD, SAMPLES, INSPECTOR, RUNS, LOG = range(6)
 SAVE, DISCARD, CANCEL = "Save", "Discard", "Cancel"
 STOP_RUN, LEAVE_RUNNING = "Stop the run", "Leave it running"
 
@@ -114,9 +114,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.setup, "Set-up")
         self.tabs.addTab(dash_split, "Dashboard")
         self.tabs.addTab(self.samples, "Samples")
+        self.tabs.addTab(self.inspector, "Inspector")
         self.tabs.addTab(self.runs_view, "Runs")
         self.tabs.addTab(self.log_view, "Log")
-        self.tabs.insertTab(INSPECTOR, self.inspector, "Inspector")
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()
