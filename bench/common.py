@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -204,6 +205,29 @@ def vmhwm_mb() -> float | None:
 
 def print_child_result(result: dict) -> None:
     print(RESULT_PREFIX + json.dumps(result), flush=True)
+
+
+def alternate_sides(name: str, repeats: int, work_prefix: str, keep_runs: bool,
+                    run_side: Callable[[str, Path], dict], describe: Callable[[dict], str]) -> dict[str, list[dict]]:
+    """Run our side and TRL's `repeats` times each, one process at a time, alternating
+    which goes first (so neither always runs on a warmer machine). `run_side(side, work)`
+    runs one side in the folder `work` and returns its result; `describe(result)` is
+    the progress line. Returns {"ours": [...], "trl": [...]}."""
+    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for rep in range(repeats):
+        order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
+        for side in order:
+            work = RUNS_DIR / f"{work_prefix}{name}-{stamp}-r{rep}-{side}"
+            work.mkdir(parents=True, exist_ok=True)
+            print(f"[{name}] repeat {rep + 1}/{repeats}: {side} ...", file=sys.stderr, flush=True)
+            result = run_side(side, work)
+            print(f"[{name}]   {side}: {describe(result)}, process {result['process_wall_s']:.0f}s",
+                  file=sys.stderr, flush=True)
+            runs[side].append(result)
+            if not keep_runs:
+                shutil.rmtree(work, ignore_errors=True)
+    return runs
 
 
 def make_clock():

@@ -37,13 +37,12 @@ import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    OUT, ROOT, child_env, fmt_table as _fmt_table, median_of, parameter_count, prepare_model,
-    print_child_result, read_child_result, run_child, tail, vmhwm_mb,
+    ROOT, alternate_sides, child_env, fmt_table as _fmt_table, make_clock, median_of, parameter_count,
+    prepare_model, print_child_result, read_child_result, run_child, tail, vmhwm_mb,
 )
 
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
@@ -179,7 +178,7 @@ def trl_child(args) -> int:
         torch.set_num_threads(args.threads)
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from engine.models import find_lora_targets, load_tokenizer
@@ -204,19 +203,7 @@ def trl_child(args) -> int:
         rewards_per_call.append(sum(values) / len(values))
         return values
 
-    class Clock(TrainerCallback):
-        def __init__(self):
-            self.ends: dict[int, float] = {}
-            self.logs: dict[int, dict] = {}
-
-        def on_step_end(self, _args, state, control, **kw):
-            self.ends[state.global_step] = time.perf_counter()
-
-        def on_log(self, _args, state, control, logs=None, **kw):
-            if logs and "loss" in logs:
-                self.logs[state.global_step] = dict(logs)
-
-    clock = Clock()
+    clock = make_clock()
     output_dir = Path(args.work_dir) / "trl-output"
     config = GRPOConfig(
         output_dir=str(output_dir),
@@ -287,22 +274,11 @@ def bench_model(args, name: str) -> dict:
     folder, note = prepare_model(name)
     params = parameter_count(folder)
     env = child_env(args.threads)
-    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for rep in range(args.repeats):
-        order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
-        for side in order:
-            work = OUT / "runs" / f"{name}-{stamp}-r{rep}-{side}"
-            work.mkdir(parents=True, exist_ok=True)
-            print(f"[{name}] repeat {rep + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
-            fn = run_ours if side == "ours" else run_trl_parent
-            result = fn(args, folder, work, env)
-            print(f"[{name}]   {side}: {result['samples_per_s']:.2f} samples/s, peak RSS "
-                  f"{result['peak_rss_mb']:.0f} MB, mean completion length {result['mean_completion_length']:.1f}, "
-                  f"process {result['process_wall_s']:.0f}s", file=sys.stderr, flush=True)
-            runs[side].append(result)
-            if not args.keep_runs:
-                shutil.rmtree(work, ignore_errors=True)
+    runs = alternate_sides(
+        name, args.repeats, '', args.keep_runs,
+        lambda side, work: (run_ours if side == "ours" else run_trl_parent)(args, folder, work, env),
+        lambda r: f"{r['samples_per_s']:.2f} samples/s, peak RSS {r['peak_rss_mb']:.0f} MB, "
+                  f"mean completion length {r['mean_completion_length']:.1f}")
     for r in runs["trl"]:
         bad = [n for n in r["completions_per_step"] if n != args.batch_size]
         if bad or len(r["completions_per_step"]) != args.steps - args.warmup:

@@ -49,12 +49,11 @@ import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    RUNS_DIR, child_env, clock_window, fmt_table, load_average_line, make_clock, mean_of,
+    alternate_sides, child_env, clock_window, fmt_table, load_average_line, make_clock, mean_of,
     median_of, parameter_count, prepare_model, prepare_reward_model, print_child_result, read_child_result,
     read_our_run, run_child, setup_trl112, tail, trl112_python, trl112_ready, vmhwm_mb, write_json,
 )
@@ -298,22 +297,11 @@ def bench_model(args, name: str, reward_model: Path) -> dict:
     folder, note = prepare_model(name)
     params = parameter_count(folder)
     env = child_env(args.threads)
-    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for rep in range(args.repeats):
-        order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
-        for side in order:
-            work = RUNS_DIR / f"ppo-{name}-{stamp}-r{rep}-{side}"
-            work.mkdir(parents=True, exist_ok=True)
-            print(f"[{name}] repeat {rep + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
-            fn = run_ours if side == "ours" else run_trl_parent
-            result = fn(args, folder, reward_model, work, env)
-            print(f"[{name}]   {side}: {result['samples_per_s']:.2f} samples/s, peak RSS "
-                  f"{result['peak_rss_mb']:.0f} MB, mean completion length {result['mean_completion_length']:.1f}, "
-                  f"process {result['process_wall_s']:.0f}s", file=sys.stderr, flush=True)
-            runs[side].append(result)
-            if not args.keep_runs:
-                shutil.rmtree(work, ignore_errors=True)
+    runs = alternate_sides(
+        name, args.repeats, 'ppo-', args.keep_runs,
+        lambda side, work: (run_ours if side == "ours" else run_trl_parent)(args, folder, reward_model, work, env),
+        lambda r: f"{r['samples_per_s']:.2f} samples/s, peak RSS {r['peak_rss_mb']:.0f} MB, "
+                  f"mean completion length {r['mean_completion_length']:.1f}")
     for r in runs["trl"]:
         bad = [n for n in r["completions_per_step"] if n != args.batch_size]
         if bad or len(r["completions_per_step"]) != args.steps - args.warmup:

@@ -14,7 +14,7 @@ import yaml
 from conftest import ROOT, small_preset_dict
 from engine import rundir
 from engine.cli import main, user_code_location
-from engine.custom_reward import function_options, load_custom_reward, static_problems
+from engine.custom_reward import function_options, static_problems
 from engine.preset import PresetError, preset_from_dict
 from engine.rewards import RewardError, absolute_reward_paths, build_reward_components, combine_rewards
 
