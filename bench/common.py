@@ -230,6 +230,28 @@ def alternate_sides(name: str, repeats: int, work_prefix: str, keep_runs: bool,
     return runs
 
 
+def compare_sides(runs: dict[str, list[dict]], params: int, steps_timed: int, extra_key: str) -> dict:
+    """Each side's medians over its repeats (samples/s, peak RSS, in-step fraction and the
+    benchmark's own `extra_key`) and the two ratios ours / TRL."""
+    summary = {}
+    for side in ("ours", "trl"):
+        rs = runs[side]
+        summary[side] = {
+            "side": side, "params": params, "steps_timed": steps_timed,
+            "samples_per_s": median_of(rs, "samples_per_s"),
+            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
+            extra_key: median_of(rs, extra_key),
+            "in_step_fraction": median_of(rs, "in_step_fraction"),
+            "trainable_parameters": rs[0]["trainable_parameters"],
+            "runs": rs,
+        }
+    return {
+        "ours": summary["ours"], "trl": summary["trl"],
+        "ratio_samples_per_s": summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"],
+        "ratio_peak_memory": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
+    }
+
+
 def make_clock():
     """A transformers TrainerCallback that records time.perf_counter() at the end of every
     optimizer step (`ends[global_step]`) and keeps every logged dict (`logs[global_step]`)."""

@@ -44,9 +44,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    OUT, alternate_sides, child_env, clock_window, fmt_table, load_average_line, make_clock, mean_of, median_of,
-    parameter_count, prepare_model, print_child_result, read_child_result, read_our_run, run_child, tail,
-    vmhwm_mb, write_json,
+    alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
+    mean_of, OUT, parameter_count, prepare_model, print_child_result, read_child_result, read_our_run,
+    run_child, tail, vmhwm_mb, write_json,
 )
 
 DATA_DIR = OUT / "data"
@@ -303,24 +303,10 @@ def bench_model(args, name: str, data_path: Path) -> dict:
     if ours0["trainable_parameters"] is not None and ours0["trainable_parameters"] != trl0["trainable_parameters"]:
         raise RuntimeError(f"trainable parameters differ: ours {ours0['trainable_parameters']}, "
                            f"TRL {trl0['trainable_parameters']}")
-    summary = {}
-    for side in ("ours", "trl"):
-        rs = runs[side]
-        summary[side] = {
-            "side": side, "params": params, "steps_timed": args.steps - args.warmup,
-            "samples_per_s": median_of(rs, "samples_per_s"),
-            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
-            "tokens_per_step": median_of(rs, "tokens_per_step"),
-            "in_step_fraction": median_of(rs, "in_step_fraction"),
-            "trainable_parameters": rs[0]["trainable_parameters"],
-            "runs": rs,
-        }
     return {
         "model": name, "path": str(folder), "note": note, "params": params,
         "lora_targets": trl0["lora_targets"], "trl_version": trl0["trl_version"],
-        "ours": summary["ours"], "trl": summary["trl"],
-        "ratio_samples_per_s": summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"],
-        "ratio_peak_memory": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
+        **compare_sides(runs, params, args.steps - args.warmup, "tokens_per_step"),
     }
 
 

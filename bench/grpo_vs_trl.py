@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    ROOT, alternate_sides, child_env, fmt_table as _fmt_table, make_clock, median_of, parameter_count,
-    prepare_model, print_child_result, read_child_result, run_child, tail, vmhwm_mb,
+    alternate_sides, child_env, compare_sides, fmt_table as _fmt_table, make_clock, parameter_count,
+    prepare_model, print_child_result, read_child_result, ROOT, run_child, tail, vmhwm_mb,
 )
 
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
@@ -288,24 +288,10 @@ def bench_model(args, name: str) -> dict:
     if ours_targets != trl_targets or runs["ours"][0]["trainable_parameters"] != runs["trl"][0]["trainable_parameters"]:
         raise RuntimeError(f"LoRA differs: ours {ours_targets} ({runs['ours'][0]['trainable_parameters']}), "
                            f"TRL {trl_targets} ({runs['trl'][0]['trainable_parameters']})")
-    summary = {}
-    for side in ("ours", "trl"):
-        rs = runs[side]
-        summary[side] = {
-            "side": side, "params": params, "steps_timed": args.steps - args.warmup,
-            "samples_per_s": median_of(rs, "samples_per_s"),
-            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
-            "mean_completion_length": median_of(rs, "mean_completion_length"),
-            "in_step_fraction": median_of(rs, "in_step_fraction"),
-            "trainable_parameters": rs[0]["trainable_parameters"],
-            "runs": rs,
-        }
     return {
         "model": name, "path": str(folder), "note": note, "params": params,
         "lora_targets": ours_targets,
-        "ours": summary["ours"], "trl": summary["trl"],
-        "ratio_samples_per_s": summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"],
-        "ratio_peak_memory": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
+        **compare_sides(runs, params, args.steps - args.warmup, "mean_completion_length"),
     }
 
 

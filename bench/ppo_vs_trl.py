@@ -53,8 +53,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    alternate_sides, child_env, clock_window, fmt_table, load_average_line, make_clock, mean_of,
-    median_of, parameter_count, prepare_model, prepare_reward_model, print_child_result, read_child_result,
+    alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
+    mean_of, parameter_count, prepare_model, prepare_reward_model, print_child_result, read_child_result,
     read_our_run, run_child, setup_trl112, tail, trl112_python, trl112_ready, vmhwm_mb, write_json,
 )
 
@@ -310,26 +310,12 @@ def bench_model(args, name: str, reward_model: Path) -> dict:
     ours0, trl0 = runs["ours"][0], runs["trl"][0]
     if ours0["lora_targets"] is not None and ours0["lora_targets"] != trl0["lora_targets"]:
         raise RuntimeError(f"LoRA targets differ: ours {ours0['lora_targets']}, TRL {trl0['lora_targets']}")
-    summary = {}
-    for side in ("ours", "trl"):
-        rs = runs[side]
-        summary[side] = {
-            "side": side, "params": params, "steps_timed": args.steps - args.warmup,
-            "samples_per_s": median_of(rs, "samples_per_s"),
-            "peak_rss_mb": median_of(rs, "peak_rss_mb"),
-            "mean_completion_length": median_of(rs, "mean_completion_length"),
-            "in_step_fraction": median_of(rs, "in_step_fraction"),
-            "trainable_parameters": rs[0]["trainable_parameters"],
-            "runs": rs,
-        }
     return {
         "model": name, "path": str(folder), "note": note, "params": params,
         "lora_targets": trl0["lora_targets"],
         "trl_lora_parameters": trl0["lora_parameters"],
         "trl_value_model_parameters": trl0["value_model_parameters"],
-        "ours": summary["ours"], "trl": summary["trl"],
-        "ratio_samples_per_s": summary["ours"]["samples_per_s"] / summary["trl"]["samples_per_s"],
-        "ratio_peak_memory": summary["ours"]["peak_rss_mb"] / summary["trl"]["peak_rss_mb"],
+        **compare_sides(runs, params, args.steps - args.warmup, "mean_completion_length"),
     }
 
 
