@@ -70,8 +70,7 @@ class DPOTrainer(Trainer):
 
     def pair_micro_batches(self, pairs: int) -> list[slice]:
         """Row slices of whole pairs; training.micro_batch_size counts pairs for DPO."""
-        size = (self.cfg.micro_batch_size or pairs) * PAIR
-        return [slice(i, min(i + size, pairs * PAIR)) for i in range(0, pairs * PAIR, size)]
+        return [slice(mb.start * PAIR, mb.stop * PAIR) for mb in self.micro_batches(pairs)]
 
     def side_logps(self, token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(chosen, rejected) sequence logps from interleaved rows; length-averaged for IPO."""

@@ -206,15 +206,7 @@ class PPOTrainer(Trainer):
     def write_step_outputs(self) -> None:
         last = self._last
         G = self.algo.num_generations
-        self.emit_samples([
-            {"index": i, "group": i // G,
-             "prompt": last["prompts"][i], "completion": last["completions"][i],
-             "reward": last["totals"][i],
-             "rewards": {k: v[i] for k, v in last["components"].items()},
-             # A sample's advantage here is its first token's (GAE gives one per token).
-             "advantage": float(last["advantages"][i, 0])}
-            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
-        ])
+        self.emit_rollout_samples(last, last["advantages"])
         rows = last["record_rows"]
         if not rows:
             return

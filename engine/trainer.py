@@ -267,7 +267,6 @@ class Trainer:
         """times: perf_counter at the start, after the rollout, after rewards, at the end."""
         t0, t1, t2, t3 = times
         metrics = {
-            "grad_norm": None,
             "learning_rate": self.scheduler.get_last_lr()[0],
             "step_time": t3 - t0,
             "timing/rollout": t1 - t0,
@@ -285,6 +284,21 @@ class Trainer:
     def emit_samples(self, samples: list[dict]) -> None:
         if samples:
             self.events.emit("samples", step=self.step, samples=samples)
+
+    def emit_rollout_samples(self, last: dict, advantages: torch.Tensor) -> None:
+        """The first log_completions sampled completions of an online step. `advantages`
+        is (B,) per completion or (B, T) per token; a per-token one is shown by its first
+        token's (for GAE and REINFORCE++ that token carries the whole return)."""
+        per_sample = advantages if advantages.dim() == 1 else advantages[:, 0]
+        G = self.preset.group_size
+        self.emit_samples([
+            {"index": i, "group": i // G,
+             "prompt": last["prompts"][i], "completion": last["completions"][i],
+             "reward": last["totals"][i],
+             "rewards": {k: v[i] for k, v in last["components"].items()},
+             "advantage": float(per_sample[i])}
+            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
+        ])
 
     def write_trajectories(self, records: list[dict]) -> None:
         for record in records:
@@ -575,17 +589,7 @@ class GRPOTrainer(Trainer):
         last = self._last
         G = self.algo.num_generations
         advantages = last["advantages"]
-        # Per-token estimators (REINFORCE++) give every token its own advantage; a
-        # sample shows the first token's, which for them is the sequence's return.
-        per_sample = advantages if advantages.dim() == 1 else advantages[:, 0]
-        self.emit_samples([
-            {"index": i, "group": i // G,
-             "prompt": last["prompts"][i], "completion": last["completions"][i],
-             "reward": last["totals"][i],
-             "rewards": {k: v[i] for k, v in last["components"].items()},
-             "advantage": float(per_sample[i])}
-            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
-        ])
+        self.emit_rollout_samples(last, advantages)
         rows = last["record_rows"]
         if not rows:
             return
