@@ -1,6 +1,6 @@
 """Trajectory inspector benchmark: rendering a long trajectory and switching the quantity.
 
-    python bench/inspector_bench.py [--tokens 2000] [--repeats 15]
+    python bench/inspector_bench.py [--tokens 2000] [--repeats 15] [--scan-steps 1000] [--scan-only]
     xvfb-run -a -s "-screen 0 1600x1000x24" python bench/inspector_bench.py   # under X (xcb)
 
 Writes a synthetic PPO run (one step file of 4 records, the first TOKENS tokens long, in
@@ -13,7 +13,10 @@ the engine's format, every per-token key PPO records) and, in an inspector windo
   3. switch quantity: picking each other quantity in turn, until painted again;
   4. hover: a pointer move over a token, until the token and the plot marker are
      repainted; and hovering the plot until the text is repainted;
-  5. resize: the window narrowed, until the text is re-laid out and painted.
+  5. resize: the window narrowed, until the text is re-laid out and painted;
+  6. prompt scan: reading the prompts of SCAN_STEPS step files of 4 records each
+     (TrajectoryIndex.scan_prompts, which the group view's prompt history uses), from
+     the first call until every step is scanned. `--scan-only` runs just this one, no Qt.
 
 Target (the inspector issue): render and switch each under 200 ms. It prints figures
 and asserts nothing; take them on a quiet machine.
@@ -96,6 +99,25 @@ def write_run(folder: Path, tokens: int) -> Path:
     return run_dir
 
 
+def prompt_scan_seconds(folder: Path, steps: int) -> float:
+    """Seconds for TrajectoryIndex.scan_prompts to read the prompts of `steps` step files
+    (4 records of 16 tokens each, 50 distinct prompts), in its default time slices."""
+    from engine import rundir
+    from workbench.inspector_data import TrajectoryIndex
+
+    run_dir = folder / "scan-bench"
+    rng = random.Random(1)
+    for step in range(1, steps + 1):
+        records = [dict(ppo_record(step, i, 16, rng), prompt=f"p{step % 50}") for i in range(4)]
+        rundir.write_trajectories(run_dir, step, records)
+    index = TrajectoryIndex(run_dir)
+    index.poll()
+    t0 = time.perf_counter()
+    while not index.scan_prompts():
+        pass
+    return time.perf_counter() - t0
+
+
 def stats(samples: list[float]) -> str:
     ms = [s * 1000 for s in samples]
     return f"median {statistics.median(ms):7.1f} ms   worst {max(ms):7.1f} ms   (n={len(ms)})"
@@ -106,7 +128,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--scan-steps", type=int, default=1000, help="step files for the prompt scan")
+    parser.add_argument("--scan-only", action="store_true", help="only the prompt scan (no Qt)")
     args = parser.parse_args()
+
+    scan_s = prompt_scan_seconds(Path(tempfile.mkdtemp(prefix="inspector-scan-")), args.scan_steps)
+    scan_line = f"  {'prompt scan of ' + format(args.scan_steps, ',') + ' step files':34s} {scan_s:.2f} s"
+    if args.scan_only:
+        print(scan_line)
+        return
 
     from PySide6.QtCore import QEvent, QPointF, Qt
     from PySide6.QtGui import QMouseEvent
@@ -200,9 +230,11 @@ def main() -> None:
               "resize": "resize (re-lay out the text)"}
     for key, label in labels.items():
         print(f"  {label:34s} {stats(results[key])}")
+    print(scan_line)
     print("  target: render and switch < 200 ms")
     if args.json:
         args.json.write_text(json.dumps({"tokens": args.tokens, "platform": platform, "load": load,
+                                         "prompt_scan_s": scan_s, "scan_steps": args.scan_steps,
                                          **{k: v for k, v in results.items()}}, indent=1))
     view.close()
 

@@ -5,13 +5,20 @@ the generations of one prompt contiguous:
     [p0_g0, p0_g1, ..., p0_g{G-1}, p1_g0, ...]
 
 Std is the unbiased (n - 1) estimate, as TRL uses (torch.std default).
+
+Group statistics are taken in float64 and the results returned in float32. A group whose
+rewards are all equal must give exactly zero advantage: in float32 the mean of eight
+0.7s is not 0.7, the residue (~6e-8) divided by std + eps (1e-4) became an advantage of
++-6e-4, and the group's std was not 0. In float64 the sum of up to 2**29 equal float32
+values is exact, so their mean is the value itself, the centred rewards and the std are
+exactly 0.
 """
 
 import torch
 
 
 def _grouped(rewards, num_generations):
-    """(B,) -> (num_prompts, G) float view, after checking B splits into groups.
+    """(B,) -> (num_prompts, G) float64 view, after checking B splits into groups.
 
     e.g. [1, 0, 1, 1], G=2 -> [[1, 0], [1, 1]]
     """
@@ -23,7 +30,7 @@ def _grouped(rewards, num_generations):
             f"number of rewards ({rewards.shape[0]}) is not divisible by "
             f"num_generations ({num_generations})"
         )
-    return rewards.float().view(-1, num_generations)
+    return rewards.double().view(-1, num_generations)
 
 
 # How centred rewards are scaled: (centred (P, G), grouped rewards (P, G), eps) -> (P, G).
@@ -57,7 +64,7 @@ def group_advantages(rewards, num_generations, scale_rewards="group", eps=1e-4):
         )
     grouped = _grouped(rewards, num_generations)  # (P, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)  # (P, G)
-    return _SCALERS[scale_rewards](centred, grouped, eps).reshape(-1)  # (B,)
+    return _SCALERS[scale_rewards](centred, grouped, eps).reshape(-1).float()  # (B,)
 
 
 def group_reward_std(rewards, num_generations):
@@ -67,11 +74,11 @@ def group_reward_std(rewards, num_generations):
     gives no learning signal (the frac_reward_zero_std metric).
 
     input:  rewards (B,), num_generations G
-    output: (num_prompts,)
+    output: (num_prompts,) float32, exactly 0 for a group of equal rewards
 
     e.g. rewards [1, 0, 1, 1], G=2 -> [sqrt(0.5), 0] = [0.7071, 0]
     """
-    return _grouped(rewards, num_generations).std(dim=1)
+    return _grouped(rewards, num_generations).std(dim=1).float()
 
 
 # ------------------------------------------------------------------ RLOO, REINFORCE++
@@ -92,7 +99,7 @@ def rloo_advantages(rewards, num_generations):
     """
     grouped = _grouped(rewards, num_generations)  # (P, G)
     others = (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
-    return (grouped - others).reshape(-1)
+    return (grouped - others).reshape(-1).float()
 
 
 def masked_whiten(values, mask, shift_mean=True, eps=1e-8):
@@ -168,8 +175,8 @@ def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
          -> std 0.4082 -> [[1.2247], [-1.2247], [0], [0]]
     """
     grouped = _grouped(rewards, num_generations)
-    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)  # (B,)
-    return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float32), mask)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)  # (B,) float64
+    return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float64), mask).float()
 
 
 # ---------------------------------------------------------------------------- PPO

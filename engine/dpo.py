@@ -126,7 +126,7 @@ class DPOTrainer(Trainer):
         ref_chosen, ref_rejected = self.reference_side_logps(examples, rows)
         t1 = time.perf_counter()
 
-        set_update_mode(self.model, True)
+        set_update_mode(self.model, True, lora_dropout=True)  # no ratio in DPO: see set_update_mode
         self.optimizer.zero_grad(set_to_none=True)
         num_recorded = min(self.cfg.record_rollouts, len(examples)) * PAIR
         B = len(examples)

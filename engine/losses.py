@@ -181,6 +181,27 @@ def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_h
     return per_token_loss, ratio, is_low_clipped, is_high_clipped
 
 
+def clip_fraction(flags, mask, importance_sampling_level="token"):
+    """Share of the batch that the clip cut off: of its tokens at token level; of its
+    sequences at sequence level (GSPO), as TRL counts them, since there the ratio and so
+    the clip is one per sequence. Sequences with no real token are left out.
+
+    A sequence counts by the share of its tokens flagged: 0 or 1 with one advantage per
+    sequence; per-token advantages (REINFORCE++) can flag only some of its tokens.
+
+    input:  flags (B, T) bool, mask (B, T)
+    output: python float
+
+    e.g. flags [[T, T, T, F], [F, F, F, F]], mask [[1, 1, 1, 0], [1, 0, 0, 0]]
+         -> token 3/4 = 0.75; sequence mean(1, 0) = 0.5
+    """
+    if importance_sampling_level != "sequence":
+        return masked_mean(flags.float(), mask).item()
+    per_sequence = masked_mean(flags.float(), mask, dim=1)  # (B,)
+    present = mask.bool().any(-1)
+    return (per_sequence[present].sum() / present.sum().clamp(min=1)).item()
+
+
 # Loss aggregation: (per_token_loss (B, T), mask (B, T), max_completion_length) -> scalar.
 # They differ only in how tokens are weighted against each other.
 
@@ -247,7 +268,8 @@ def grpo_loss(
             ref_logprobs (B, T) or None, advantages (B,) or (B, T), mask (B, T)
     output: (loss scalar tensor,
              info {"kl", "clip_ratio/low_mean", "clip_ratio/high_mean",
-                   "clip_ratio/region_mean"} python floats over masked tokens,
+                   "clip_ratio/region_mean"} python floats over masked tokens (the
+                   clip ratios over sequences at sequence level, see clip_fraction),
              per_token {"ratio": (B, T), "kl": (B, T) or None, "clipped": (B, T) bool},
              all detached; at masked positions ratio is 1, kl 0, clipped False)
 
@@ -281,9 +303,9 @@ def grpo_loss(
     region = low | high
     info = {
         "kl": 0.0 if kl is None else masked_mean(kl.detach(), mask).item(),
-        "clip_ratio/low_mean": masked_mean(low.float(), mask).item(),
-        "clip_ratio/high_mean": masked_mean(high.float(), mask).item(),
-        "clip_ratio/region_mean": masked_mean(region.float(), mask).item(),
+        "clip_ratio/low_mean": clip_fraction(low, mask, importance_sampling_level),
+        "clip_ratio/high_mean": clip_fraction(high, mask, importance_sampling_level),
+        "clip_ratio/region_mean": clip_fraction(region, mask, importance_sampling_level),
     }
     per_token = {
         "ratio": ratio.detach(),
@@ -333,7 +355,11 @@ def clipped_value_loss(values, old_values, returns, mask, cliprange_value):
 
     e.g. V 2.0, V_old 1.0, R 3.0, c 0.2 -> clipped V 1.2 -> max(1, 3.24) -> 0.5 * 3.24 = 1.62
     """
-    clipped_values = old_values + (values - old_values).clamp(-cliprange_value, cliprange_value)
+    # clamp(V, V_old - c, V_old + c) as TRL, not V_old + clamp(V - V_old, -c, c): inside
+    # the range the latter is V plus rounding noise (V = -0.1, V_old = 0.03 gives V + 7e-9),
+    # whose squared error can come out larger, so the token counted as clipped. clamp
+    # returns V itself inside the range.
+    clipped_values = torch.clamp(values, old_values - cliprange_value, old_values + cliprange_value)
     plain = (values - returns) ** 2
     clipped = (clipped_values - returns) ** 2
     loss = 0.5 * masked_mean(torch.maximum(plain, clipped), mask)

@@ -17,7 +17,6 @@ import os
 import random
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,6 +38,7 @@ from engine.models import LoadedModel, check_context_fits, load_model, parameter
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward, build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
+from engine.stopping import StopFlag  # noqa: F401 (also re-exported: engine.trainer.StopFlag)
 from engine.trajectories import trajectory_records
 
 log = logging.getLogger(__name__)
@@ -46,18 +46,6 @@ log = logging.getLogger(__name__)
 
 class RunAborted(RuntimeError):
     """The run cannot go on (for example too many non-finite steps)."""
-
-
-@dataclass
-class StopFlag:
-    """Set from a signal handler or the stdin reader; checked between steps."""
-
-    requested: bool = False
-    reason: str = ""
-
-    def request(self, reason: str) -> None:
-        if not self.requested:
-            self.requested, self.reason = True, reason
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
@@ -86,15 +74,27 @@ def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: tor
     return micro_mask.shape[0] / batch_mask.shape[0]
 
 
-def set_update_mode(model, updating: bool) -> None:
-    """Dropout of the base model stays off throughout: with it on, the update's
-    logprobs would not be those of the policy that sampled (and the ratio would be
-    noise). Only the LoRA adapter's own dropout is active, and only in updates."""
+def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
+    """Every dropout stays off, the base model's and the adapter's, in sampling, in the
+    passes that give old logprobs and in the updates, as TRL's `disable_dropout`: a pass
+    whose logprobs feed an importance ratio (GRPO, PPO) must be dropout-free, or at
+    identical weights the ratio is not 1 but noise (up to 0.19 in logprob with LoRA
+    dropout 0.05). With `lora_dropout` (DPO only: it has no ratio, it compares with a
+    reference pass that has the adapter off) the adapter's dropout is on in updates."""
     model.eval()
-    if updating:
+    if updating and lora_dropout:
         for name, module in model.named_modules():
             if name.endswith("lora_dropout"):
                 module.train()
+
+
+def _discard_checkpoint(folder: Path) -> None:
+    """Delete a checkpoint folder so that no moment of it looks like a complete,
+    half-deleted checkpoint: renamed to a .tmp name first (resume ignores those)."""
+    doomed = folder.with_name(folder.name + ".old.tmp")
+    shutil.rmtree(doomed, ignore_errors=True)
+    folder.rename(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class Trainer:
@@ -111,17 +111,25 @@ class Trainer:
         self.step = 0
         self.nonfinite_steps = 0
         self.events: rundir.EventWriter | None = None
+        self._saved_step: int | None = None  # the step of the checkpoint saved last
 
         torch.manual_seed(self.cfg.seed)
         random.seed(self.cfg.seed)
+        # Set-up milestones: a stop requested while setting up ends the run here (the CLI's
+        # signal handler also raises at once; this catches a stop from stdin and one that
+        # library code swallowed).
+        self.stop.check_setup()
         self.train_examples, self.eval_examples = self.load_examples(preset_dir)
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.accuracy_reward = accuracy_reward_name(preset.data, self.eval_examples)
+        self.stop.check_setup()
         self.loaded: LoadedModel = load_model(preset.model)
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
+        self.stop.check_setup()
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
+        self.stop.check_setup()
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
                            self.algo.max_completion_length, self.loaded.context_length)
 
@@ -356,10 +364,14 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
-        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete."""
+        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete.
+        A checkpoint is deleted (replaced, or pruned past save_total_limit) by renaming
+        it to a .tmp name first, so a kill at any moment leaves every checkpoint folder
+        either complete or named .tmp (which resume ignores, and the next save removes)."""
         final = rundir.checkpoint_dir(self.run_dir, self.step)
         tmp = final.with_name(final.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
+        for stale in final.parent.glob("step_*.tmp"):  # left by a killed engine
+            shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
         self.model.save_pretrained(tmp)
         torch.save({
@@ -374,10 +386,11 @@ class Trainer:
         state = {"step": self.step, "data_position": self.stream.position,
                  "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
         (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
-        shutil.rmtree(final, ignore_errors=True)
+        if final.exists():
+            _discard_checkpoint(final)
         tmp.rename(final)
         for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
-            shutil.rmtree(old, ignore_errors=True)
+            _discard_checkpoint(old)
         return final
 
     def load_checkpoint(self, folder: Path) -> None:
@@ -417,18 +430,27 @@ class Trainer:
 
     def run(self, on_step=None, resume_from: Path | None = None) -> str:
         """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
-        (the caller writes run_failed)."""
+        (the caller writes run_failed), and StopDuringSetup, before writing anything, when a
+        stop came during set-up.
+
+        A checkpoint is saved every save_steps and at the end, unless no step was trained
+        (stopped before the first step: nothing new to save) or this step is saved already."""
+        self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.events = rundir.EventWriter(self.run_dir)
-        if resume_from is None:
-            save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
-            self.events.emit("run_started", step=0, **self.run_started_fields())
-            self._evaluate_and_emit()
-        else:
-            self.load_checkpoint(resume_from)
-            self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
-                             data_position=self.stream.position, **self.run_started_fields())
+        self._saved_step = None
         try:
+            if resume_from is None:
+                save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
+                self.events.emit("run_started", step=0, **self.run_started_fields())
+                if not self.stop.requested:
+                    self._evaluate_and_emit()
+            else:
+                self.load_checkpoint(resume_from)
+                self._saved_step = self.step
+                self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
+                                 data_position=self.stream.position, **self.run_started_fields())
+            first_step = self.step
             while self.step < self.cfg.max_steps and not self.stop.requested:
                 metrics = self.train_step()
                 if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
@@ -441,11 +463,18 @@ class Trainer:
                 if on_step is not None:
                     on_step(self.step, metrics)
             status = "stopped" if self.step < self.cfg.max_steps else "done"
-            if status == "done":
+            if status == "done" and self.step > first_step:
                 self._evaluate_and_emit()
-            self._save_and_emit()
+            if self.step > first_step and self._saved_step != self.step:
+                self._save_and_emit()
+            fields = {}
+            if self.step == first_step and status == "stopped":
+                fields["message"] = ("stopped before the first step: nothing new to checkpoint"
+                                     + ("" if resume_from is None else f"; resume continues from {resume_from.name}"))
+            newest = rundir.complete_checkpoints(self.run_dir)
             self.events.emit("run_finished", step=self.step, status=status,
-                             reason=self.stop.reason if status == "stopped" else "max_steps reached")
+                             reason=self.stop.reason if status == "stopped" else "max_steps reached",
+                             checkpoint=str(newest[-1].relative_to(self.run_dir)) if newest else None, **fields)
             return status
         finally:
             self.events.close()
@@ -460,6 +489,7 @@ class Trainer:
 
     def _save_and_emit(self) -> None:
         path = self.save_checkpoint()
+        self._saved_step = self.step
         self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
 
 
@@ -499,6 +529,12 @@ class GRPOTrainer(Trainer):
         ref_all = None
         if self.algo.beta > 0:
             ref_all = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(batch)])
+        seq_weights = []
+        if self.algo.importance_sampling_level == "sequence":
+            # GSPO's clip ratios are means over sequences (engine.losses.clip_fraction): a
+            # micro-batch's share is its share of the batch's non-empty sequences.
+            present = mask.bool().any(-1)
+            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in self.micro_batches(batch)]
         for iteration in range(self.algo.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total, info_total = 0.0, {}
@@ -526,7 +562,8 @@ class GRPOTrainer(Trainer):
                 (loss * weight).backward()
                 loss_total += loss.detach().item() * weight
                 for key, value in info.items():
-                    info_total[key] = info_total.get(key, 0.0) + value * weight
+                    info_total[key] = info_total.get(key, 0.0) + value * (
+                        seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
                 if iteration == self.algo.num_iterations - 1:
                     per_token["ratio"][mb] = tok["ratio"]
                     per_token["clipped"][mb] = tok["clipped"].float()
@@ -567,7 +604,8 @@ class GRPOTrainer(Trainer):
         tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
         metrics = self.rollout_metrics(rollout, rewards, components)
         metrics.update({
-            "frac_reward_zero_std": float(torch.isclose(group_reward_std(rewards, G), torch.zeros(())).float().mean()),
+            # exact: group_reward_std is exactly 0 for a group of equal rewards
+            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
             "loss": update["loss"],
             "kl": info.get("kl") if update["ref"] is not None else None,
             "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),

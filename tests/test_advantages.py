@@ -73,3 +73,62 @@ def test_errors():
         group_advantages(REWARDS, 2, scale_rewards="global")
     with pytest.raises(ValueError, match="num_generations"):
         group_advantages(REWARDS, 1)
+
+
+# --------------------------------------------- equal rewards give exactly zero advantage
+# In float32 the mean of eight 0.7s is not 0.7: the residue (~6e-8) divided by std + eps
+# (1e-4) gave advantages of +-6e-4 to a group with no signal, and its std was not 0, so
+# frac_reward_zero_std (exact zero std) missed it.
+
+from engine.advantages import reinforce_pp_baseline_advantages, rloo_advantages  # noqa: E402
+
+EQUAL_GROUPS = [0.7, 0.1, 0.3, 1 / 3, 0.9, 2.7, 0.05]  # none has an exact float32 mean of 8 copies
+
+
+@pytest.mark.parametrize("value", EQUAL_GROUPS)
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(value, scale):
+    # group 0 all equal; group 1 [0, 1, 0, 1, ...] has signal (mean 0.5, so batch std > 0)
+    rewards = torch.tensor([value] * 8 + [0.0, 1.0] * 4)
+    out = group_advantages(rewards, 8, scale)
+    assert out.dtype == torch.float32
+    assert torch.equal(out[:8], torch.zeros(8))
+    # the other group is untouched: centred +-0.5; group std sqrt(8 * 0.25 / 7)
+    if scale == "group":
+        a = 0.5 / (math.sqrt(2 / 7) + 1e-4)
+        close(out[8:], [-a, a] * 4)
+
+
+@pytest.mark.parametrize("value", EQUAL_GROUPS)
+@pytest.mark.parametrize("G", [7, 8, 12])
+def test_equal_rewards_have_exactly_zero_std(value, G):
+    # float32 gave e.g. 6.4e-8 for seven 0.7s
+    assert group_reward_std(torch.tensor([value] * G), G).item() == 0.0
+    assert torch.equal(group_advantages(torch.tensor([value] * G), G), torch.zeros(G))
+    # frac_reward_zero_std counts exactly those groups: 1 of 2
+    std = group_reward_std(torch.tensor([value] * G + [0.0, 1.0] + [0.5] * (G - 2)), G)
+    assert (std == 0).float().mean().item() == 0.5
+
+
+@pytest.mark.parametrize("value", EQUAL_GROUPS)
+def test_rloo_equal_rewards_give_exactly_zero(value):
+    # baseline = (sum - r) / (G - 1) must be r itself when all are equal
+    out = rloo_advantages(torch.tensor([value] * 8 + [1.0, 0.0] * 4), 8)
+    assert torch.equal(out[:8], torch.zeros(8))
+    # group [1, 0, 1, 0, ...]: baselines 3/7 (for a 1) and 4/7 (for a 0) -> 4/7, -4/7
+    close(out[8:], [4 / 7, -4 / 7] * 4)
+
+
+@pytest.mark.parametrize("value", EQUAL_GROUPS)
+def test_reinforce_pp_baseline_equal_rewards_give_exactly_zero(value):
+    mask = torch.ones(16, 3)
+    # every group equal: nothing to whiten, every advantage exactly 0
+    out = reinforce_pp_baseline_advantages(torch.tensor([value] * 8 + [0.2] * 8), mask, 8)
+    assert torch.equal(out, torch.zeros(16, 3))
+    # one equal group beside a symmetric one (centred +-0.5, batch mean 0): the equal
+    # group's centred 0 whitens to exactly 0; the other to +-0.5 / std, with the unbiased
+    # std over 48 tokens of which 24 are +-0.5: sqrt(24 * 0.25 / 47)
+    out = reinforce_pp_baseline_advantages(torch.tensor([value] * 8 + [1.0, 0.0] * 4), mask, 8)
+    assert torch.equal(out[:8], torch.zeros(8, 3))
+    a = 0.5 / math.sqrt(24 * 0.25 / 47 + 1e-8)
+    close(out[8:, 0], [a, -a] * 4)

@@ -8,7 +8,13 @@ import torch
 
 from conftest import small_preset_dict
 from engine import rundir
-from engine.advantages import rloo_advantages
+from engine.advantages import (
+    group_advantages,
+    last_token_rewards,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    rloo_advantages,
+)
 from engine.dpo import DPOTrainer
 from engine.ppo import PPOTrainer
 from engine.preset import preset_from_dict
@@ -212,21 +218,83 @@ def test_dpo_file_without_rejected_column_names_it(tmp_path):
 # --------------------------------------------------------- GRPO estimator variants
 
 
-@pytest.mark.parametrize("algorithm", [
-    {"advantage_estimator": "rloo"},
-    {"advantage_estimator": "reinforce_pp"},
-    {"advantage_estimator": "reinforce_pp_baseline"},
-    {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4, "num_iterations": 2},
-])
-def test_grpo_variants_train(tmp_path, algorithm):
-    data = small_preset_dict(max_steps=2)
-    data["algorithm"].update(algorithm)
+def record_grpo_loss_calls(monkeypatch):
+    """Wrap engine.trainer.grpo_loss: each call's advantages, importance_sampling_level,
+    logprobs, old logprobs and mask, and the per-token ratio it returned."""
+    import engine.trainer as trainer_module
+
+    calls, real = [], trainer_module.grpo_loss
+
+    def recording(logprobs, old_logprobs, ref_logprobs, advantages, mask, **kwargs):
+        out = real(logprobs, old_logprobs, ref_logprobs, advantages, mask, **kwargs)
+        calls.append({"advantages": advantages.detach().clone(), "level": kwargs.get("importance_sampling_level"),
+                      "logprobs": logprobs.detach().clone(), "old": old_logprobs.detach().clone(),
+                      "mask": mask.clone(), "ratio": out[2]["ratio"].clone()})
+        return out
+
+    monkeypatch.setattr(trainer_module, "grpo_loss", recording)
+    return calls
+
+
+# Each estimator's pure function, on a step's rewards (B,) and completion mask (B, T).
+ESTIMATORS = {
+    "grpo": lambda r, m, G: group_advantages(r, G),
+    "rloo": lambda r, m, G: rloo_advantages(r, G),
+    "reinforce_pp": lambda r, m, G: reinforce_pp_advantages(last_token_rewards(r, m), m),
+    "reinforce_pp_baseline": lambda r, m, G: reinforce_pp_baseline_advantages(r, m, G),
+}
+
+
+def test_each_estimators_advantages_reach_the_loss(tmp_path, monkeypatch):
+    # The trainer could ignore advantage_estimator and still produce a loss: check that the
+    # advantages grpo_loss receives are the chosen estimator's, on the step's own rewards.
+    calls = record_grpo_loss_calls(monkeypatch)
+    passed, rewards = {}, {}
+    for estimator, function in ESTIMATORS.items():
+        calls.clear()
+        data = small_preset_dict(max_steps=1)
+        data["algorithm"]["advantage_estimator"] = estimator
+        trainer = GRPOTrainer(preset_from_dict(data), tmp_path / estimator)
+        assert trainer.train_step()["loss"] is not None
+        last = trainer._last
+        step_rewards = torch.tensor(last["totals"], dtype=torch.float32)
+        expected = function(step_rewards, last["rollout"].completion_mask, 4)
+        (call,) = calls  # one micro-batch, one iteration
+        assert call["level"] == "token"
+        torch.testing.assert_close(call["advantages"], expected, rtol=0, atol=0)
+        passed[estimator], rewards[estimator] = call["advantages"], step_rewards
+    # same seed, same weights: the same rollout and rewards for every estimator ...
+    assert all(torch.equal(r, rewards["grpo"]) for r in rewards.values())
+    assert len(set(rewards["grpo"].tolist())) > 1  # (a step with some signal)
+    # ... so switching the estimator is what changed the advantages
+    names = sorted(passed)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            same_shape = passed[a].shape == passed[b].shape
+            assert not (same_shape and torch.allclose(passed[a], passed[b])), (a, b)
+
+
+def test_gspo_passes_sequence_level_and_uses_the_sequence_ratio(tmp_path, monkeypatch):
+    calls = record_grpo_loss_calls(monkeypatch)
+    data = small_preset_dict(max_steps=1, learning_rate=0.05)
+    data["algorithm"].update({"importance_sampling_level": "sequence", "num_iterations": 2,
+                              "epsilon": 3e-4, "epsilon_high": 4e-4})
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
-    assert trainer.run() == "done"
-    for event in metrics_events(tmp_path / "run"):
-        assert event["loss"] is not None and event["grad_norm"] is not None
-    record = first_trajectory(tmp_path / "run")
-    assert len(record["advantage"]) == len(record["tokens"])
+    trainer.train_step()
+    assert [c["level"] for c in calls] == ["sequence", "sequence"]
+    second = calls[1]  # after one optimizer step: the ratio has moved from 1
+    mask = second["mask"].bool()
+    # every real token of a completion carries its sequence's ratio:
+    # exp(mean over its tokens of (logprob - old logprob))
+    log_ratio = torch.where(mask, second["logprobs"] - second["old"], 0.0).sum(-1) / mask.sum(-1).clamp(min=1)
+    expected = torch.exp(log_ratio)[:, None].expand_as(second["ratio"])
+    torch.testing.assert_close(second["ratio"][mask], expected[mask])
+    assert not torch.allclose(second["ratio"][mask], torch.ones(int(mask.sum())))
+    # not the per-token ratio: that one varies along a completion
+    token_ratio = torch.exp(second["logprobs"] - second["old"])
+    assert not torch.allclose(token_ratio[mask], second["ratio"][mask])
+    # and the inspector records the same per-sequence ratio
+    torch.testing.assert_close(trainer._last["per_token"]["ratio"][mask], second["ratio"][mask])
 
 
 def test_rloo_advantages_reach_the_samples(tmp_path):
@@ -237,3 +305,39 @@ def test_rloo_advantages_reach_the_samples(tmp_path):
     samples = next(e for e in rundir.read_events(tmp_path / "run") if e["type"] == "samples")["samples"]
     expected = rloo_advantages(torch.tensor([s["reward"] for s in samples]), 4)
     assert [s["advantage"] for s in samples] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+def test_ppo_first_epoch_ratio_is_exactly_one_with_lora_dropout(tmp_path):
+    # The old pass and the first update pass see the same weights: with every dropout off
+    # (TRL's disable_dropout) their logprobs are the same, so the ratio is exactly 1.
+    # With the adapter's dropout on in the update it was noise and got clipped.
+    from test_trainer import randomise_lora_b
+
+    data = small_preset_dict(max_steps=1)
+    data["model"]["lora"]["dropout"] = 0.05
+    data["algorithm"] = {"name": "ppo", "max_completion_length": 10, "num_ppo_epochs": 1}
+    trainer = PPOTrainer(preset_from_dict(data), tmp_path / "run")
+    randomise_lora_b(trainer.model)
+    metrics = trainer.train_step()
+    mask = trainer._last["rollout"].completion_mask.bool()
+    assert mask.sum() > 0
+    assert torch.equal(trainer._last["ratio"][mask], torch.ones(int(mask.sum())))
+    assert metrics["policy/clipfrac_avg"] == 0.0 and metrics["policy/approxkl_avg"] == 0.0
+
+
+@pytest.mark.parametrize("make", [ppo_preset, dpo_preset], ids=["ppo", "dpo"])
+def test_one_step_changes_the_adapter_and_value_head_only(tmp_path, make):
+    # A finite loss does not show that anything trained: the step must move the LoRA
+    # weights (and PPO's value head) and leave the base model's weights as they were.
+    trainer = build_trainer(make(), tmp_path / "run")
+    named = dict(trainer.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in named.items()}
+    head_before = [p.detach().clone() for p in getattr(trainer, "value_head", torch.nn.Linear(1, 1)).parameters()]
+    trainer.train_step()
+    lora = [n for n, p in named.items() if p.requires_grad]
+    assert lora and all("lora_" in n for n in lora)
+    assert any(not torch.equal(before[n], named[n]) for n in lora), "no adapter weight changed"
+    assert all(torch.equal(before[n], named[n]) for n in named if n not in lora), "a base weight changed"
+    if isinstance(trainer, PPOTrainer):
+        assert any(not torch.equal(a, b) for a, b in zip(head_before, trainer.value_head.parameters())), \
+            "the value head did not change"

@@ -5,6 +5,7 @@ side by side, export, a live run's new steps, and the samples table's double-cli
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -14,6 +15,7 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QHelpEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
+from engine import rundir
 from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, write_steps
 from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE, InspectorView
 from workbench.inspector_colors import DIVERGING_STOPS, hex_to_rgb, text_hex
@@ -277,8 +279,20 @@ def test_export_writes_every_token_with_its_colour(inspector, tmp_path):
         assert close(colour, bg.name(), 3.0)  # the view's colours (a table step apart at most)
     for token in side.tokens:
         assert token_display(token).replace("<", "&lt;").replace(">", "&gt;") in page
+    # each token's span carries its own numbers: the title holds the logprob shown,
+    # the one the engine wrote for that token (4 significant digits)
+    on_disk = next(r for r in rundir.read_trajectories(run_dir, inspector.step) if r["index"] == inspector.current.index)
+    titles = [html.unescape(t) for t in re.findall(r"data-i='\d+' style='[^']*' title='([^']*)'", page)]
+    assert len(titles) == len(on_disk["tokens"]) == len(side)
+    for i, title in enumerate(titles):
+        lines = title.split("\n")
+        assert lines[0].startswith(f"token {i}: ")
+        shown = [line for line in lines if line.startswith("logprob ")]
+        assert shown and float(shown[0].split()[-1]) == pytest.approx(on_disk["logprob"][i], rel=1e-3, abs=1e-4)
+    # the JSON export is the engine's record, read back number for number
     record = json.loads(inspector.export_json_to(tmp_path / "t.json").read_text(encoding="utf-8"))
-    assert record == inspector.current.record
+    assert record == on_disk
+    assert record["logprob"] == on_disk["logprob"] and record["ratio"] == on_disk["ratio"]
 
 
 def test_a_live_run_shows_its_new_steps(inspector, tmp_path):
@@ -363,4 +377,6 @@ def test_odd_records_do_not_break_the_view(inspector, tmp_path):
     assert inspector.current.index == 1 and "kl" not in inspector.current.quantities()
     assert inspector.key == "advantage" and inspector.scale.scale == 0.0
     assert all(c.name() == "#d4d4d4" for c in inspector.sides[0].view.background)  # nulls: grey
-    assert inspector.export_html_to(tmp_path / "n.html").exists()
+    # the export of a record with no values: each of its 5 tokens grey, as in the view
+    page = inspector.export_html_to(tmp_path / "n.html").read_text(encoding="utf-8")
+    assert re.findall(r"data-i='\d+' style='background:(#[0-9a-f]{6})", page) == ["#d4d4d4"] * 5

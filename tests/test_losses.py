@@ -408,6 +408,41 @@ def test_gspo_gives_every_token_the_sequence_ratio_and_clips_it_whole():
     assert tok["clipped"].tolist() == [[False, True]]
 
 
+def test_gspo_clip_ratios_count_sequences_not_tokens():
+    # TRL counts GSPO's clip flags once per sequence: the ratio (and the clip) is one per
+    # sequence, so a long clipped sequence must not weigh more than a short unclipped one.
+    # Row 0: 3 real tokens, log-ratios [0.1, 0.5, 0.3] -> sequence log-ratio 0.3 -> e^0.3
+    #        = 1.35 > 1.2 with A = +1: high-clipped (all 3 tokens flagged).
+    # Row 1: 1 real token, log-ratio 0 -> ratio 1, A = -1: not clipped.
+    # Per token: 3 of 4 tokens = 0.75; per sequence: 1 of 2 = 0.5.
+    lp = torch.tensor([[0.1, 0.5, 0.3, 7.0], [0.0, 9.0, 9.0, 9.0]])
+    old = torch.zeros(2, 4)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    adv = torch.tensor([1.0, -1.0])
+    kwargs = dict(beta=0.0, epsilon_low=0.2, epsilon_high=0.2, loss_type="dapo", max_completion_length=4)
+    _, info, tok = grpo_loss(lp, old, None, adv, mask, importance_sampling_level="sequence", **kwargs)
+    assert tok["clipped"][0, :3].all() and not tok["clipped"][1, 0]
+    assert info["clip_ratio/high_mean"] == 0.5
+    assert info["clip_ratio/region_mean"] == 0.5
+    assert info["clip_ratio/low_mean"] == 0.0
+    # A row with no real token (a masked-out truncated completion) is not a sequence.
+    empty = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    _, info, _ = grpo_loss(torch.cat([lp, torch.zeros(1, 4)]), torch.zeros(3, 4), None,
+                           torch.tensor([1.0, -1.0, 1.0]), empty, importance_sampling_level="sequence", **kwargs)
+    assert info["clip_ratio/region_mean"] == 0.5
+    # token level still counts tokens: row 0's tokens 2 and 3 (e^0.5, e^0.3 > 1.2): 2 of 4
+    _, info, _ = grpo_loss(lp, old, None, adv, mask, **kwargs)
+    assert info["clip_ratio/high_mean"] == 0.5 and info["clip_ratio/region_mean"] == 0.5
+    # ... which differs from the per-sequence count once row 1 has more tokens:
+    # row 1 with 3 tokens, none clipped -> token 2/6, sequence still 1/2
+    mask3 = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 0]])
+    lp3 = torch.tensor([[0.1, 0.5, 0.3, 7.0], [0.0, 0.0, 0.0, 9.0]])
+    _, info, _ = grpo_loss(lp3, old, None, adv, mask3, **kwargs)
+    assert info["clip_ratio/region_mean"] == pytest.approx(2 / 6)
+    _, info, _ = grpo_loss(lp3, old, None, adv, mask3, importance_sampling_level="sequence", **kwargs)
+    assert info["clip_ratio/region_mean"] == 0.5
+
+
 def test_ppo_policy_loss_clips_both_ways():
     mask = torch.ones(1, 2)
     old = torch.zeros(1, 2)
@@ -446,6 +481,20 @@ def test_clipped_value_loss_hand_worked():
     assert loss.item() == pytest.approx(1.805) and info["clipfrac"] == 0.0
     loss.backward()
     assert v.grad.item() == pytest.approx(-1.9)
+
+
+def test_clipped_value_loss_rounding_noise_is_not_clipping():
+    # V -0.1, V_old 0.03, c 0.2: |V - V_old| = 0.13 <= 0.2, inside the range, so nothing is
+    # clipped and the plain error is used: R -0.2, 0.5 * (-0.1 + 0.2)^2 = 0.005, gradient
+    # V - R = 0.1. V_old + clamp(V - V_old, -c, c) is V + 7.45e-9 in float32 (V - V_old
+    # rounds), a hair further from R, so its squared error came out larger and the token
+    # was counted as clipped (clipfrac 1).
+    v = torch.tensor([[-0.1]], requires_grad=True)
+    loss, info = clipped_value_loss(v, torch.tensor([[0.03]]), torch.tensor([[-0.2]]), torch.ones(1, 1), 0.2)
+    assert info["clipfrac"] == 0.0
+    assert loss.item() == pytest.approx(0.005)
+    loss.backward()
+    assert v.grad.item() == pytest.approx(0.1)
 
 
 def test_sequence_logps_sum_and_average():

@@ -38,17 +38,30 @@ def test_llama_style_model_loads_with_auto_lora_targets(llama_dir):
     assert trainable and all("lora_" in n for n in trainable)
 
 
-def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path):
+def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path, monkeypatch):
+    import engine.trainer as trainer_module
     from conftest import small_preset_dict
     from engine.trainer import GRPOTrainer
 
+    # The random model's completions all score 0 on the task, so every advantage would be
+    # 0 and (policy = reference at the start) the step would have no gradient: give the
+    # completions of each group different rewards so the step has something to learn.
+    monkeypatch.setattr(trainer_module, "combine_rewards", lambda components, prompts, completions, fields: (
+        [float(i % 4) for i in range(len(prompts))], {"index": [float(i % 4) for i in range(len(prompts))]}))
     data = small_preset_dict(max_steps=1)
     data["model"]["name_or_path"] = str(llama_dir)
     data["algorithm"]["beta"] = 0.04  # exercise the reference pass too
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
+    named = dict(trainer.model.named_parameters())
+    before = {n: p.detach().clone() for n, p in named.items()}
     metrics = trainer.train_step()
     assert metrics["kl"] is not None and metrics["kl"] >= 0
     assert torch.isfinite(torch.tensor(metrics["loss"]))
+    # a finite loss is not training: the step moved the adapter, and only the adapter
+    lora = {n for n, p in named.items() if p.requires_grad}
+    assert lora and all("lora_" in n for n in lora)
+    assert any(not torch.equal(before[n], named[n]) for n in lora), "no adapter weight changed"
+    assert all(torch.equal(before[n], named[n]) for n in named if n not in lora), "a base weight changed"
 
 
 def test_builtin_model_resolves_to_the_shipped_folder():

@@ -190,3 +190,45 @@ def test_run_size_stays_bounded(tmp_path):
     checkpoints = sum(p.stat().st_size for p in (run / "checkpoints").rglob("*") if p.is_file())
     projected = per_step * 1000 + checkpoints * trainer.cfg.save_total_limit
     assert projected < 50e6, f"projected {projected / 1e6:.1f} MB"
+
+
+def randomise_lora_b(model, seed=0):
+    """peft starts lora_B at zero, so the adapter adds nothing and its dropout has no
+    effect; a trained adapter (B != 0) is where dropout would move the logprobs."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+
+
+def test_grpo_ratio_is_exactly_one_at_identical_weights_with_lora_dropout(tmp_path):
+    # TRL runs every pass that feeds a ratio dropout-free; with the adapter's dropout on in
+    # the update passes the second iteration's ratio was noise, not 1, at the same weights.
+    data = small_preset_dict(max_steps=1)
+    data["model"]["lora"]["dropout"] = 0.05
+    data["algorithm"]["num_iterations"] = 2
+    trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
+    randomise_lora_b(trainer.model)
+    trainer.optimizer.step = lambda: None  # iteration 2 sees the weights of iteration 1
+    metrics = trainer.train_step()
+    mask = trainer._last["rollout"].completion_mask.bool()
+    ratio = trainer._last["per_token"]["ratio"]  # the last iteration's
+    assert mask.sum() > 0
+    assert torch.equal(ratio[mask], torch.ones(int(mask.sum())))
+    assert metrics["clip_ratio/region_mean"] == 0.0
+
+
+def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp_path, monkeypatch):
+    # Eight rewards of 0.7: their float32 std was 6.4e-8, not close enough to 0 for
+    # isclose, so frac_reward_zero_std said 0 and the advantages were +-6e-4, not 0.
+    import engine.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "combine_rewards",
+                        lambda components, prompts, completions, fields: ([0.7] * len(prompts), {"const": [0.7] * len(prompts)}))
+    data = small_preset_dict(max_steps=1)
+    data["algorithm"]["num_generations"] = 8  # batch 8: one group
+    trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
+    metrics = trainer.train_step()
+    assert metrics["frac_reward_zero_std"] == 1.0
+    assert torch.equal(trainer._last["advantages"], torch.zeros(8))
