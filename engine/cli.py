@@ -6,7 +6,10 @@
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
-a checkpoint is saved, run_finished (stopped) is written and the exit status is 0.
+a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
+stop during set-up (model loading, data building) ends the run at once: run_finished
+(stopped, during_setup), nothing to checkpoint, exit 0. A second Ctrl-C aborts at
+once: run_failed (aborted), exit 1. See engine/stopping.py.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from engine import rundir
 from engine.preset import PresetError, load_preset
 from engine.rewards import absolute_reward_paths, reward_source_problems
+from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 _ENGINE_ROOT = Path(__file__).resolve().parent
@@ -62,8 +66,24 @@ def user_code_location(exc: BaseException) -> tuple[str, int] | None:
     return found
 
 
-def failure_message(exc: BaseException) -> str:
+def failure_location(exc: BaseException) -> tuple[str, int] | None:
+    """Where a failure points in the user's code: a ``user_location`` the engine set
+    (a reward function that timed out, or returned bad values: its line), else
+    user_code_location."""
+    seen, error = [], exc
+    while error is not None and error not in seen:
+        seen.append(error)
+        location = getattr(error, "user_location", None)
+        if location:
+            return str(location[0]), int(location[1])
+        error = error.__cause__ or error.__context__
+    return user_code_location(exc)
+
+
+def failure_message(exc: BaseException, during_setup: bool = False) -> str:
     if isinstance(exc, KeyboardInterrupt):
+        if during_setup:
+            return "aborted by a second Ctrl-C during set-up; nothing was trained"
         return "aborted by a second Ctrl-C before the step finished; the last checkpoint is intact"
     text = str(exc).strip() or type(exc).__name__
     if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
@@ -85,28 +105,117 @@ def setup_logging(run_dir: Path) -> None:
     logging.captureWarnings(True)
 
 
-def install_stop_handlers(stop) -> None:
+# The run the current main() drives: its stop flag (main installs the handlers with it
+# first thing), and its folder until a final event is written there.
+_ACTIVE_STOP: StopFlag | None = None
+_UNFINISHED_RUN: Path | None = None
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _say(text: str) -> None:
+    # From a signal handler: print() can fail with "reentrant call" when the signal
+    # interrupted a write to stderr (the progress bar's), so write the bytes directly.
+    try:
+        os.write(2, text.encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
+def install_stop_handlers(stop: StopFlag) -> dict:
+    """SIGTERM and SIGINT stop the run; what a stop does depends on the phase (see
+    engine/stopping.py): while starting, it is recorded; during set-up, StopDuringSetup
+    is raised at once; while training, the current step finishes first. A second
+    Ctrl-C raises KeyboardInterrupt (the run is aborted) in every phase but finishing.
+    Returns the previous handlers, for restore_handlers."""
     def on_signal(signum, _frame):
+        if stop.phase == FINISHING:
+            return  # the final event is being written
         name = signal.Signals(signum).name
-        if stop.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait
+        again = stop.requested
         stop.request(name)
-        print(f"\n{name}: stopping after the current step (Ctrl-C again to abort)…", file=sys.stderr)
+        if again and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: the user does not want to wait
+        if stop.phase == SETUP:
+            raise StopDuringSetup(stop.reason)
+        if not again:
+            when = "as soon as set-up begins" if stop.phase == STARTING else "after the current step"
+            _say(f"\n{name}: stopping {when} (Ctrl-C again to abort)…\n")
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    previous = {signum: signal.getsignal(signum) for signum in _STOP_SIGNALS}
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, on_signal)
+    return previous
 
+
+def restore_handlers(previous: dict) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+def start_stdin_reader(stop: StopFlag) -> None:
+    """A `stop` line on stdin stops the run. The reader is a thread, which cannot raise
+    in the main thread: during set-up it sends SIGTERM to the main thread, whose
+    handler then raises StopDuringSetup (with the reason "stop requested")."""
     def read_stdin():
         try:
             for line in sys.stdin:
                 if line.strip().lower() == "stop":
                     stop.request("stop requested")
+                    if stop.phase == SETUP:
+                        if hasattr(signal, "pthread_kill"):
+                            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+                        else:  # pragma: no cover (Windows)
+                            import _thread
+                            _thread.interrupt_main(signal.SIGTERM)
                     return
         except (OSError, ValueError):
             return
 
     if sys.stdin is not None and not sys.stdin.closed:
         threading.Thread(target=read_stdin, name="stdin-stop", daemon=True).start()
+
+
+def _final_event(run_dir: Path, type: str, **fields) -> None:
+    """Write a run's last event (run_finished or run_failed), once."""
+    global _UNFINISHED_RUN
+    events = rundir.EventWriter(run_dir)
+    try:
+        events.emit(type, **fields)
+    finally:
+        events.close()
+    if _UNFINISHED_RUN == run_dir:
+        _UNFINISHED_RUN = None
+
+
+def _record_setup_stop(run_dir: Path, reason: str) -> None:
+    step, checkpoint = 0, None
+    newest = rundir.complete_checkpoints(run_dir)  # a resumed run's: it continues from there
+    if newest:
+        checkpoint = str(newest[-1].relative_to(run_dir))
+        try:
+            step = json.loads((newest[-1] / rundir.CHECKPOINT_STATE).read_text())["step"]
+        except (OSError, ValueError, KeyError):
+            pass
+    message = f"stopped during set-up ({reason}), before the first step: nothing to checkpoint"
+    if checkpoint:
+        message += f"; resume continues from {checkpoint}"
+    _final_event(run_dir, "run_finished", step=step, status="stopped", reason=reason, during_setup=True,
+                 checkpoint=checkpoint, message=message)
+    print(f"run {message} ({run_dir})", file=sys.stderr)
+
+
+def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool) -> None:
+    logging.getLogger("engine").error("run failed:\n%s", "".join(traceback.format_exception(exc)))
+    message = failure_message(exc, during_setup)
+    where = failure_location(exc)
+    fields = {"message": message, "error_type": type(exc).__name__}
+    if isinstance(exc, KeyboardInterrupt):
+        fields["aborted"] = True
+    if where:
+        fields.update(file=where[0], line=where[1])
+    _final_event(run_dir, "run_failed", **fields)
+    suffix = f" ({where[0]}:{where[1]})" if where else ""
+    print(f"error: {message}{suffix}\nsee {run_dir / rundir.LOG_FILE}", file=sys.stderr)
 
 
 def progress_callback(max_steps: int, start_step: int, quiet: bool):
@@ -118,18 +227,90 @@ def progress_callback(max_steps: int, start_step: int, quiet: bool):
 
     def on_step(step, metrics):
         bar.update(step - bar.n)
-        bar.set_postfix(reward=f"{metrics['reward']:.3f}", refresh=False)
+        bar.set_postfix(progress_postfix(metrics), refresh=False)
 
     return on_step, bar.close
 
 
-def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
-    from engine.trainer import StopFlag, build_trainer
+# What the progress bar shows, first found first: GRPO and PPO log `reward`, DPO logs
+# `loss` and `rewards/accuracies` (no reward: it samples nothing while training).
+_POSTFIX = (("reward", "reward"), ("rewards/accuracies", "acc"), ("loss", "loss"))
 
-    stop = StopFlag()
-    install_stop_handlers(stop)
-    events = None
+
+def progress_postfix(metrics: dict) -> dict[str, str]:
+    """The progress bar's postfix: the metrics this algorithm logs, those that are
+    numbers now (a skipped step logs loss None; a metric may be missing).
+
+    >>> progress_postfix({"reward": 0.5, "loss": None})
+    {'reward': '0.500'}
+    >>> progress_postfix({"loss": 0.69, "rewards/accuracies": 0.75})
+    {'acc': '0.750', 'loss': '0.690'}
+    """
+    shown = {}
+    for key, label in _POSTFIX:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            shown[label] = f"{value:.3f}"
+    return shown
+
+
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why `rl-engine resume RUN_DIR` has nothing to resume from, read from the folder,
+    and how to start again.
+
+    e.g. "runs/x has no complete checkpoint to resume from: the run was stopped during
+    set-up (SIGTERM), before its first step. Start it again: rl-engine run
+    runs/x/preset.yaml --run-dir NEW_FOLDER"
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return f"{run_dir} is not a folder"
+    if not (run_dir / rundir.EVENTS_FILE).exists() and not (run_dir / rundir.PRESET_FILE).exists():
+        return f"{run_dir} holds no run (no {rundir.EVENTS_FILE} or {rundir.PRESET_FILE})"
+    events = rundir.read_events(run_dir)
+    lifecycle = [e for e in events if e.get("type") in ("run_started", "run_resumed", "run_finished", "run_failed")]
+    last = lifecycle[-1] if lifecycle else {}
+    steps = [e["step"] for e in events if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+    kind = last.get("type")
+    if kind == "run_failed":
+        why = f"the run failed before its first checkpoint: {last.get('message', 'no message')}"
+    elif kind == "run_finished" and last.get("during_setup"):
+        why = f"the run was stopped during set-up ({last.get('reason', 'stop')}), before its first step"
+    elif kind == "run_finished":
+        why = f"the run ended ({last.get('status')}) at step {last.get('step', 0)} without saving a checkpoint"
+    elif kind in ("run_started", "run_resumed"):
+        reached = f"after step {max(steps)}" if steps else "before its first step"
+        why = f"the engine was killed (it wrote no final event) {reached}, before its first checkpoint"
+    else:
+        why = "the engine was killed (it wrote no event) while it was setting up"
+    partial = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).glob("step_*.tmp"))
+    if partial:
+        why += f"; {partial[-1]} is a checkpoint it did not finish writing (ignored)"
+    preset = run_dir / rundir.PRESET_FILE
+    again = f"rl-engine run {preset if preset.exists() else 'PRESET'} --run-dir NEW_FOLDER"
+    return f"{run_dir} has no complete checkpoint to resume from: {why}. Start it again: {again}"
+
+
+def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
+    """Set up and run the trainer; every way it ends writes a final event: run_finished
+    (done, stopped, or stopped during set-up) or run_failed (a failure, or a second
+    Ctrl-C). Exit status 0 for run_finished, 1 for run_failed."""
+    global _UNFINISHED_RUN
+    stop, previous = _ACTIVE_STOP, None
+    if stop is None:  # called without main(): install the handlers here
+        stop = StopFlag(phase=STARTING)
+        previous = install_stop_handlers(stop)
+    _UNFINISHED_RUN = run_dir
+    start_stdin_reader(stop)
     try:
+        stop.phase = SETUP  # from here until Trainer.run, a stop ends the run at once
+        stop.check_setup()  # a stop that came while the preset was read
+        if resume_from is None and not (run_dir / rundir.PRESET_FILE).exists():
+            from engine.preset import save_preset
+
+            save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+        from engine.trainer import build_trainer
+
         trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
         start = trainer.step
         if resume_from is not None:
@@ -139,21 +320,22 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             status = trainer.run(on_step=on_step, resume_from=resume_from)
         finally:
             close()
+        stop.phase = FINISHING
+        _UNFINISHED_RUN = None  # Trainer.run wrote run_finished
         print(f"run {status} at step {trainer.step}: {run_dir}", file=sys.stderr)
         return EXIT_OK
+    except StopDuringSetup:
+        stop.phase = FINISHING
+        _record_setup_stop(run_dir, stop.reason)
+        return EXIT_OK
     except (Exception, KeyboardInterrupt) as exc:  # every failure is reported in the event stream
-        logging.getLogger("engine").error("run failed:\n%s", traceback.format_exc())
-        message = failure_message(exc)
-        where = user_code_location(exc)
-        events = rundir.EventWriter(run_dir)
-        fields = {"message": message, "error_type": type(exc).__name__}
-        if where:
-            fields.update(file=where[0], line=where[1])
-        events.emit("run_failed", **fields)
-        events.close()
-        suffix = f" ({where[0]}:{where[1]})" if where else ""
-        print(f"error: {message}{suffix}\nsee {run_dir / rundir.LOG_FILE}", file=sys.stderr)
+        during_setup = stop.phase == SETUP
+        stop.phase = FINISHING
+        _record_failure(run_dir, exc, during_setup)
         return EXIT_FAILED
+    finally:
+        if previous is not None:
+            restore_handlers(previous)
 
 
 def cmd_run(args) -> int:
@@ -187,14 +369,14 @@ def cmd_run(args) -> int:
 
 def cmd_resume(args) -> int:
     run_dir = Path(args.run_dir)
+    checkpoints = rundir.complete_checkpoints(run_dir)
+    if not checkpoints:
+        print(f"error: {no_checkpoint_message(run_dir)}", file=sys.stderr)
+        return EXIT_INVALID
     try:
         preset = load_preset(run_dir / rundir.PRESET_FILE, args.set)
     except PresetError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    checkpoints = rundir.complete_checkpoints(run_dir)
-    if not checkpoints:
-        print(f"error: {run_dir} has no complete checkpoint to resume from", file=sys.stderr)
         return EXIT_INVALID
     setup_logging(run_dir)
     return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
@@ -334,10 +516,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    global _ACTIVE_STOP, _UNFINISHED_RUN
+    argv = sys.argv[1:] if argv is None else list(argv)
+    stop = previous = None
+    if argv[:1] in (["run"], ["resume"]):
+        # First thing, before anything heavy is imported: a SIGTERM in the engine's first
+        # seconds is recorded, and the run folder still gets its final event.
+        stop = StopFlag(phase=STARTING)
+        previous = install_stop_handlers(stop)
+        _ACTIVE_STOP, _UNFINISHED_RUN = stop, None
+    try:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except (KeyboardInterrupt, StopDuringSetup) as exc:
+        # A second signal that landed outside train()'s own handling (while the preset
+        # was read, or while the first stop was being recorded).
+        if stop is None:
+            raise
+        stop.phase = FINISHING
+        if _UNFINISHED_RUN is not None:
+            if isinstance(exc, StopDuringSetup):
+                _record_setup_stop(_UNFINISHED_RUN, stop.reason)
+            else:
+                _record_failure(_UNFINISHED_RUN, exc, during_setup=True)
+        else:
+            print("aborted before the run started", file=sys.stderr)
+        return EXIT_OK if isinstance(exc, StopDuringSetup) else EXIT_FAILED
+    finally:
+        if stop is not None:
+            stop.phase = FINISHING
+            _ACTIVE_STOP = _UNFINISHED_RUN = None
+            restore_handlers(previous)
 
 
 if __name__ == "__main__":

@@ -29,14 +29,22 @@ from pydantic import (
     model_validator,
 )
 
+from engine.preset_limits import (
+    MAX_BATCH, MAX_COEF, MAX_COUNT, MAX_GRAD_NORM, MAX_LEARNING_RATE, MAX_LORA_ALPHA, MAX_REPEATS,
+    MAX_FILE_BYTES, MAX_REWARD_SCALE, MAX_SEED, MAX_TEMPERATURE, MAX_TOKENS, LimitError, decode_preset_bytes,
+    one_line, parse_yaml, path_text, range_text, short_repr, structure_problem,
+)
+
 BUILTIN_MODEL = "builtin:tiny"
 
-_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$", re.I)
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|infinity|nan)$", re.I)
 
 
 def _yaml_float(value: Any) -> Any:
     # YAML 1.1 reads `1e-3` (no dot) as a string; users write learning rates that way,
     # so numeric text is accepted for float fields. Anything else goes on to strict checks.
+    # 'inf' / 'nan' are converted too, so that they are refused as non-finite numbers
+    # (Section's allow_inf_nan) rather than as text.
     if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
         return float(value)
     return value
@@ -48,7 +56,9 @@ Float = Annotated[float, BeforeValidator(_yaml_float)]
 class Section(BaseModel):
     """Base of every preset section: unknown keys and wrong types are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
+    # allow_inf_nan=False: every float field of every section refuses .inf and .nan (no
+    # loss weight, rate or temperature means them), with the one message "finite number".
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- model
@@ -56,8 +66,11 @@ class Section(BaseModel):
 
 class LoraConfig(Section):
     r: int = Field(16, ge=1, le=4096, description="LoRA rank: width of the low-rank update.")
-    alpha: Float = Field(32.0, gt=0, description="LoRA alpha; the update is scaled by alpha / r.")
-    dropout: Float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    alpha: Float = Field(32.0, gt=0, le=MAX_LORA_ALPHA, description="LoRA alpha; the update is scaled by alpha / r.")
+    dropout: Float = Field(0.0, ge=0.0, lt=1.0, description=(
+        "Dropout on the LoRA input, in DPO updates only. GRPO and PPO run every pass "
+        "dropout-free (as TRL): their importance ratio compares two passes, and dropout "
+        "would make it noise."))
     target_modules: Union[Literal["auto"], list[str]] = Field(
         "auto",
         description="Module names to adapt, or `auto` to pick the attention and MLP "
@@ -102,11 +115,11 @@ class SamplingFields(Section):
     """How online algorithms sample their rollouts."""
 
     max_completion_length: int = Field(
-        256, ge=1, description="Most tokens generated per completion."
+        256, ge=1, le=MAX_TOKENS, description="Most tokens generated per completion."
     )
-    temperature: Float = Field(1.0, gt=0.0, description="Sampling temperature for rollouts.")
+    temperature: Float = Field(1.0, gt=0.0, le=MAX_TEMPERATURE, description="Sampling temperature for rollouts.")
     top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the smallest set of tokens with this much probability.")
-    top_k: int = Field(0, ge=0, description="Sample among the k most likely tokens; 0 disables.")
+    top_k: int = Field(0, ge=0, le=MAX_TOKENS, description="Sample among the k most likely tokens; 0 disables.")
 
 
 class GRPOConfig(SamplingFields):
@@ -116,14 +129,14 @@ class GRPOConfig(SamplingFields):
 
     name: Literal["grpo"] = Field("grpo", description="Algorithm.")
     num_generations: int = Field(
-        8, ge=2, description="Completions sampled per prompt; advantages are relative within this group."
+        8, ge=2, le=MAX_BATCH, description="Completions sampled per prompt; advantages are relative within this group."
     )
     beta: Float = Field(
-        0.0, ge=0.0, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass."
+        0.0, ge=0.0, le=MAX_COEF, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass."
     )
     epsilon: Float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the probability ratio: 1 - epsilon.")
     epsilon_high: Union[Float, None] = Field(
-        None, description="Upper clip range, 1 + epsilon_high (clip-higher, DAPO); defaults to epsilon."
+        None, le=MAX_COEF, description="Upper clip range, 1 + epsilon_high (clip-higher, DAPO); defaults to epsilon."
     )
     loss_type: Literal["grpo", "dr_grpo", "dapo"] = Field(
         "dapo",
@@ -134,7 +147,7 @@ class GRPOConfig(SamplingFields):
         "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO)."
     )
     num_iterations: int = Field(
-        1, ge=1, description="Updates per rollout batch; >1 reuses rollouts against their old logprobs (the ratio then moves from 1)."
+        1, ge=1, le=MAX_REPEATS, description="Updates per rollout batch; >1 reuses rollouts against their old logprobs (the ratio then moves from 1)."
     )
     mask_truncated_completions: bool = Field(
         False, description="Exclude completions that hit max_completion_length without EOS from the loss."
@@ -165,27 +178,27 @@ class PPOConfig(SamplingFields):
     The critic is a value head on the policy's LoRA backbone (docs/architecture.md)."""
 
     name: Literal["ppo"] = Field("ppo", description="Algorithm.")
-    max_completion_length: int = Field(53, ge=1, description="Most tokens generated per completion (TRL: response_length).")
-    temperature: Float = Field(0.7, gt=0.0, description="Sampling temperature for rollouts.")
+    max_completion_length: int = Field(53, ge=1, le=MAX_TOKENS, description="Most tokens generated per completion (TRL: response_length).")
+    temperature: Float = Field(0.7, gt=0.0, le=MAX_TEMPERATURE, description="Sampling temperature for rollouts.")
     num_generations: int = Field(
-        1, ge=1, description="Completions sampled per prompt (PPO's critic needs no group; 1 is usual)."
+        1, ge=1, le=MAX_BATCH, description="Completions sampled per prompt (PPO's critic needs no group; 1 is usual)."
     )
-    num_ppo_epochs: int = Field(4, ge=1, description="Passes over each rollout batch.")
+    num_ppo_epochs: int = Field(4, ge=1, le=MAX_REPEATS, description="Passes over each rollout batch.")
     num_mini_batches: int = Field(
-        1, ge=1, description="Mini-batches per epoch; one optimizer step each (batch_size must divide evenly)."
+        1, ge=1, le=MAX_BATCH, description="Mini-batches per epoch; one optimizer step each (batch_size must divide evenly)."
     )
     cliprange: Float = Field(0.2, gt=0.0, lt=1.0, description="Clip range of the policy's probability ratio.")
-    cliprange_value: Float = Field(0.2, gt=0.0, description="Clip range of the value prediction around its old value.")
-    vf_coef: Float = Field(0.1, ge=0.0, description="Weight of the value loss in the total loss.")
+    cliprange_value: Float = Field(0.2, gt=0.0, le=MAX_REWARD_SCALE, description="Clip range of the value prediction around its old value.")
+    vf_coef: Float = Field(0.1, ge=0.0, le=MAX_COEF, description="Weight of the value loss in the total loss.")
     gamma: Float = Field(1.0, ge=0.0, le=1.0, description="Discount factor.")
     lam: Float = Field(0.95, ge=0.0, le=1.0, description="GAE lambda: 1 is Monte-Carlo returns, 0 one-step TD.")
-    kl_coef: Float = Field(0.05, ge=0.0, description="Per-token KL penalty against the reference, added to the reward.")
+    kl_coef: Float = Field(0.05, ge=0.0, le=MAX_COEF, description="Per-token KL penalty against the reference, added to the reward.")
     kl_estimator: Literal["k1", "k3"] = Field(
         "k1", description="k1: log pi - log ref (unbiased, can be negative); k3: lower variance, always >= 0."
     )
     whiten_rewards: bool = Field(False, description="Scale the per-token rewards to unit variance over the batch (mean kept).")
     missing_eos_penalty: Union[Float, None] = Field(
-        None, description="Subtracted from the score of a completion that hit max_completion_length without EOS."
+        None, ge=-MAX_REWARD_SCALE, le=MAX_REWARD_SCALE, description="Subtracted from the score of a completion that hit max_completion_length without EOS."
     )
 
 
@@ -194,7 +207,7 @@ class DPOConfig(Section):
     Names follow TRL's DPOConfig. The reference is the model with the adapter disabled."""
 
     name: Literal["dpo"] = Field("dpo", description="Algorithm.")
-    beta: Float = Field(0.1, gt=0.0, description="Strength of the implicit KL to the reference; higher stays closer.")
+    beta: Float = Field(0.1, gt=0.0, le=MAX_COEF, description="Strength of the implicit KL to the reference; higher stays closer.")
     loss_type: Literal["sigmoid", "ipo", "hinge"] = Field(
         "sigmoid", description="sigmoid: DPO; ipo: squared loss on length-averaged logprobs; hinge: SLiC."
     )
@@ -205,11 +218,11 @@ class DPOConfig(Section):
         False, description="Compute the reference logprobs of every pair once before training (no reference pass per step)."
     )
     rpo_alpha: Union[Float, None] = Field(
-        None, ge=0.0, description="RPO (Pang et al. 2024): add rpo_alpha x the chosen answers' token-mean NLL to the "
+        None, ge=0.0, le=MAX_COEF, description="RPO (Pang et al. 2024): add rpo_alpha x the chosen answers' token-mean NLL to the "
         "loss, so the chosen answers' likelihood does not sink with the rejected ones'; null = plain DPO."
     )
     max_completion_length: int = Field(
-        256, ge=1, description="Chosen and rejected are cut to this many tokens; also the generation length at eval."
+        256, ge=1, le=MAX_TOKENS, description="Chosen and rejected are cut to this many tokens; also the generation length at eval."
     )
 
     @model_validator(mode="after")
@@ -237,8 +250,8 @@ class DataConfig(Section):
         None, description="Prompt file (JSONL or CSV) with a prompt column; other columns go to the rewards."
     )
     prompt_field: str = Field("prompt", min_length=1, description="Column of the prompt file that holds the prompt.")
-    num_train: int = Field(5000, ge=1, description="Training prompts generated for a built-in task.")
-    num_eval: int = Field(200, ge=0, description="Held-out prompts for evaluation (built-in task or file).")
+    num_train: int = Field(5000, ge=1, le=MAX_COUNT, description="Training prompts generated for a built-in task.")
+    num_eval: int = Field(200, ge=0, le=MAX_COUNT, description="Held-out prompts for evaluation (built-in task or file).")
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -247,9 +260,10 @@ class DataConfig(Section):
         if self.path is not None and self.task_options:
             raise ValueError("`task_options` apply to built-in tasks only; remove them or set `task`")
         if self.task is not None:
-            from engine.tasks import check_task_options
+            from engine.tasks import check_task_options, check_task_size
 
             _named("task_options", check_task_options, self.task, self.task_options)
+            check_task_size(self.task, self.task_options, self.num_train, self.num_eval)
         return self
 
 
@@ -282,7 +296,7 @@ class RewardConfig(Section):
         description="Name the component is logged under (rewards/<label>/mean); default: the reward's "
         "name, or the function's name for FILE.py:FUNCTION.",
     )
-    weight: Float = Field(1.0, description="Weight of this component in the total reward.")
+    weight: Float = Field(1.0, ge=-MAX_REWARD_SCALE, le=MAX_REWARD_SCALE, description="Weight of this component in the total reward.")
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of this reward: the registry reward's; a reward model's model (hub id or "
@@ -325,32 +339,32 @@ class RewardConfig(Section):
 
 
 class TrainingConfig(Section):
-    max_steps: int = Field(200, ge=1, description="Optimizer steps (one rollout batch each).")
+    max_steps: int = Field(200, ge=1, le=MAX_COUNT, description="Optimizer steps (one rollout batch each).")
     batch_size: int = Field(
-        64, ge=1, description="Completions per step (prompts per step = batch_size / num_generations); "
+        64, ge=1, le=MAX_BATCH, description="Completions per step (prompts per step = batch_size / num_generations); "
         "preference pairs per step for DPO."
     )
     micro_batch_size: Union[int, None] = Field(
-        None, ge=1, description="Completions per forward/backward pass (gradient accumulation); null = whole batch."
+        None, ge=1, le=MAX_BATCH, description="Completions per forward/backward pass (gradient accumulation); null = whole batch."
     )
-    learning_rate: Float = Field(1e-4, gt=0.0, description="AdamW learning rate of the LoRA weights.")
+    learning_rate: Float = Field(1e-4, gt=0.0, le=MAX_LEARNING_RATE, description="AdamW learning rate of the LoRA weights.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
         "constant", description="Decay after warmup."
     )
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
-    weight_decay: Float = Field(0.0, ge=0.0, description="AdamW weight decay.")
+    warmup_steps: int = Field(0, ge=0, le=MAX_COUNT, description="Linear warmup steps.")
+    weight_decay: Float = Field(0.0, ge=0.0, le=MAX_COEF, description="AdamW weight decay.")
     adam_beta1: Float = Field(0.9, ge=0.0, lt=1.0, description="AdamW beta1.")
     adam_beta2: Float = Field(0.999, ge=0.0, lt=1.0, description="AdamW beta2.")
-    max_grad_norm: Float = Field(1.0, gt=0.0, description="Gradient clipping norm.")
-    seed: int = Field(0, description="Seeds data, sampling and initialisation; a CPU run is reproducible.")
-    eval_steps: int = Field(25, ge=0, description="Evaluate on the held-out split every N steps (greedy); 0 = only at start and end.")
-    save_steps: int = Field(100, ge=0, description="Save a checkpoint every N steps; 0 = only at the end or stop.")
-    save_total_limit: int = Field(2, ge=1, description="Checkpoints kept on disk; older ones are deleted.")
-    logging_steps: int = Field(1, ge=1, description="Write a metrics event every N steps.")
-    log_completions: int = Field(8, ge=0, description="Sampled completions written as `samples` events per logged step.")
-    record_rollouts: int = Field(4, ge=0, description="Rollouts per step saved token by token for the trajectory inspector.")
+    max_grad_norm: Float = Field(1.0, gt=0.0, le=MAX_GRAD_NORM, description="Gradient clipping norm.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds data, sampling and initialisation; a CPU run is reproducible.")
+    eval_steps: int = Field(25, ge=0, le=MAX_COUNT, description="Evaluate on the held-out split every N steps (greedy); 0 = only at start and end.")
+    save_steps: int = Field(100, ge=0, le=MAX_COUNT, description="Save a checkpoint every N steps; 0 = only at the end or stop.")
+    save_total_limit: int = Field(2, ge=1, le=MAX_REPEATS, description="Checkpoints kept on disk; older ones are deleted.")
+    logging_steps: int = Field(1, ge=1, le=MAX_COUNT, description="Write a metrics event every N steps.")
+    log_completions: int = Field(8, ge=0, le=MAX_REPEATS, description="Sampled completions written as `samples` events per logged step.")
+    record_rollouts: int = Field(4, ge=0, le=MAX_REPEATS, description="Rollouts per step saved token by token for the trajectory inspector.")
     max_nonfinite_steps: int = Field(
-        5, ge=0, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
+        5, ge=0, le=MAX_COUNT, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
     )
 
 
@@ -421,20 +435,27 @@ class PresetError(ValueError):
         super().__init__(f"{source} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def _allowed_keys(model_cls: type[BaseModel], loc: tuple) -> list[str]:
-    cls = model_cls
-    for part in loc[:-1]:
+def _field_at(raw_loc: tuple) -> tuple[type[BaseModel] | None, Any]:
+    """The section holding the field at pydantic's `raw_loc` (with the algorithm's tag,
+    so a DPO preset's fields are DPO's), and the field's FieldInfo (None if unknown)."""
+    models = {"grpo": GRPOConfig, "ppo": PPOConfig, "dpo": DPOConfig}
+    cls, info = Preset, None
+    for i, part in enumerate(raw_loc):
         if isinstance(part, int):
             continue
-        field = cls.model_fields.get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        sub = _first_model(ann)
-        if sub is None:
-            return []
-        cls = sub
-    return list(cls.model_fields)
+        if i == 1 and raw_loc[0] == "algorithm" and part in models:
+            cls = models[part]
+            continue
+        if i == len(raw_loc) - 1 or cls is None:
+            return cls, cls.model_fields.get(part) if cls is not None else None
+        info = cls.model_fields.get(part)
+        cls = _first_model(info.annotation) if info is not None else None
+    return cls, None
+
+
+def _allowed_keys(raw_loc: tuple) -> list[str]:
+    cls, _ = _field_at(raw_loc)
+    return list(cls.model_fields) if cls is not None else []
 
 
 def _first_model(ann) -> type[BaseModel] | None:
@@ -449,16 +470,26 @@ def _first_model(ann) -> type[BaseModel] | None:
     return None
 
 
+def _allowed_range(raw_loc: tuple) -> str:
+    """The bounds of the number field at `raw_loc`, as `0 < value <= 100`; "" when the
+    field has none or is not found."""
+    _, info = _field_at(raw_loc)
+    return range_text(info.metadata) if info is not None else ""
+
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
+
+
 def _format_errors(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors():
         # The algorithm's discriminator tag (algorithm.grpo.beta) is noise to a reader.
         loc = tuple(p for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "algorithm"
                                                                 and p in ALGORITHM_NAMES))
-        path = ".".join(str(p) for p in loc) or "(top level)"
+        path = path_text(loc)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(Preset, loc)
+            allowed = _allowed_keys(err["loc"])
             near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             hint = f" (did you mean `{near[0]}`?)" if near else ""
             problems.append(f"{path}: unknown field{hint}; allowed: {', '.join(allowed)}")
@@ -466,11 +497,29 @@ def _format_errors(exc: ValidationError) -> list[str]:
         if err["type"] == "missing":
             problems.append(f"{path}: required field is missing")
             continue
-        if err["type"] == "union_tag_invalid":
-            problems.append(f"{path}: {msg}")
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            # The algorithm's `name` is missing or unknown: nothing else in the section
+            # is checked, so name that field, and any key no algorithm has (a typo of
+            # `name` itself is the usual cause of a missing name).
+            given = err["input"].get("name") if isinstance(err["input"], dict) else None
+            what = "required field is missing" if given is None else f"unknown algorithm {short_repr(given)}"
+            problems.append(f"{path}.name: {what}; one of: {', '.join(ALGORITHM_NAMES)}")
+            known = {key for cls in (GRPOConfig, PPOConfig, DPOConfig) for key in cls.model_fields}
+            for key in err["input"] if isinstance(err["input"], dict) else ():
+                if key not in known:
+                    near = difflib.get_close_matches(str(key), sorted(known), n=1)
+                    hint = f" (did you mean `{near[0]}`?)" if near else ""
+                    problems.append(f"{path_text(loc + (key,))}: unknown field{hint}")
             continue
         got = err.get("input")
-        shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+        shown = "" if isinstance(got, (dict, list)) else f" (got {short_repr(got)})"
+        if err["type"] in _RANGE_ERRORS:
+            # Name what is allowed, not only the bound that was crossed.
+            allowed = _allowed_range(err["loc"])
+            if err["type"] == "finite_number":
+                msg, shown = f"must be a finite number, got {short_repr(got)} (.inf and .nan are never allowed)", ""
+            problems.append(f"{path}: {msg}{shown}" + (f"; allowed: {allowed}" if allowed else ""))
+            continue
         relative = re.match(r"^([\w.]+): ", msg)
         if relative and err["type"] == "value_error":
             # A section validator names a field relative to its section.
@@ -485,24 +534,33 @@ def _format_errors(exc: ValidationError) -> list[str]:
 def preset_from_dict(data: Any, source: str = "preset") -> Preset:
     if not isinstance(data, dict):
         raise PresetError([f"the top level must be a mapping of sections, got {type(data).__name__}"], source)
+    # Data built in code (the window, --set) gets the file's guards too: nothing below
+    # may recurse into a self-referencing, absurdly deep or alias-expanded structure.
+    problem = structure_problem(data)
+    if problem:
+        raise PresetError([problem], source)
     try:
         return Preset.model_validate(data)
     except ValidationError as exc:
         raise PresetError(_format_errors(exc), source) from None
+    except RecursionError:  # belt and braces: structure_problem bounds the depth
+        raise PresetError(["nested too deeply to check; a preset's values are a few levels deep"], source) from None
 
 
-def read_preset_dict(path: str | Path) -> dict:
+def read_preset_dict(path: str | Path) -> Any:
+    """The YAML data of a preset file, unvalidated ({} for an empty file). Anything that
+    is not a readable, plain-YAML file of sane size and depth is a one-line PresetError
+    naming the file: no traceback for binary junk, a YAML bomb or a Python tag."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PresetError([f"cannot read file: {exc.strerror or exc}"], str(path)) from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)  # no more: a huge file (or /dev/zero) is refused unread
+    except (OSError, ValueError) as exc:
+        raise PresetError([f"cannot read file: {one_line(getattr(exc, 'strerror', None) or exc)}"], str(path)) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise PresetError([f"{where}not valid YAML: {getattr(exc, 'problem', exc)}"], str(path)) from None
+        data = parse_yaml(decode_preset_bytes(raw))
+    except LimitError as exc:
+        raise PresetError([str(exc)], str(path)) from None
     return {} if data is None else data
 
 
@@ -530,17 +588,23 @@ def apply_overrides(data: dict, overrides, source: str = "--set") -> dict:
             problems.append(f"--set {item!r}: expected dotted.key=value")
             continue
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+            value = parse_yaml(raw) if raw.strip() else ""
+        except LimitError as exc:
+            if "not valid YAML" not in str(exc):
+                # Too deep, an alias bomb, a Python tag: refused as in a file.
+                problems.append(f"--set {short_repr(item, 80)}: {exc}")
+                continue
+            value = raw  # not YAML syntax (`a: b`): the text as written
         parts = key.strip().split(".")
         node = data
         try:
             for part in parts[:-1]:
                 if isinstance(node, list):
                     node = node[int(part)]
-                else:
+                elif isinstance(node, dict):
                     node = node.setdefault(part, {})
+                else:  # inside a number or a text: `name.x.y=1`
+                    raise TypeError
             last = parts[-1]
             if isinstance(node, list):
                 node[int(last)] = value

@@ -92,6 +92,14 @@ class MissingFieldError(RewardError):
     """A reward needs a data field (``answer``, ...) that the data does not have."""
 
 
+class RewardTimeout(RewardError):
+    """A custom reward function did not return within its time limit (see
+    engine/custom_reward.py). ``user_location`` is (file, line) where it was when the
+    engine stopped waiting, or None."""
+
+    user_location: tuple[str, int] | None = None
+
+
 # ---------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------
@@ -478,6 +486,14 @@ def check_reward_model_options(options: dict) -> None:
                 f"reward {REWARD_MODEL!r}: option {option!r} must be {wanted}, "
                 f"got {type(value).__name__} {value!r}."
             )
+        # Texts scored in one pass / tokens per text: past these no GPU holds the pass.
+        from engine.preset_limits import MAX_BATCH, MAX_TOKENS, short_repr
+
+        most = MAX_BATCH if option == "batch_size" else MAX_TOKENS
+        if value > most:
+            raise ValueError(
+                f"reward {REWARD_MODEL!r}: option {option!r} must be at most {most}, got {short_repr(value)}."
+            )
     dtype = options.get("dtype", "auto")
     if dtype not in _REWARD_MODEL_DTYPES:
         raise ValueError(
@@ -487,12 +503,36 @@ def check_reward_model_options(options: dict) -> None:
 
 
 def _check_custom_options(function: str, options: dict) -> None:
-    for option in options:
+    from engine.preset_limits import plain_data_problem
+
+    for option, value in options.items():
         if not (isinstance(option, str) and option.isidentifier()):
             raise ValueError(
                 f"option {option!r} is not a Python identifier; options are passed "
                 f"to {function} as keyword arguments."
             )
+        # The function may take any value, but the run saves its preset (YAML, JSON
+        # events): a NaN, a date or a set would not survive that, nor mean anything.
+        problem = plain_data_problem(value, option)
+        if problem:
+            where, _, what = problem.partition(": ")
+            raise ValueError(f"option {option!r}{f' at {where}' if where != option else ''} {what}.")
+
+
+def _check_registry_numbers(name: str, options: dict) -> None:
+    """ValueError for an option key that is not a name (it could not be passed as a
+    keyword), or a number option that is not finite or is too large to be meant."""
+    from engine.preset_limits import MAX_OPTION_MAGNITUDE, number_problem
+
+    allowed = reward_options(name)
+    for option, value in options.items():
+        if not isinstance(option, str) or option not in allowed:
+            listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
+            raise ValueError(f"reward {name!r} has no option {option!r}; allowed options: {listing}.")
+        if _type_ok(value, allowed[option]):
+            problem = number_problem(value, -MAX_OPTION_MAGNITUDE, MAX_OPTION_MAGNITUDE)
+            if problem:
+                raise ValueError(f"reward {name!r}: option {option!r} {problem}.")
 
 
 def check_reward(name: str, options: dict) -> str:
@@ -516,12 +556,11 @@ def check_reward(name: str, options: dict) -> str:
     try:
         kind = reward_kind(name)
     except ValueError as exc:
-        if ":" in name or name.strip().endswith(".py"):
-            raise ValueError(f"name: {exc}") from None  # meant as FILE.py:FUNCTION
-        raise
+        raise ValueError(f"name: {exc}") from None  # the message is about the name field
     field = "options"
     try:
         if kind == "registry":
+            _check_registry_numbers(name, options)
             build_reward(name, **options)  # cheap: a closure, no model
         elif kind == "custom":
             _check_custom_options(split_custom_name(name)[1], options)
@@ -786,7 +825,9 @@ def combine_rewards(
     custom function, its ``FILE.py:FUNCTION`` and the file and line of the fault),
     raised ``from`` the original exception so its traceback is kept. A component
     that returns the wrong number of values, a non-number, NaN or inf is refused
-    with a RewardError naming it.
+    with a RewardError naming it (for a custom function, ``user_location`` is the
+    file and line of its ``def``). A custom function that does not return within its
+    time limit raises RewardTimeout naming it and where it was.
 
     Example:
         >>> components = [("exact", 1.0, exact_match()), ("length", 0.5, length_penalty(target=2, per_char=1.0))]
@@ -817,6 +858,10 @@ def combine_rewards(
             raise RewardError(f"{described} has weight {weight!r}; use a finite number.")
         try:
             raw = reward(list(prompts), list(completions), **fields)
+        except RewardTimeout as exc:
+            error = RewardTimeout(f"{described} {exc}")
+            error.user_location = exc.user_location
+            raise error from exc
         except Exception as exc:
             # Name the component: with several rewards in a preset, the bare
             # exception would not say which one broke.
@@ -824,7 +869,14 @@ def combine_rewards(
             raise error(
                 f"{described} failed with {type(exc).__name__}: {exc}{_fault_location(exc, reward)}"
             ) from exc
-        values = _checked_values(described, raw, size)
+        try:
+            values = _checked_values(described, raw, size)
+        except RewardError as exc:
+            # A custom function's bad result: point at the function (its `def` line).
+            source_file, source_line = getattr(reward, "source_file", None), getattr(reward, "source_line", None)
+            if source_file and source_line:
+                exc.user_location = (source_file, source_line)
+            raise
         per_component[name] = values
         totals = [t + weight * v for t, v in zip(totals, values)]
     return totals, per_component

@@ -48,6 +48,8 @@ __all__ = [
     "TASKS",
     "make_task",
     "task_options",
+    "task_capacity",
+    "check_task_size",
     "make_sort_examples",
     "make_arithmetic_examples",
     "is_eval_prompt",
@@ -125,12 +127,20 @@ def _split_unique(
     # Generous budget: collisions only get frequent when the space is nearly
     # exhausted, and then we would rather fail loudly than loop forever.
     budget = 50 * (num_train + num_eval) + 10_000
+    since_new = 0
     for _ in range(budget):
         if len(train) >= num_train and len(evaluation) >= num_eval:
             break
         example = draw()
         if example.prompt in seen:
+            since_new += 1
+            # An exhausted space shows as a long run of repeats. Waiting 10,000 + twice
+            # the prompts found bounds the wasted work by the work already done, while a
+            # space with even one unseen prompt in 2 x len(seen) rarely stalls that long.
+            if since_new > 10_000 + 2 * len(seen):
+                break
             continue
+        since_new = 0
         seen.add(example.prompt)
         target, wanted = (
             (evaluation, num_eval) if is_eval_prompt(example.prompt) else (train, num_train)
@@ -355,15 +365,91 @@ def _check_option_type(task: str, option: str, value: object, default: object) -
 
 
 def check_task_options(name: str, options: dict) -> None:
-    """Raise ValueError naming the option when one is unknown or of the wrong type."""
+    """Raise ValueError naming the option when one is unknown, of the wrong type, or a
+    number out of its range (checked here, at load, rather than when the run builds
+    its prompts).
+
+    Example:
+        >>> check_task_options("arithmetic", {"max_operand": 10**9})
+        Traceback (most recent call last):
+        ...
+        ValueError: task 'arithmetic': option 'max_operand' must be between 1 and 1000, got 1000000000.
+    """
+    from engine.preset_limits import MAX_OPTION_MAGNITUDE, number_problem, short_repr
+
+    # Ranges of the built-in tasks' number options. sort: the generator's own limit (12
+    # digits is already longer than the built-in model was trained on). arithmetic:
+    # answers beyond max_abs_answer are redrawn, so operands much larger than 1000
+    # would make almost every draw a redraw and generation would stall; a million is
+    # a 7-digit answer, beyond what a character-level model learns here.
+    ranges = {
+        ("sort", "min_len"): (1, 12), ("sort", "max_len"): (1, 12),
+        ("arithmetic", "max_depth"): (1, 3), ("arithmetic", "max_operand"): (1, 1000),
+        ("arithmetic", "max_abs_answer"): (1, 1_000_000),
+    }
     allowed = task_options(name)
     for option, value in options.items():
         if option not in allowed:
             listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
             raise ValueError(
-                f"task {name!r} has no option {option!r}; allowed options: {listing}."
+                f"task {name!r} has no option {short_repr(option)}; allowed options: {listing}."
             )
+        if isinstance(value, (list, dict)):  # never an option's type; keep the message short
+            raise ValueError(f"task {name!r}: option {option!r} must be {type(allowed[option]).__name__} "
+                             f"(default {allowed[option]!r}), got {short_repr(value)}.")
         _check_option_type(name, option, value, allowed[option])
+        low, high = ranges.get((name, option), (-MAX_OPTION_MAGNITUDE, MAX_OPTION_MAGNITUDE))
+        problem = number_problem(value, low, high)
+        if problem:
+            raise ValueError(f"task {name!r}: option {option!r} {problem}.")
+    lengths = {**allowed, **options}
+    if name == "sort" and lengths["min_len"] > lengths["max_len"]:
+        raise ValueError(
+            f"task 'sort': need min_len <= max_len, got min_len={lengths['min_len']}, "
+            f"max_len={lengths['max_len']}."
+        )
+
+
+def task_capacity(name: str, options: dict) -> int | None:
+    """An upper bound on the distinct prompts a built-in task can make with these
+    options, where one is cheap to count; None when it is too large to matter.
+
+    sort: every list of min_len..max_len digits. arithmetic with max_depth 1: every
+    `a op b` (before answers over max_abs_answer are redrawn, so a bound).
+
+    Example:
+        >>> task_capacity("sort", {})  # 10**3 + 10**4 + 10**5 + 10**6
+        1111000
+        >>> task_capacity("arithmetic", {"max_depth": 1, "max_operand": 9, "operators": "+-"})
+        200
+        >>> task_capacity("arithmetic", {}) is None
+        True
+    """
+    opts = {**task_options(name), **options}
+    if name == "sort":
+        return sum(10**length for length in range(opts["min_len"], opts["max_len"] + 1))
+    if name == "arithmetic" and opts["max_depth"] == 1:
+        return (opts["max_operand"] + 1) ** 2 * len(set(opts["operators"]))
+    return None
+
+
+def check_task_size(name: str, options: dict, num_train: int, num_eval: int) -> None:
+    """Refuse at once (ValueError naming num_train) a request for more distinct prompts
+    than the task can make, rather than drawing for minutes and failing then.
+
+    Example:
+        >>> check_task_size("sort", {"min_len": 2, "max_len": 2}, num_train=500, num_eval=10)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_train: task 'sort' with these options makes at most 100 distinct prompts (num_train 500 + num_eval 10 asked for); lower data.num_train or widen data.task_options
+    """
+    capacity = task_capacity(name, options)
+    if capacity is not None and num_train + num_eval > capacity:
+        raise ValueError(
+            f"num_train: task {name!r} with these options makes at most {capacity:,} distinct prompts "
+            f"(num_train {num_train:,} + num_eval {num_eval:,} asked for); lower data.num_train "
+            "or widen data.task_options"
+        )
 
 
 def make_task(
@@ -390,6 +476,7 @@ def make_task(
             raise ValueError(
                 f"task {name!r}: {count_name} must be a non-negative integer, got {count!r}."
             )
+    check_task_size(name, options, num_train, num_eval)
     return factory(seed=seed, num_train=num_train, num_eval=num_eval, **options)
 
 

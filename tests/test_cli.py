@@ -139,3 +139,20 @@ def test_user_code_location_finds_the_users_frame(tmp_path):
         combine_rewards([("mine", 1.0, module.reward)], ["p"], ["c"], {})
     assert "mine" in str(info.value)
     assert user_code_location(info.value) == (str(source.resolve()), 2)
+
+
+@pytest.mark.parametrize("metrics, shown", [
+    ({"reward": 0.25, "loss": 0.5}, {"reward": "0.250", "loss": "0.500"}),  # GRPO, PPO
+    ({"loss": 0.69, "rewards/accuracies": 0.75}, {"acc": "0.750", "loss": "0.690"}),  # DPO: no reward
+    ({"reward": 0.25, "loss": None}, {"reward": "0.250"}),  # a skipped (non-finite) step
+    ({}, {}),
+])
+def test_progress_bar_shows_what_the_algorithm_logs(metrics, shown):
+    from engine.cli import progress_callback, progress_postfix
+
+    assert progress_postfix(metrics) == shown
+    on_step, close = progress_callback(max_steps=3, start_step=0, quiet=False)
+    try:
+        on_step(1, metrics)  # DPO's metrics once raised KeyError 'reward' here
+    finally:
+        close()

@@ -60,7 +60,7 @@ def test_out_of_range_value():
 
 def test_unknown_algorithm_lists_the_known_ones():
     (problem,) = problems_of({"algorithm": {"name": "sac"}})
-    assert problem.startswith("algorithm:") and "'grpo'" in problem
+    assert problem.startswith("algorithm.name: unknown algorithm 'sac'") and "grpo, ppo, dpo" in problem
 
 
 def test_batch_must_divide_by_num_generations():
@@ -84,7 +84,7 @@ def test_unknown_task_option_and_wrong_option_type():
 
 def test_unknown_reward_and_reward_option():
     (problem,) = problems_of({"rewards": [{"name": "exactmatch"}]})
-    assert problem.startswith("rewards.0: unknown reward 'exactmatch'") and "exact_match" in problem
+    assert problem.startswith("rewards.0.name: unknown reward 'exactmatch'") and "exact_match" in problem
     (problem,) = problems_of({"rewards": [{"name": "exact_match", "options": {"foo": 1}}]})
     assert problem.startswith("rewards.0.options: reward 'exact_match' has no option 'foo'")
     (problem,) = problems_of({"rewards": [{"name": "numeric_match", "options": {"tolerance": "big"}}]})
@@ -172,3 +172,200 @@ def _env():
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+# ------------------------------------------------- values that cannot be meant (issue 10)
+
+from engine import preset as preset_module  # noqa: E402
+
+SECTIONS = {  # section model -> (where it sits in a preset, what else that place needs)
+    preset_module.LoraConfig: (("model", "lora"), {}),
+    preset_module.GRPOConfig: (("algorithm",), {"name": "grpo"}),
+    preset_module.PPOConfig: (("algorithm",), {"name": "ppo"}),
+    preset_module.DPOConfig: (("algorithm",), {"name": "dpo"}),
+    preset_module.DataConfig: (("data",), {}),
+    preset_module.RewardConfig: (("rewards", 0), {"name": "exact_match"}),
+    preset_module.TrainingConfig: (("training",), {}),
+}
+
+
+def numeric_fields():
+    """(section, field name, int or float, FieldInfo) for every number field of a preset."""
+    import typing
+
+    found = []
+    for section in SECTIONS:
+        for name, info in section.model_fields.items():
+            ann = info.annotation
+            args = [a for a in typing.get_args(ann) if a is not type(None)] if typing.get_origin(ann) is typing.Union else [ann]
+            base = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args]
+            if base in ([int], [float]):
+                found.append(pytest.param(section, name, base[0], info, id=f"{section.__name__}.{name}"))
+    return found
+
+
+def with_value(section, name, value) -> tuple[dict, str]:
+    """A preset dict with `section.name` set to `value`, and the field's dotted path."""
+    where, extra = SECTIONS[section]
+    leaf = {**extra, name: value}
+    data = {"rewards": [leaf]} if where[0] == "rewards" else {}
+    if where == ("model", "lora"):
+        data = {"model": {"lora": leaf}}
+    elif where[0] != "rewards":
+        data = {where[0]: leaf}
+    return data, ".".join(map(str, where + (name,)))
+
+
+@pytest.mark.parametrize("section, name, kind, info", [p for p in numeric_fields() if p.values[2] is float])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), "inf", "nan", "-Infinity"])
+def test_every_float_field_refuses_non_finite_numbers(section, name, kind, info, bad):
+    data, path = with_value(section, name, bad)
+    (problem,) = problems_of(data)
+    assert problem.startswith(f"{path}: must be a finite number"), problem
+
+
+@pytest.mark.parametrize("section, name, kind, info", numeric_fields())
+def test_every_number_field_has_an_upper_bound_named_in_the_message(section, name, kind, info):
+    bounds = {key: getattr(m, key) for m in info.metadata for key in ("le", "lt") if getattr(m, key, None) is not None}
+    assert bounds, f"{section.__name__}.{name} has no upper bound: give it le= (engine/preset_limits.py)"
+    bound = bounds.get("le", bounds.get("lt"))
+    past = kind(bound if "lt" in bounds else bound * 10 + 1)
+    data, path = with_value(section, name, past)
+    (problem,) = problems_of(data)
+    assert problem.startswith(f"{path}: ") and "allowed:" in problem and "value <" in problem, problem
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"data": {"num_train": 100000000000000000000}},
+     "data.num_train: Input should be less than or equal to 10000000 (got 100000000000000000000); "
+     "allowed: 1 <= value <= 10000000"),
+    ({"algorithm": {"name": "grpo", "temperature": 1e30}}, "algorithm.temperature: Input should be less than or "
+     "equal to 100 (got 1e+30); allowed: 0 < value <= 100"),
+    ({"algorithm": {"name": "ppo", "vf_coef": 1e20}}, "algorithm.vf_coef: Input should be less than or equal to "
+     "1000 (got 1e+20); allowed: 0 <= value <= 1000"),
+    ({"algorithm": {"name": "dpo", "beta": float("inf")}}, "algorithm.beta: must be a finite number, got inf"),
+    ({"rewards": [{"name": "exact_match", "weight": float("nan")}]}, "rewards.0.weight: must be a finite number, got nan"),
+])
+def test_the_issues_examples_are_refused_with_path_value_and_range(data, expected):
+    (problem,) = problems_of(data)
+    assert problem.startswith(expected), problem
+
+
+def test_non_finite_spelled_in_yaml_is_refused(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("model:\n  lora:\n    alpha: .inf\nalgorithm:\n  name: grpo\n  beta: .nan\n"
+                    "  temperature: -.inf\ntraining:\n  learning_rate: 'nan'\n")
+    with pytest.raises(PresetError) as info:
+        load_preset(path)
+    assert sorted(p.split(":")[0] for p in info.value.problems) == [
+        "algorithm.beta", "algorithm.temperature", "model.lora.alpha", "training.learning_rate"]
+    assert all("must be a finite number" in p for p in info.value.problems)
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"task": "sort", "task_options": {"max_len": 100}},
+     "data.task_options: task 'sort': option 'max_len' must be between 1 and 12, got 100."),
+    ({"task": "sort", "task_options": {"min_len": 5, "max_len": 4}}, "data.task_options: task 'sort': need min_len <= max_len"),
+    ({"task": "arithmetic", "task_options": {"max_operand": 10**20}},
+     "data.task_options: task 'arithmetic': option 'max_operand' must be between 1 and 1000, got 100000000000000000000."),
+    ({"task": "arithmetic", "task_options": {"max_depth": float("nan")}},
+     "data.task_options: task 'arithmetic': option 'max_depth' must be int"),
+])
+def test_task_options_are_bounded(data, expected):
+    (problem,) = problems_of({"data": data})
+    assert problem.startswith(expected), problem
+
+
+@pytest.mark.parametrize("reward, expected", [
+    ({"name": "numeric_match", "options": {"tolerance": float("nan")}},
+     "rewards.0.options: reward 'numeric_match': option 'tolerance' must be a finite number, got nan."),
+    ({"name": "length_penalty", "options": {"per_char": float("inf")}},
+     "rewards.0.options: reward 'length_penalty': option 'per_char' must be a finite number, got inf."),
+    ({"name": "length_penalty", "options": {"target": 10**12}},
+     "rewards.0.options: reward 'length_penalty': option 'target' must be between"),
+    ({"name": "exact_match", "options": {1: True}}, "rewards.0.options.1.[key]: Input should be a valid string"),
+    ({"name": "my_rewards.py:f", "options": {"scale": float("-inf")}},
+     "rewards.0.options: option 'scale' must be a finite number, got -inf."),
+    ({"name": "my_rewards.py:f", "options": {"weights": [1.0, float("nan")]}},
+     "rewards.0.options: option 'weights' at weights.1 must be a finite number, got nan."),
+    ({"name": "my_rewards.py:f", "options": {"when": __import__("datetime").date(2001, 2, 3)}},
+     "rewards.0.options: option 'when' date datetime.date(2001, 2, 3) is not plain data"),
+    ({"name": "reward_model", "options": {"model": "org/rm", "batch_size": 10**9}},
+     "rewards.0.options: reward 'reward_model': option 'batch_size' must be at most 1000000"),
+])
+def test_reward_options_that_are_numbers_are_finite_and_bounded(reward, expected):
+    (problem,) = problems_of({"rewards": [reward]})
+    assert problem.startswith(expected), problem
+
+
+# ------------------------------------------------ files that are not presets (issue 10)
+
+BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"] + [
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi")]) + "\n"
+
+
+@pytest.mark.parametrize("content, words", [
+    (bytes(range(256)), "not UTF-8 text (byte 0x80 at offset 128)"),
+    ("name: x\n".encode("utf-16"), "UTF-16 text; save the preset as UTF-8"),
+    (("model: " + "[" * 5000 + "]" * 5000).encode(), "line 1, column 39: nested more than 32 levels deep"),
+    (("data:\n  task_options: " + "{a: " * 5000 + "1" + "}" * 5000).encode(), "nested more than 32 levels deep"),
+    ((BOMB + "data: {task: sort, task_options: {x: *i}}\n").encode(), "holds more than 100,000 values"),
+    ("x: " + ", ".join(["&a1 [1]"] + ["*a1"] * 200), "not valid YAML"),
+    ("x: [" + ", ".join(["&a1 [1]"] + ["*a1"] * 200) + "]", "more than 100 YAML aliases"),
+    (b"data:\n  task_options: &loop {x: *loop}\n", "data.task_options.x: refers to itself"),
+    (b'name: !!python/object/apply:os.system ["echo executed"]\n',
+     "line 1, column 7: not plain YAML data: the tag !!python/object/apply:os.system is not allowed"),
+    (b"name: !!python/name:os.system\n", "the tag !!python/name:os.system is not allowed"),
+    (b"training:\n  seed: 2001-13-45\n", "not valid YAML: a value YAML cannot build: month must be in 1..12"),
+    (b"training:\n  seed: 1" + b"0" * 5000 + b"\n", "not valid YAML: a value YAML cannot build: Exceeds the limit"),
+    (b"training:\n  seed: !!bool maybe\n", "not valid YAML: a value YAML cannot build: 'maybe'"),
+    (b"name: x\x00\n", "not valid YAML: unacceptable character #x0000"),
+    (b"name: x\n" + b"#" * (1 << 20), "larger than 1024 KiB"),
+])
+def test_a_file_that_is_no_preset_is_one_line_naming_it(tmp_path, content, words):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(content.encode() if isinstance(content, str) else content)
+    with pytest.raises(PresetError) as info:
+        load_preset(path)
+    (problem,) = info.value.problems
+    assert str(info.value).startswith(f"{path} is invalid:") and words in problem, problem
+    assert "\n" not in problem and len(problem) < 300
+
+
+@pytest.mark.parametrize("value, words", [
+    ("[" * 5000 + "]" * 5000, "nested more than 32 levels deep"),
+    ('!!python/object/apply:os.system ["echo executed"]', "the tag !!python/object/apply:os.system is not allowed"),
+    ("&a [*a]", "refers to itself"),
+    ("[" + ", ".join(["&a1 [1]"] + ["*a1"] * 200) + "]", "more than 100 YAML aliases"),
+])
+def test_set_values_get_the_same_protections(tmp_path, value, words):
+    path = tmp_path / "p.yaml"
+    path.write_text("name: x\n")
+    with pytest.raises(PresetError) as info:
+        load_preset(path, [f"data.task_options={value}"])
+    (problem,) = info.value.problems
+    assert words in problem and "\n" not in problem, problem
+
+
+def test_set_into_a_value_that_is_not_a_section_is_refused():
+    with pytest.raises(PresetError) as info:
+        apply_overrides({"name": "x"}, ["name.first.second=1"])
+    assert info.value.problems == ["--set 'name.first.second=1': name.first.second does not name a field that can be set"]
+
+
+@pytest.mark.parametrize("command", [["validate"], ["run"], ["try-reward", "--prompt", "p", "--completion", "c"],
+                                     ["resume"]])
+def test_every_command_reports_a_binary_preset_in_one_line(tmp_path, command):
+    from engine import rundir
+
+    junk = tmp_path / "run" / rundir.PRESET_FILE  # resume reads RUN_DIR/preset.yaml (with a checkpoint)
+    state = tmp_path / "run" / rundir.CHECKPOINTS_DIR / "step_000001" / rundir.CHECKPOINT_STATE
+    state.parent.mkdir(parents=True)
+    state.write_text('{"step": 1}')
+    junk.write_bytes(bytes(range(256)) * 4)
+    target = str(junk.parent) if command == ["resume"] else str(junk)
+    result = subprocess.run([sys.executable, "-m", "engine", command[0], target, *command[1:]],
+                            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"error: {junk} is invalid:\n  - not UTF-8 text (byte 0x80 at offset 128); " \
+                            "a preset is a YAML text file saved as UTF-8\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import operator
+import random
 import subprocess
 import sys
 
@@ -123,9 +124,13 @@ def test_arithmetic_options_are_respected():
 
 
 def test_tiny_option_space_fails_clearly():
-    # max_depth=1 with operands 0..1 and '+' has only 4 distinct prompts.
-    with pytest.raises(ValueError, match="could only find"):
+    # max_depth=1 with operands 0..1 and '+' has only 4 distinct prompts: refused before
+    # drawing any.
+    with pytest.raises(ValueError, match="at most 4 distinct prompts"):
         make_task("arithmetic", seed=0, num_train=50, num_eval=5, max_depth=1, max_operand=1, operators="+")
+    # 16 prompts, all asked for as training prompts, but the held-out split keeps some.
+    with pytest.raises(ValueError, match="could only find"):
+        make_task("arithmetic", seed=0, num_train=16, num_eval=0, max_depth=1, max_operand=3, operators="+")
 
 
 def test_unknown_task_names_allowed_tasks():
@@ -291,3 +296,33 @@ def test_parquet_without_pyarrow_says_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
     with pytest.raises(ValueError, match="needs pyarrow; install it with 'pip install pyarrow'"):
         load_prompt_file(path)
+
+
+def test_more_prompts_than_a_task_can_make_is_refused_at_load_naming_num_train():
+    from engine.preset import PresetError, preset_from_dict
+
+    data = {"algorithm": {"name": "grpo", "max_completion_length": 16},
+            "data": {"task": "sort", "num_train": 5_000_000}}
+    with pytest.raises(PresetError) as err:
+        preset_from_dict(data)
+    assert "data.num_train: task 'sort' with these options makes at most 1,111,000 distinct prompts" in str(err.value)
+    with pytest.raises(ValueError, match="at most 300 distinct"):
+        make_task("arithmetic", seed=0, num_train=400, num_eval=0, max_depth=1)
+
+
+def test_an_exhausted_prompt_space_stops_drawing_soon():
+    # Ten distinct prompts, a million asked for: the old fixed budget drew 50 million
+    # times before giving up (minutes); a long run of repeats now ends it.
+    from engine.tasks import _split_unique
+
+    rng = random.Random(0)
+    draws = 0
+
+    def draw():
+        nonlocal draws
+        draws += 1
+        return Example(f"p{rng.randint(0, 9)}", {})
+
+    with pytest.raises(ValueError, match="could only find"):
+        _split_unique(draw, num_train=1_000_000, num_eval=0, task_name="demo")
+    assert draws < 20_000
