@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PRESET ?= presets/grpo-sort.yaml
 
-.PHONY: run test setup bench bench-ppo bench-dpo bench-workbench bench-inspector clean
+.PHONY: run test setup bench bench-ppo bench-dpo bench-workbench bench-inspector bench-reliability clean
 
 run: setup
 	$(BIN)/rl-workbench $(PRESET)
@@ -49,6 +49,11 @@ bench-workbench: setup
 
 bench-inspector: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python bench/inspector_bench.py
+
+# kill -9 the engine at random moments, resume each time; checks checkpoints, events and
+# that the final adapter equals an uninterrupted run's (CPU, one thread; a few minutes).
+bench-reliability: setup
+	OMP_NUM_THREADS=1 $(BIN)/python bench/reliability.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -17,6 +17,18 @@ gets only the columns it names as parameters. It returns one number per completi
 (a list, a tuple, a numpy array or a tensor); the engine refuses the wrong count, a
 non-number, NaN or inf with a message naming the function.
 
+Each call has a time limit, 300 s by default: a function that does not return in
+time ends the run with a message naming it and the line it was at. The reserved
+option ``reward_timeout`` sets it (seconds; ``null`` for no limit) and is not passed
+to the function::
+
+        options: {target: 12, reward_timeout: 30}
+
+With a limit the function runs in a worker thread so that the engine can stop waiting
+for it (a function stuck in a loop is abandoned; the run fails cleanly); with
+``reward_timeout: null`` it runs in the engine's own thread (for code tied to one
+thread, such as a sqlite connection opened at import).
+
 A relative file is looked up in the preset's folder first, then in the current
 folder. A file is imported once per process (two components from one file share the
 module); its folder is appended to ``sys.path`` so it can import its neighbours.
@@ -33,19 +45,28 @@ import hashlib
 import importlib.util
 import inspect
 import logging
+import math
+import numbers
 import re
 import sys
+import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.rewards import RewardError, RewardFunc, split_custom_name
+from engine.rewards import RewardError, RewardFunc, RewardTimeout, split_custom_name
 
 log = logging.getLogger(__name__)
 
+TIMEOUT_OPTION = "reward_timeout"
+"""The reserved option that sets a custom function's time limit; never passed to it."""
+DEFAULT_TIMEOUT_S = 300.0
+
 __all__ = [
+    "TIMEOUT_OPTION",
+    "DEFAULT_TIMEOUT_S",
     "find_reward_file",
     "load_custom_reward",
     "static_problems",
@@ -196,6 +217,30 @@ def _signature_problems(node: ast.FunctionDef | ast.AsyncFunctionDef, options: d
     return []
 
 
+def timeout_problem(value: Any) -> str | None:
+    """What is wrong with a ``reward_timeout`` value, or None when it is fine.
+
+    Example:
+        >>> timeout_problem(30), timeout_problem(None)
+        (None, None)
+        >>> timeout_problem(0)
+        'reward_timeout must be a number of seconds > 0, or null for no limit; got 0'
+    """
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+        return None
+    return f"{TIMEOUT_OPTION} must be a number of seconds > 0, or null for no limit; got {value!r}"
+
+
+def _split_timeout(options: dict) -> tuple[dict, float | None, str | None]:
+    """(the options passed to the function, the time limit, a problem with it)."""
+    options = dict(options)
+    value = options.pop(TIMEOUT_OPTION, DEFAULT_TIMEOUT_S)
+    problem = timeout_problem(value)
+    return options, (None if value is None or problem else float(value)), problem
+
+
 def static_problems(name: str, options: dict, base_dir=None) -> list[tuple[str, str]]:
     """Problems with a custom reward found by reading its file, not running it:
     (field, message) pairs where field is ``name`` or ``options``.
@@ -207,6 +252,9 @@ def static_problems(name: str, options: dict, base_dir=None) -> list[tuple[str, 
     parts = split_custom_name(name)
     if parts is None:
         return []
+    options, _timeout, problem = _split_timeout(options)
+    if problem:
+        return [("options", problem)]
     file, function = parts
     path = find_reward_file(file, base_dir)
     if path is None:
@@ -316,6 +364,9 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
     parts = split_custom_name(name)
     if parts is None:
         raise RewardError(f"{where}: {name!r} is not FILE.py:FUNCTION")
+    options, timeout, problem = _split_timeout(options)
+    if problem:
+        raise RewardError(f"{where}: options.{problem}")
     file, function = parts
     path = find_reward_file(file, base_dir)
     if path is None:
@@ -359,12 +410,72 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
                 "(options and data fields are both passed as keyword arguments)"
             )
         passed = fields if takes_all else {k: v for k, v in fields.items() if k in names}
-        values = fn(prompts, completions, **passed, **options)
+        values = _call_with_timeout(fn, (prompts, completions), {**passed, **options}, timeout, path, function)
         tolist = getattr(values, "tolist", None)
         return tolist() if callable(tolist) and not isinstance(values, (str, bytes)) else values
 
     reward.reward_source = name
     reward.source_file = str(path)
+    code = getattr(fn, "__code__", None)
+    reward.source_line = code.co_firstlineno if code is not None and code.co_filename == str(path) else None
+    reward.timeout = timeout
     reward.__name__ = function
     reward.__qualname__ = function
     return reward
+
+
+def _stuck_at(thread: threading.Thread, path: Path) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of ``thread`` in ``path``, the reward's file."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_filename == str(path):
+            return str(path), frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def _call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, path: Path, function: str):
+    """``fn(*args, **kwargs)`` in a worker thread, waiting at most ``timeout`` seconds
+    (None: no limit). RewardTimeout when it does not return in time: the thread is
+    abandoned (a daemon: it does not keep the process alive). An exception in ``fn``
+    is raised here with its traceback (the user's frames included)."""
+    if timeout is None:
+        # No limit: run in the engine's own thread, so a function whose state is tied to
+        # one thread (a sqlite connection opened at import, say) keeps working.
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as exc:
+            raise RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values") from exc
+    outcome: dict[str, Any] = {}
+
+    def call():
+        try:
+            outcome["value"] = fn(*args, **kwargs)
+        except Exception as exc:
+            outcome["error"] = exc
+        except SystemExit as exc:  # sys.exit() in a reward would otherwise end the engine unreported
+            error = RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values")
+            error.__cause__ = exc
+            error.__traceback__ = exc.__traceback__
+            outcome["error"] = error
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=call, name=f"reward {function}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        at = _stuck_at(worker, path)
+        where = f" (it was at {at[0]}, line {at[1]})" if at else ""
+        error = RewardTimeout(
+            f"did not return within {timeout:g} s{where}; make it faster, or give it more time with "
+            f"options: {{{TIMEOUT_OPTION}: SECONDS}} (null: no limit)")
+        error.user_location = at
+        raise error
+    if "error" in outcome:
+        error = outcome.pop("error")
+        try:
+            raise error
+        finally:
+            del error
+    return outcome["value"]

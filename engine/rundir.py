@@ -48,12 +48,44 @@ def dumps(record: dict) -> str:
     return json.dumps(_clean(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def drop_torn_last_line(path: str | Path) -> int:
+    """Cut a partly written last line (an engine killed while writing it) off the end
+    of a JSON Lines file, so the next appended line starts on a line of its own.
+    Returns the number of bytes dropped (0 when the file ends with a newline, is empty
+    or missing). Readers never saw those bytes: read_jsonl stops at the last newline.
+
+    input: b'{"a":1}\n{"b":'   ->  file b'{"a":1}\n', returns 5
+    """
+    try:
+        f = open(path, "rb+")
+    except FileNotFoundError:
+        return 0
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        end = size
+        while end > 0:
+            start = max(0, end - 65536)
+            f.seek(start)
+            chunk = f.read(end - start)
+            if end == size and chunk.endswith(b"\n"):
+                return 0
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+        f.truncate(end)
+        return size - end
+
+
 class EventWriter:
     """Appends events to events.jsonl; each line is flushed as it is written so a reader
-    never waits on a buffer."""
+    never waits on a buffer. A torn last line left by a killed engine is dropped first
+    (drop_torn_last_line), so every line of the file parses."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / EVENTS_FILE
+        self.dropped = drop_torn_last_line(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
 
     def emit(self, type: str, step: int | None = None, **fields) -> dict:

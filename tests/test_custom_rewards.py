@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,87 @@ def test_bad_return_values_name_the_function(rewards_file, tmp_path, function, e
     with pytest.raises(RewardError) as info:
         combine_rewards(components, ["p", "p"], ["a", "b"], {"answer": ["a", "b"]})
     assert str(info.value).startswith(expected)
+
+
+def test_bad_return_values_point_at_the_function(rewards_file, tmp_path):
+    from engine.cli import failure_location
+
+    components = build("my_rewards.py:not_a_number", base_dir=tmp_path)
+    with pytest.raises(RewardError) as info:
+        combine_rewards(components, ["p"], ["a"], {"answer": ["a"]})
+    assert failure_location(info.value) == (str(rewards_file.resolve()), line_of(rewards_file, "def not_a_number"))
+
+
+SLOW_PY = '''\
+import time
+
+
+def slow(prompts, completions, timeout="mine", **fields):
+    while True:
+        time.sleep(0.01)
+
+
+def takes_timeout(prompts, completions, timeout=1, **fields):
+    return [float(timeout) + len(fields) for _ in completions]
+'''
+
+
+def test_a_reward_that_does_not_return_times_out_with_its_line(tmp_path):
+    from engine.cli import failure_location
+    from engine.rewards import RewardTimeout
+
+    (tmp_path / "slow_rewards.py").write_text(SLOW_PY)
+    components = build("slow_rewards.py:slow", {"reward_timeout": 0.3}, base_dir=tmp_path)
+    start = time.monotonic()
+    with pytest.raises(RewardTimeout) as info:
+        combine_rewards(components, ["p"], ["a"], {"answer": ["a"]})
+    assert time.monotonic() - start < 30
+    path = (tmp_path / "slow_rewards.py").resolve()
+    assert str(info.value) == (
+        f"reward component 'slow' (slow_rewards.py:slow) did not return within 0.3 s (it was at {path}, line 6); "
+        "make it faster, or give it more time with options: {reward_timeout: SECONDS} (null: no limit)")
+    assert failure_location(info.value) == (str(path), 6)
+
+
+def test_reward_timeout_is_reserved_not_passed_and_checked(rewards_file, tmp_path):
+    from engine.custom_reward import DEFAULT_TIMEOUT_S
+
+    (tmp_path / "slow_rewards.py").write_text(SLOW_PY)
+    # the function's own `timeout` option still reaches it; reward_timeout does not
+    components = build("slow_rewards.py:takes_timeout", {"timeout": 5, "reward_timeout": None}, base_dir=tmp_path)
+    assert combine_rewards(components, ["p"], ["a"], {"answer": ["a"]})[1]["takes_timeout"] == [6.0]
+    assert components[1][2].timeout is None
+    assert build("slow_rewards.py:takes_timeout", base_dir=tmp_path)[1][2].timeout == DEFAULT_TIMEOUT_S == 300
+    for bad in (0, -1, "soon", True):
+        with pytest.raises(RewardError, match=r"rewards\[1\] \(slow_rewards.py:takes_timeout\): "
+                                              r"options.reward_timeout must be a number of seconds > 0"):
+            build("slow_rewards.py:takes_timeout", {"reward_timeout": bad}, base_dir=tmp_path)
+        ((field, message),) = static_problems("slow_rewards.py:takes_timeout", {"reward_timeout": bad}, tmp_path)
+        assert field == "options" and message.startswith("reward_timeout must be")
+    # a function without **fields is not told about an unknown option reward_timeout
+    assert static_problems("my_rewards.py:answer_length", {"reward_timeout": 5}, tmp_path) == []
+
+
+def test_sys_exit_in_a_reward_is_a_reward_error(tmp_path):
+    (tmp_path / "exits.py").write_text("import sys\n\ndef score(prompts, completions, **fields):\n    sys.exit(3)\n")
+    components = build("exits.py:score", base_dir=tmp_path)
+    with pytest.raises(RewardError, match=r"failed with RuntimeError: called sys.exit\(3\)"):
+        combine_rewards(components, ["p"], ["a"], {"answer": ["a"]})
+
+
+def test_without_a_time_limit_a_reward_runs_in_the_engines_thread(tmp_path):
+    # Code tied to one thread (a sqlite connection opened at import) must keep working
+    # when the user turns the limit off; with a limit it runs in a worker thread.
+    (tmp_path / "thread_rewards.py").write_text(
+        "import threading\n\ndef where(prompts, completions, **fields):\n"
+        "    return [float(threading.current_thread() is threading.main_thread())] * len(completions)\n")
+    unlimited = build("thread_rewards.py:where", {"reward_timeout": None}, base_dir=tmp_path)
+    assert combine_rewards(unlimited, ["p"], ["a"], {"answer": ["a"]})[1]["where"] == [1.0]
+    limited = build("thread_rewards.py:where", base_dir=tmp_path)
+    assert combine_rewards(limited, ["p"], ["a"], {"answer": ["a"]})[1]["where"] == [0.0]
+    (tmp_path / "exits2.py").write_text("import sys\n\ndef score(prompts, completions, **fields):\n    sys.exit(3)\n")
+    with pytest.raises(RewardError, match=r"failed with RuntimeError: called sys.exit\(3\)"):
+        combine_rewards(build("exits2.py:score", {"reward_timeout": None}, base_dir=tmp_path), ["p"], ["a"], {"answer": ["a"]})
 
 
 def test_numpy_results_are_accepted(tmp_path):

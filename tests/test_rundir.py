@@ -67,3 +67,27 @@ def test_trajectories_round_trip(tmp_path):
     rundir.write_trajectories(tmp_path, 3, records)
     assert rundir.read_trajectories(tmp_path, 3) == records
     assert rundir.trajectory_steps(tmp_path) == [3]
+
+
+def test_a_torn_last_line_is_dropped_before_appending(tmp_path):
+    """An engine killed mid-write leaves a partial line; the next writer (a resumed
+    engine) must not glue its first event onto it."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"type":"metrics","step":1}\n{"type":"met')
+    writer = rundir.EventWriter(tmp_path)
+    assert writer.dropped == len(b'{"type":"met')
+    writer.emit("run_resumed", step=1)
+    writer.close()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == ["metrics", "run_resumed"]
+    assert rundir.drop_torn_last_line(path) == 0
+    assert rundir.drop_torn_last_line(tmp_path / "missing.jsonl") == 0
+    path.write_bytes(b'{"type":"met')  # nothing complete at all
+    assert rundir.drop_torn_last_line(path) == len(b'{"type":"met') and path.read_bytes() == b""
+
+
+def test_checkpoints_being_deleted_are_not_complete(tmp_path):
+    folder = tmp_path / "checkpoints" / "step_000004.old.tmp"  # renamed before it is deleted
+    folder.mkdir(parents=True)
+    (folder / rundir.CHECKPOINT_STATE).write_text("{}")
+    assert rundir.complete_checkpoints(tmp_path) == []

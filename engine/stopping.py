@@ -1,0 +1,60 @@
+"""Stopping a run: the flag that the signal handlers and the stdin reader set.
+
+A run has phases, and a stop means something different in each:
+
+    starting   the CLI reads the preset (milliseconds): a stop is recorded, and acted
+               on as soon as set-up begins.
+    setup      loading the model, building the data, importing reward files. Nothing
+               is trained yet, so there is nothing to save: a stop raises
+               StopDuringSetup in the main thread at once (the CLI's signal handler
+               raises it), and the CLI writes run_finished (stopped) and exits 0.
+    training   from Trainer.run on: a stop is cooperative. The step in progress
+               finishes, a checkpoint is saved, run_finished (stopped) is written.
+    finishing  the final event is being written: further stops are ignored.
+
+A second Ctrl-C aborts in every phase but finishing (the CLI's handler raises
+KeyboardInterrupt; the run ends with run_failed).
+
+This module imports neither torch nor Qt: the CLI installs its handlers with it before
+anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STARTING, SETUP, TRAINING, FINISHING = "starting", "setup", "training", "finishing"
+
+
+class StopDuringSetup(BaseException):
+    """A stop (SIGTERM, SIGINT, a `stop` line) arrived while the engine was setting up.
+
+    A BaseException, like KeyboardInterrupt, so that library code that catches
+    `Exception` (optional imports, model loading fallbacks) does not swallow it."""
+
+
+@dataclass
+class StopFlag:
+    """Set from a signal handler or the stdin reader; checked between steps (and, in the
+    setup phase, at set-up milestones)."""
+
+    requested: bool = False
+    reason: str = ""
+    phase: str = TRAINING
+
+    def request(self, reason: str) -> None:
+        if not self.requested:
+            self.requested, self.reason = True, reason
+
+    def check_setup(self) -> None:
+        """A set-up milestone: StopDuringSetup if a stop was requested during set-up
+        (its exception may have been swallowed by library code, or it came from the
+        stdin reader, which cannot raise in the main thread)."""
+        if self.phase == SETUP and self.requested:
+            raise StopDuringSetup(self.reason)
+
+    def enter_training(self) -> None:
+        """Set-up is over (Trainer.run calls this before it writes anything): from now
+        on a stop is cooperative."""
+        self.check_setup()
+        self.phase = TRAINING
