@@ -17,15 +17,17 @@ import yaml
 from engine import rundir
 from engine.preset import Preset, PresetError, preset_from_dict
 from workbench import checks, document, plotspec, rundata, runs, schema, smoothing
-from workbench import settings as settings_module
 from workbench.document import PresetDocument, split_problem
 from workbench.rundata import MetricTable, RunData
 from workbench_helpers import write_run
 
 
-@pytest.mark.parametrize("module", [schema, document, rundata, runs, smoothing, plotspec, checks, settings_module])
+# Only modules that hold examples (checks and settings have none: a run of them attempts
+# nothing and cannot fail).
+@pytest.mark.parametrize("module", [schema, document, rundata, runs, smoothing, plotspec])
 def test_doctests(module):
-    assert doctest.testmod(module).failed == 0
+    result = doctest.testmod(module)
+    assert result.failed == 0 and result.attempted > 0
 
 
 # ------------------------------------------------------------------------ schema
@@ -98,11 +100,30 @@ def test_an_invalid_preset_opens_with_its_problems(tmp_path):
 
 
 def test_switching_algorithm_keeps_each_algorithms_settings():
+    # grpo -> ppo -> dpo -> grpo -> ppo -> dpo: each algorithm's edits come back when the
+    # user returns to it, and none leaks into another (GRPO and DPO both have a beta).
     doc = PresetDocument()
+    assert doc.algorithm == "grpo"
     doc.set("algorithm.beta", 0.5)
-    other = doc.algorithm
-    doc.switch_algorithm(other)  # no-op
-    assert doc.get("algorithm.beta") == 0.5
+    doc.set("algorithm.num_generations", 4)
+    doc.switch_algorithm("ppo")
+    assert doc.algorithm == "ppo" and doc.get("algorithm.beta", None) is None
+    ppo_default = doc.get("algorithm.kl_coef")
+    doc.set("algorithm.kl_coef", ppo_default * 2)
+    doc.set("algorithm.num_ppo_epochs", 2)
+    doc.switch_algorithm("dpo")
+    assert doc.algorithm == "dpo" and doc.get("algorithm.beta") == 0.1  # DPO's own default
+    doc.set("algorithm.beta", 0.25)
+    doc.set("algorithm.loss_type", "ipo")
+    doc.switch_algorithm("grpo")
+    assert doc.get("algorithm.beta") == 0.5 and doc.get("algorithm.num_generations") == 4
+    assert doc.get("algorithm.loss_type") == "dapo"  # GRPO's, not DPO's ipo
+    doc.switch_algorithm("ppo")
+    assert doc.get("algorithm.kl_coef") == ppo_default * 2 and doc.get("algorithm.num_ppo_epochs") == 2
+    doc.switch_algorithm("dpo")
+    assert doc.get("algorithm.beta") == 0.25 and doc.get("algorithm.loss_type") == "ipo"
+    preset, problems = doc.validate()
+    assert not problems and preset.algorithm.name == "dpo" and preset.algorithm.beta == 0.25
 
 
 def test_saving_an_invalid_preset_writes_it_as_it_stands(tmp_path):
@@ -110,6 +131,45 @@ def test_saving_an_invalid_preset_writes_it_as_it_stands(tmp_path):
     doc.set("training.batch_size", "abc")
     doc.save(tmp_path / "x.yaml")
     assert yaml.safe_load((tmp_path / "x.yaml").read_text())["training"]["batch_size"] == "abc"
+
+
+def test_cross_field_problems_are_reported_with_field_problems():
+    doc = PresetDocument()
+    doc.update({"algorithm.num_generations": 4, "training.batch_size": 10, "algorithm.temperature": 0.0,
+                "training.micro_batch_size": 32})
+    _, problems = doc.validate()
+    paths = [path for path, _ in problems]
+    assert paths == ["algorithm.temperature", "training.batch_size"]  # the schema alone stopped at temperature
+    assert "must be divisible by algorithm.num_generations (4)" in dict(problems)["training.batch_size"]
+    doc.set("training.batch_size", 16)  # micro_batch_size 32 > 16 is the next cross-field problem
+    assert [path for path, _ in doc.validate()[1]] == ["algorithm.temperature", "training.micro_batch_size"]
+    # A field that is itself invalid is never judged by its default standing in for it.
+    doc.update({"training.batch_size": "many", "algorithm.num_generations": 5, "training.micro_batch_size": None})
+    assert [path for path, _ in doc.validate()[1]] == ["algorithm.temperature", "training.batch_size"]
+
+
+def test_unknown_keys_are_found_removed_and_renamed(tmp_path):
+    path = tmp_path / "typos.yaml"
+    path.write_text("notes: x\nmodel:\n  lora:\n    alhpa: 8.0\ntraining:\n  learnin_rate: 0.002\n"
+                    "  learning_rat: 0.5\n  max_steps: 5\n")
+    doc = PresetDocument()
+    doc.open(path)
+    found = {key.path: key.suggestion for key in doc.unknown_keys()}
+    assert found == {"notes": None, "model.lora.alhpa": "alpha", "training.learnin_rate": "learning_rate",
+                     "training.learning_rat": "learning_rate"}
+    _, problems = doc.validate()
+    assert {p for p, _ in problems} == set(found)  # each reported at its own path
+    assert not doc.was_set("training.learning_rate") and doc.was_set("training.max_steps")
+    doc.rename_key("training.learnin_rate", "learning_rate")
+    assert doc.get("training.learning_rate") == 0.002 and doc.was_set("training.learning_rate")
+    doc.rename_key("model.lora.alhpa", "alpha")
+    doc.remove_key("notes")
+    doc.remove_key("training.learning_rat")
+    assert doc.unknown_keys() == [] and doc.validate()[1] == []
+    doc.save()
+    saved = yaml.safe_load(path.read_text())
+    assert saved["training"]["learning_rate"] == 0.002 and saved["model"]["lora"]["alpha"] == 8.0
+    assert "notes" not in saved and "learnin_rate" not in path.read_text()
 
 
 # ------------------------------------------------------------------------ checks

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout
 
 from engine.preset import preset_from_dict
 from workbench import setup_panel
 from workbench.document import PresetDocument
 from workbench.setup_panel import ADD_CUSTOM, ADD_REWARD_MODEL, SetupPanel
-from workbench_helpers import small_preset
+from workbench_helpers import small_preset, type_text
 
 REWARDS_PY = '''\
 def brevity(prompts, completions, target=10, *, scale=1.0, **fields):
@@ -58,15 +59,9 @@ def problems_at(panel, path: str) -> list[str]:
     return [message for p, message in panel.problems if p == path]
 
 
-def type_text(line, text: str) -> None:
-    """Text typed into a line edit (its textEdited signal fires, as for a user)."""
-    line.setText(text)
-    line.textEdited.emit(text)
-
-
-def add(panel, choice: str) -> None:
+def add(panel, qtbot, choice: str) -> None:
     panel.rewards.adder.setCurrentText(choice)
-    panel.rewards.add_button.click()
+    qtbot.mouseClick(panel.rewards.add_button, Qt.LeftButton)
 
 
 def model_folder(path: Path, labels: int) -> Path:
@@ -81,8 +76,8 @@ def model_folder(path: Path, labels: int) -> Path:
 # ------------------------------------------------------------------ reward model
 
 
-def test_adding_a_reward_model_shows_its_problems_at_the_model_field(panel, folder):
-    add(panel, ADD_REWARD_MODEL)
+def test_adding_a_reward_model_shows_its_problems_at_the_model_field(panel, folder, qtbot):
+    add(panel, qtbot, ADD_REWARD_MODEL)
     row = panel.rewards.items[-1]
     assert row.kind == "reward_model" and rewards(panel)[-1] == {"name": "reward_model", "weight": 1.0,
                                                                    "options": {"model": ""}}
@@ -91,45 +86,45 @@ def test_adding_a_reward_model_shows_its_problems_at_the_model_field(panel, fold
     assert "needs the option 'model'" in model_row.error.text() and not model_row.error.isHidden()
     assert "rewards.2.options.model" in panel.summary.text()
 
-    type_text(row.model.line, "./no-such-rm")
+    type_text(qtbot, row.model.line, "./no-such-rm")
     panel.validate_now()
     assert model_row.error.text().startswith("folder ./no-such-rm does not exist")
 
     model_folder(folder / "classifier", labels=3)
-    type_text(row.model.line, "classifier")  # relative: found next to the preset
+    type_text(qtbot, row.model.line, "classifier")  # relative: found next to the preset
     panel.validate_now()
     assert "num_labels 3" in model_row.error.text()
 
     model_folder(folder / "rm", labels=1)
-    type_text(row.model.line, "rm")
+    type_text(qtbot, row.model.line, "rm")
     panel.validate_now()
     assert model_row.error.isHidden() and panel.problems == []
     assert rewards(panel)[-1]["options"] == {"model": "rm"}
 
 
-def test_reward_model_options_label_and_weight(panel, folder):
+def test_reward_model_options_label_and_weight(panel, folder, qtbot):
     model_folder(folder / "rm", labels=1)
     panel.rewards.add_reward_model(str(folder / "rm"))
     row = panel.rewards.items[-1]
     assert set(row.options._rows) == {"batch_size", "max_length", "dtype"}  # `model` has its own field
-    type_text(row.options.option_widget("batch_size"), "8")
-    type_text(row.options.option_widget("max_length"), "512")
-    type_text(row.weight.line, "0.5")
-    type_text(row.label.line, "judge")
+    type_text(qtbot, row.options.option_widget("batch_size"), "8")
+    type_text(qtbot, row.options.option_widget("max_length"), "512")
+    type_text(qtbot, row.weight.line, "0.5")
+    type_text(qtbot, row.label.line, "judge")
     assert rewards(panel)[-1] == {"name": "reward_model", "weight": 0.5, "label": "judge",
                                   "options": {"model": str(folder / "rm"), "batch_size": 8, "max_length": 512}}
-    type_text(row.options.option_widget("batch_size"), "many")
+    type_text(qtbot, row.options.option_widget("batch_size"), "many")
     panel.validate_now()
     assert "option 'batch_size' must be an int >= 1" in row.problems.error.text()
-    type_text(row.options.option_widget("batch_size"), "")
-    type_text(row.label.line, "")  # back to the default label: the key goes
+    type_text(qtbot, row.options.option_widget("batch_size"), "")
+    type_text(qtbot, row.label.line, "")  # back to the default label: the key goes
     assert "label" not in rewards(panel)[-1]
     assert row.label.line.placeholderText() == "reward_model"
     panel.validate_now()
     assert panel.problems == []
 
 
-def test_a_second_reward_model_gets_its_own_label(panel, folder):
+def test_a_second_reward_model_gets_its_own_label(panel, folder, qtbot):
     model_folder(folder / "rm", labels=1)
     panel.rewards.add_reward_model("rm")
     panel.rewards.add_reward_model("rm")
@@ -137,7 +132,7 @@ def test_a_second_reward_model_gets_its_own_label(panel, folder):
     panel.validate_now()
     assert panel.problems == []
     # a clash typed by the user is the engine's message, on the list
-    type_text(panel.rewards.items[-1].label.line, "reward_model")
+    type_text(qtbot, panel.rewards.items[-1].label.line, "reward_model")
     panel.validate_now()
     assert "are both logged as 'reward_model'" in panel.rewards.list_row.error.text()
 
@@ -145,10 +140,10 @@ def test_a_second_reward_model_gets_its_own_label(panel, folder):
 # ---------------------------------------------------------------- custom function
 
 
-def test_adding_a_python_function_from_the_file_dialog(panel, folder, monkeypatch):
+def test_adding_a_python_function_from_the_file_dialog(panel, folder, monkeypatch, qtbot):
     monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName",
                         lambda *args, **kwargs: (str(folder / "my_rewards.py"), ""))
-    add(panel, ADD_CUSTOM)
+    add(panel, qtbot, ADD_CUSTOM)
     row = panel.rewards.items[-1]
     assert row.kind == "custom"
     # relative to the preset's folder; the first function that takes (prompts, completions)
@@ -159,43 +154,47 @@ def test_adding_a_python_function_from_the_file_dialog(panel, folder, monkeypatc
     # its keyword parameters with defaults are its options
     assert set(row.options._rows) == {"target", "scale"}
     assert row.options.option_widget("target").placeholderText() == "default: 10"
-    type_text(row.options.option_widget("target"), "4")
+    type_text(qtbot, row.options.option_widget("target"), "4")
     assert rewards(panel)[-1]["options"] == {"target": 4}
     panel.validate_now()
     assert panel.problems == []
 
 
-def test_a_cancelled_file_dialog_adds_nothing(panel, monkeypatch):
+def test_a_cancelled_file_dialog_adds_nothing(panel, monkeypatch, qtbot):
     monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName", lambda *args, **kwargs: ("", ""))
     before = rewards(panel)
-    add(panel, ADD_CUSTOM)
+    add(panel, qtbot, ADD_CUSTOM)
     assert rewards(panel) == before
 
 
-def test_function_and_file_problems_are_shown_at_the_source(panel, folder):
+def test_function_and_file_problems_are_shown_at_the_source(panel, folder, qtbot):
     panel.rewards.add_custom(str(folder / "my_rewards.py"))
     row = panel.rewards.items[-1]
     source = row.field_rows["name"]
-    row.function.combo.setEditText("brevty")
-    row.function.combo.lineEdit().textEdited.emit("brevty")
+    type_text(qtbot, row.function.combo.lineEdit(), "brevty")
+    assert row.function.combo.currentText() == "brevty"
     assert rewards(panel)[-1]["name"] == "my_rewards.py:brevty"
     panel.validate_now()
     assert source.error.text() == (f"no function 'brevty' in {(folder / 'my_rewards.py').resolve()}; "
                                    "it defines: brevity, exact")
     assert problems_at(panel, "rewards.2.name")
 
-    row.function.combo.setCurrentIndex(1)  # pick `exact` from the list
-    row.function.combo.activated.emit(1)
+    # pick `exact` from the list: the arrow keys step through it
+    qtbot.mouseClick(row.function.combo.lineEdit(), Qt.LeftButton)
+    for _ in range(row.function.combo.count()):
+        if row.function.combo.currentText() == "exact":
+            break
+        qtbot.keyClick(row.function.combo, Qt.Key_Down)
     assert rewards(panel)[-1]["name"] == "my_rewards.py:exact"
     panel.validate_now()
     assert source.error.isHidden()
     assert set(row.options._rows) == set()  # exact takes no options
 
-    type_text(row.file.line, "missing.py")
+    type_text(qtbot, row.file.line, "missing.py")
     panel.validate_now()
     assert source.error.text().startswith("file missing.py not found")
 
-    type_text(row.file.line, "")
+    type_text(qtbot, row.file.line, "")
     panel.validate_now()
     assert "is not FILE.py:FUNCTION" in source.error.text()  # the engine's own message
 
@@ -210,14 +209,14 @@ def test_options_a_function_does_not_take_are_refused(panel, folder):
     assert labels == ["tolerance (unknown)"]  # shown, so it can be cleared
 
 
-def test_browse_writes_a_path_relative_to_the_preset(panel, folder, monkeypatch):
+def test_browse_writes_a_path_relative_to_the_preset(panel, folder, monkeypatch, qtbot):
     (folder / "lib").mkdir()
     (folder / "lib" / "more.py").write_text("def shorter(prompts, completions, **fields):\n    return [0.0]\n")
     panel.rewards.add_custom(str(folder / "my_rewards.py"))
     row = panel.rewards.items[-1]
     monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName",
                         lambda *args, **kwargs: (str(folder / "lib" / "more.py"), ""))
-    row.file.browse.click()
+    qtbot.mouseClick(row.file.browse, Qt.LeftButton)
     assert rewards(panel)[-1]["name"] == "lib/more.py:shorter"  # the new file's function
 
 
@@ -225,8 +224,8 @@ def test_rewards_of_every_kind_round_trip_through_a_preset_file(panel, folder, q
     model_folder(folder / "rm", labels=1)
     panel.rewards.add_reward_model("rm")
     panel.rewards.add_custom(str(folder / "my_rewards.py"))
-    type_text(panel.rewards.items[-1].options.option_widget("target"), "3")
-    type_text(panel.rewards.items[-1].label.line, "short")
+    type_text(qtbot, panel.rewards.items[-1].options.option_widget("target"), "3")
+    type_text(qtbot, panel.rewards.items[-1].label.line, "short")
     panel.validate_now()
     assert panel.problems == []
     path = panel.doc.save()
@@ -249,7 +248,8 @@ def test_rewards_of_every_kind_round_trip_through_a_preset_file(panel, folder, q
     assert not doc.dirty
 
     # removing a component rebuilds the rows below it as their own kind
-    other.rewards.items[2].remove.click()
+    other.show()
+    qtbot.mouseClick(other.rewards.items[2].remove, Qt.LeftButton)
     assert [row.kind for row in other.rewards.items] == ["registry", "registry", "custom"]
     assert other.rewards.items[2].function.value() == "brevity"
 
@@ -257,4 +257,7 @@ def test_rewards_of_every_kind_round_trip_through_a_preset_file(panel, folder, q
 def test_doctests_of_the_rewards_editor():
     import doctest
 
-    assert doctest.testmod(setup_panel).failed == 0
+    from workbench import reward_fields
+
+    result = doctest.testmod(reward_fields)
+    assert result.failed == 0 and result.attempted >= 3

@@ -1,5 +1,6 @@
 """Helpers for the workbench tests: synthetic run directories (written with the engine's
-own EventWriter, so they follow the contract) and the small preset the GUI tests launch."""
+own EventWriter, so they follow the contract), the small preset the GUI tests launch, and
+typing into a field as a user does."""
 
 from __future__ import annotations
 
@@ -14,6 +15,35 @@ import yaml
 from engine import rundir
 from engine.preset import preset_from_dict, preset_to_dict
 
+
+
+def type_text(qtbot, line, text: str, finish: bool = True) -> None:
+    """Text typed into a line edit as a user types it: a click in the field, Ctrl+A and
+    Backspace to clear what is there, the new text key by key, then Tab to the next
+    field (focus leaves the field: editingFinished fires; Return where the platform
+    gave the field no focus). Every key goes through the widget's own key handling, so
+    whatever the form does while the user types (and after) is what the test sees."""
+    from PySide6.QtCore import Qt
+
+    window = line.window()
+    if not window.isVisible():
+        window.show()
+    qtbot.waitExposed(window)
+    window.activateWindow()
+    qtbot.mouseClick(line, Qt.LeftButton)
+    if line.text():
+        qtbot.keyClick(line, Qt.Key_A, Qt.ControlModifier)
+        qtbot.keyClick(line, Qt.Key_Backspace)
+        assert line.text() == "", f"Ctrl+A, Backspace left {line.text()!r}"
+    qtbot.keyClicks(line, text)
+    if not finish:
+        return
+    key = Qt.Key_Tab if line.hasFocus() else Qt.Key_Return
+    if line.isModified():
+        with qtbot.waitSignal(line.editingFinished, timeout=2000):
+            qtbot.keyClick(line, key)
+    else:
+        qtbot.keyClick(line, key)
 
 
 def small_preset(**training) -> dict:

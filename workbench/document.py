@@ -9,7 +9,10 @@ to live somewhere while the user fixes it, and a preset file with problems must 
 from __future__ import annotations
 
 import copy
+import difflib
 import re
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,8 @@ class PresetDocument:
         # Settings of algorithms the user switched away from, so switching back restores them.
         self._algorithm_stash: dict[str, dict] = {}
         self._was_dirty = False
+        # Fields the file did not set, with the default they were filled with (see was_set).
+        self._filled: dict[str, Any] = {} if data is not None else dict(_leaves(self.data))
 
     # ------------------------------------------------------------------ state
 
@@ -147,11 +152,49 @@ class PresetDocument:
 
     def validate(self) -> tuple[Preset | None, list[tuple[str, str]]]:
         """(the preset, []) when valid, else (None, [(field path, message), ...]) with the
-        engine's own messages."""
+        engine's own messages, cross-field ones included (see cross_field_problems)."""
         try:
             return preset_from_dict(copy.deepcopy(self.data), self.title), []
         except PresetError as exc:
-            return None, [split_problem(line) for line in exc.problems]
+            problems = [split_problem(line) for line in exc.problems]
+        return None, problems + cross_field_problems(self.data, problems)
+
+    # ------------------------------------------------------------ unknown keys
+
+    def unknown_keys(self) -> list["UnknownKey"]:
+        return unknown_keys(self.data)
+
+    def was_set(self, path: str) -> bool:
+        """Whether a field holds a value of its own: set in the file that was opened, or
+        changed since (a field the file left out holds the default it was filled with)."""
+        value = get_path(self.data, path, _MISSING)
+        if isinstance(value, dict) and value:  # a section: whether any of its fields is
+            return any(self.was_set(f"{path}.{inner}") for inner, _ in _leaves(value))
+        if path not in self._filled:
+            return value is not _MISSING
+        return value != self._filled[path]
+
+    def remove_key(self, path: str) -> None:
+        """Drop a key (an unknown one, say) from the preset."""
+        parent, _, key = path.rpartition(".")
+        node = get_path(self.data, parent) if parent else self.data
+        if isinstance(node, dict) and key in node:
+            del node[key]
+            self._announce(parent)
+
+    def rename_key(self, path: str, new_name: str) -> None:
+        """Move a key's value to `new_name` in the same section (replacing what is there;
+        ask first when `was_set` says the field holds a value of its own). Missing
+        fields of a moved section are filled with their defaults."""
+        parent, _, key = path.rpartition(".")
+        node = get_path(self.data, parent) if parent else self.data
+        if not isinstance(node, dict) or key not in node:
+            return
+        target = f"{parent}.{new_name}" if parent else new_name
+        node[new_name] = node.pop(key)
+        self._filled = {p: v for p, v in self._filled.items() if not (p == target or p.startswith(target + "."))}
+        self.data = with_defaults(self.data)
+        self._announce(parent)
 
     # -------------------------------------------------------------- files
 
@@ -171,6 +214,8 @@ class PresetDocument:
 
     def _replace(self, data: dict, path: Path | None, clean: bool) -> None:
         self.data = with_defaults(data)
+        given = {p for p, _ in _leaves(data)}
+        self._filled = {p: v for p, v in _leaves(self.data) if p not in given}
         self.path = path
         self._algorithm_stash.clear()
         self._clean = copy.deepcopy(self.data) if clean else {}
@@ -238,3 +283,148 @@ def with_defaults(data: dict) -> dict:
 
     fill(data, defaults)
     return data
+
+
+
+def _leaves(data: Any, prefix: str = ""):
+    """(dotted path, value) of every value in nested mappings (lists are values)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}{key}"
+            if isinstance(value, dict) and value:
+                yield from _leaves(value, path + ".")
+            elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+                for index, item in enumerate(value):  # reward components
+                    yield from _leaves(item, f"{path}.{index}.")
+            else:
+                yield path, value
+
+
+# ----------------------------------------------------------------- unknown keys
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """A key the schema does not have, in `section` ("" for the top level, `model.lora`).
+    `suggestion` is the known key difflib finds closest (None when none is close)."""
+
+    section: str
+    key: str
+    value: Any
+    suggestion: str | None
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.key}" if self.section else self.key
+
+
+def unknown_keys(data: Any) -> list[UnknownKey]:
+    """Keys of a preset mapping that its sections do not have, at every level the form
+    shows as a section (the top level, model, model.lora, algorithm, data, training, and
+    each reward component: rewards.1).
+
+    >>> [(k.path, k.suggestion) for k in unknown_keys({"training": {"learnin_rate": 1}, "notes": "x"})]
+    [('training.learnin_rate', 'learning_rate'), ('notes', None)]
+    """
+    found: list[UnknownKey] = []
+
+    def walk(model, node: Any, section: str) -> None:
+        if not isinstance(node, dict):
+            return
+        known = list(model.model_fields)
+        for key, value in node.items():
+            if key not in model.model_fields:
+                near = difflib.get_close_matches(str(key), known, n=1)
+                found.append(UnknownKey(section, str(key), value, near[0] if near else None))
+                continue
+            path = f"{section}.{key}" if section else key
+            if key == "algorithm" and not section:
+                algorithm = value.get(schema.algorithm_tag()) if isinstance(value, dict) else None
+                if algorithm in schema.algorithm_models():
+                    walk(schema.algorithm_models()[algorithm], value, path)
+                continue
+            kind, inner = _section_model(model, key)
+            if kind == schema.SECTION:
+                walk(inner, value, path)
+            elif kind == schema.LIST and isinstance(value, list):
+                for index, item in enumerate(value):  # rewards.1
+                    walk(inner, item, f"{path}.{index}")
+
+    walk(Preset, data, "")
+    return found
+
+
+@lru_cache(maxsize=None)
+def _section_model(model, key: str) -> tuple[str | None, Any]:
+    """(SECTION, its model) for a section (model.lora), (LIST, the item model) for a
+    list of sections (rewards), else (None, None)."""
+    try:
+        spec = schema.field_spec(model, key)
+    except TypeError:
+        return None, None
+    return (spec.kind, spec.model) if spec.kind in (schema.SECTION, schema.LIST) and spec.model else (None, None)
+
+
+# ---------------------------------------------------------- cross-field problems
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.\w+)+")
+
+
+def _delete_path(data: dict, path: str) -> bool:
+    """Remove what `path` names, or the deepest mapping key along it that exists
+    (model.lora.target_modules.literal['auto'] removes target_modules), so that the
+    schema's default applies there. False when nothing could be removed (a list item
+    cannot be left out without renumbering the rest)."""
+    node, holder, key = data, None, None
+    for part in path.split("."):
+        if isinstance(node, dict) and part in node:
+            node, holder, key = node[part], node, part
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node, holder, key = node[int(part)], node, int(part)
+        else:
+            break
+    if isinstance(holder, dict):
+        del holder[key]
+        return True
+    return False
+
+
+def _involves(problem: tuple[str, str], replaced: set[str]) -> bool:
+    """Whether a problem is about (or names) a field that was replaced by its default."""
+    names = {problem[0], *_DOTTED.findall(problem[1])}
+    return any(n == r or n.startswith(r + ".") or r.startswith(n + ".") for n in names if n for r in replaced)
+
+
+def cross_field_problems(data: dict, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Problems between fields (training.batch_size not divisible by
+    algorithm.num_generations, a section's own checks) that the schema reports only once
+    every field is valid: found by validating again with each invalid field left at its
+    default, keeping only problems that do not involve a field so replaced (so a default
+    standing in for a bad value never produces a problem of its own).
+
+    >>> data = {"algorithm": {"name": "grpo", "temperature": -1, "num_generations": 4}, "training": {"batch_size": 10}}
+    >>> cross_field_problems(data, [("algorithm.temperature", "Input should be greater than 0")])[0][0]
+    'training.batch_size'
+    >>> cross_field_problems({"training": {"batch_size": "abc"}, "algorithm": {"name": "grpo", "num_generations": 5}},
+    ...                      [("training.batch_size", "Input should be a valid integer")])
+    []
+    """
+    trial, replaced, seen, found = copy.deepcopy(data), set(), set(problems), []
+    current = problems
+    for _ in range(6):
+        paths = [path for path, _ in current if path and path not in replaced]
+        if not paths or not isinstance(trial, dict):
+            break
+        for path in paths:
+            replaced.add(path)
+            _delete_path(trial, path)
+        try:
+            preset_from_dict(trial)
+            break
+        except PresetError as exc:
+            current = [split_problem(line) for line in exc.problems]
+        for problem in current:
+            if problem not in seen and not _involves(problem, replaced):
+                seen.add(problem)
+                found.append(problem)
+    return found

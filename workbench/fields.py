@@ -5,6 +5,12 @@ would hold, valid or not: "abc" in an integer field is reported as the text "abc
 the engine's own message ("Input should be a valid integer") appears next to the field
 instead of the keystroke being swallowed. Editors never write to the document
 themselves; `FieldRow` connects them to it.
+
+An editor never rewrites the text the user is typing: the document's change that a
+keystroke causes comes back to the form as a refresh, and `set_value` on the editor
+that reported the edit does nothing (`FieldEditor.report`), nor does it on any editor
+whose text already means the value ("0." is 0.0, "1e-4" is 0.0001: rewriting them as
+"0.0" or "0.0001" mid-typing turned `0.002` into `0.0.002`).
 """
 
 from __future__ import annotations
@@ -69,9 +75,13 @@ def parse_names(text: str, words: tuple) -> Any:
 
 
 class FieldEditor(QWidget):
-    """Base: `edited(value)` when the user changes the value; `set_value` shows one."""
+    """Base: `edited(value)` when the user changes the value; `set_value` shows one.
+
+    Subclasses implement `show_value` (draw a value) and `value` (what the user's input
+    means), and report input with `report()`."""
 
     edited = Signal(object)
+    _reporting: list["FieldEditor"] = []  # editors whose `edited` is being handled, innermost last
 
     def __init__(self, spec: FieldSpec, parent: QWidget | None = None):
         super().__init__(parent)
@@ -79,7 +89,30 @@ class FieldEditor(QWidget):
         self.setToolTip(spec.tooltip())
         self.setObjectName(f"field:{spec.path}")
 
+    def report(self, *_args) -> None:
+        """Emit `edited` with the current value. While it is handled (the document
+        changes, the form refreshes), `set_value` on this editor does nothing: what the
+        user typed stays as typed, cursor and all."""
+        FieldEditor._reporting.append(self)
+        try:
+            self.edited.emit(self.value())
+        finally:
+            FieldEditor._reporting.remove(self)
+
     def set_value(self, value: Any) -> None:
+        if self in FieldEditor._reporting or self.shows(value):
+            return
+        self.show_value(value)
+
+    def shows(self, value: Any) -> bool:
+        """Whether the editor's input already means `value` (so nothing is redrawn)."""
+        try:
+            current = self.value()
+        except Exception:  # an editor not set up yet
+            return False
+        return type(current) is type(value) and current == value
+
+    def show_value(self, value: Any) -> None:
         raise NotImplementedError
 
     def value(self) -> Any:
@@ -127,10 +160,10 @@ class NumberEditor(FieldEditor):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.line)
-        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
-        self.line.stepped.connect(lambda: self.edited.emit(self.value()))
+        self.line.textEdited.connect(self.report)
+        self.line.stepped.connect(self.report)
 
-    def set_value(self, value: Any) -> None:
+    def show_value(self, value: Any) -> None:
         text = "" if value is None else format_value(value)
         if self.line.text() != text:
             self.line.setText(text)
@@ -151,9 +184,9 @@ class TextEditor(FieldEditor):
         self.layout_ = QHBoxLayout(self)
         self.layout_.setContentsMargins(0, 0, 0, 0)
         self.layout_.addWidget(self.line)
-        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
+        self.line.textEdited.connect(self.report)
 
-    def set_value(self, value: Any) -> None:
+    def show_value(self, value: Any) -> None:
         text = "" if value is None else str(value)
         if self.line.text() != text:
             self.line.setText(text)
@@ -174,7 +207,7 @@ class NamesEditor(TextEditor):
         super().__init__(spec, parent)
         self.line.setPlaceholderText(" or ".join([*spec.choices, "comma-separated names"]))
 
-    def set_value(self, value: Any) -> None:
+    def show_value(self, value: Any) -> None:
         text = ", ".join(map(str, value)) if isinstance(value, list) else ("" if value is None else str(value))
         if self.line.text() != text:
             self.line.setText(text)
@@ -191,9 +224,9 @@ class BoolEditor(FieldEditor):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.box)
         self._raw: Any = None
-        self.box.clicked.connect(lambda _checked: self.edited.emit(self.value()))
+        self.box.clicked.connect(self.report)
 
-    def set_value(self, value: Any) -> None:
+    def show_value(self, value: Any) -> None:
         # A non-bool from a file ("yes") is shown unticked and kept until the user clicks,
         # so its error stays visible rather than being silently replaced.
         self._raw = value
@@ -220,9 +253,9 @@ class ChoiceEditor(FieldEditor):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.combo)
         layout.addStretch(1)
-        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
+        self.combo.activated.connect(self.report)
 
-    def set_value(self, value: Any) -> None:
+    def show_value(self, value: Any) -> None:
         if value not in self._values:
             # A value the schema does not allow (from a file): shown and kept, marked.
             self._values.append(value)
@@ -252,8 +285,8 @@ class SuggestEditor(TextEditor):
         self.line = self.combo.lineEdit()
         self.layout_.addWidget(self.combo)
         self.layout_.addStretch(1)
-        self.line.textEdited.connect(lambda _text: self.edited.emit(self.value()))
-        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
+        self.line.textEdited.connect(self.report)
+        self.combo.activated.connect(self.report)
 
     def input_widget(self) -> QWidget:
         return self.combo
@@ -279,7 +312,7 @@ class PathEditor(TextEditor):
             chosen, _ = QFileDialog.getOpenFileName(self, self.spec.label, start, self.file_filter)
         if chosen:
             self.line.setText(chosen)
-            self.edited.emit(self.value())
+            self.report()
 
 
 class ModelEditor(PathEditor):
@@ -295,7 +328,7 @@ class ModelEditor(PathEditor):
 
     def _use_builtin(self) -> None:
         self.line.setText(BUILTIN_MODEL)
-        self.edited.emit(self.value())
+        self.report()
 
 
 def describe_model_source(name: str) -> str:
@@ -396,9 +429,13 @@ class OptionsEditor(FieldEditor):
             if parsed is not _UNSET:
                 value[key] = parsed
         self._value = value
-        self.edited.emit(dict(value))
+        self.report()
 
     def set_value(self, value: Any) -> None:
+        if self not in FieldEditor._reporting:
+            self.show_value(value)
+
+    def show_value(self, value: Any) -> None:
         value = dict(value) if isinstance(value, dict) else {}
         if value != self._value or self._defaults() != self._shown_defaults:
             self._value = value

@@ -36,13 +36,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.custom_reward import find_reward_file, function_options, inspect_reward_file
+from engine.custom_reward import function_options
 from engine.preset import Preset
-from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_kind, reward_options
+from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
 from engine.tasks import TASKS, task_options
 from workbench import schema
 from workbench.checks import prelaunch_checks, preview_prompts
 from workbench.document import PresetDocument
+from workbench.reward_fields import FunctionEditor, RewardFileEditor, functions_in, relative_to_preset, \
+    reward_row_kind, split_function_name
+from workbench.unknown_keys import UnknownKeysBanner
 from workbench.fields import (
     ERROR_STYLE,
     NOTE_STYLE,
@@ -59,8 +62,9 @@ from workbench.fields import (
 
 def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir):
     """The pre-launch checks (for a preset the schema accepts) and the data preview:
-    (problems, notes, (examples, reason)). Runs on a worker thread after edits."""
-    notes: list = []
+    (problems, notes, (examples, reason)); notes None when the checks could not run.
+    Runs on a worker thread after edits."""
+    notes = None
     if preset is not None:
         check = prelaunch_checks(preset, base_dir)
         problems, notes = check.problems, check.notes
@@ -68,6 +72,7 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
 
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training"}
+SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
 
 
 def _monospace() -> QFont:
@@ -78,21 +83,28 @@ class SectionForm(QWidget):
     """A form with one FieldRow per field of a schema section (nested sections become
     sub-groups). `rows` maps each dotted path to its row."""
 
-    def __init__(self, specs: list[schema.FieldSpec], panel: "SetupPanel", parent: QWidget | None = None):
+    def __init__(self, specs: list[schema.FieldSpec], panel: "SetupPanel", parent: QWidget | None = None,
+                 section: str | None = None):
         super().__init__(parent)
         self.rows: dict[str, FieldRow] = {}
+        # Unknown keys of this section (and of nested ones), at the top of each.
+        self.banners: dict[str, UnknownKeysBanner] = {}
         self.form = QFormLayout(self)
         self.form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
         self.form.setContentsMargins(4, 4, 4, 4)
         self.form.setVerticalSpacing(4)
+        if section is not None:
+            self.banners[section] = UnknownKeysBanner(panel.doc, section, self)
+            self.form.addRow(self.banners[section])
         for spec in specs:
             if spec.kind == schema.SECTION:
                 box = QGroupBox(spec.label if spec.name != "lora" else "LoRA", self)
                 box.setToolTip(spec.description)
-                inner = SectionForm(schema.section_fields(spec.model, spec.path + "."), panel, box)
+                inner = SectionForm(schema.section_fields(spec.model, spec.path + "."), panel, box, spec.path)
                 QVBoxLayout(box).addWidget(inner)
                 box.layout().setContentsMargins(2, 2, 2, 2)
                 self.rows.update(inner.rows)
+                self.banners.update(inner.banners)
                 self.form.addRow(box)
                 continue
             if spec.kind == schema.MAPPING and spec.path == "data.task_options":
@@ -143,7 +155,7 @@ class AlgorithmBox(QGroupBox):
         if name not in self._names:
             return None
         if name not in self.forms:
-            self.forms[name] = SectionForm(schema.algorithm_fields(name), self.panel, self.stack)
+            self.forms[name] = SectionForm(schema.algorithm_fields(name), self.panel, self.stack, "algorithm")
             self.stack.addWidget(self.forms[name])
         return self.forms[name]
 
@@ -161,111 +173,6 @@ class AlgorithmBox(QGroupBox):
         self.summary.setText(schema.algorithm_summary(name))
         self.stack.show()
         self.stack.setCurrentWidget(self.form(name))
-
-
-def reward_row_kind(name: Any) -> str:
-    """How a rewards entry is edited: ``registry``, ``reward_model`` or ``custom`` (a
-    name meant as FILE.py:FUNCTION, valid or not, is edited as one).
-
-    >>> reward_row_kind("exact_match"), reward_row_kind("reward_model"), reward_row_kind("r.py:f"), reward_row_kind("r.py")
-    ('registry', 'reward_model', 'custom', 'custom')
-    """
-    name = name if isinstance(name, str) else ""
-    try:
-        return reward_kind(name)
-    except ValueError:
-        return "custom" if (":" in name or name.strip().endswith(".py")) else "registry"
-
-
-def split_function_name(name: Any) -> tuple[str, str]:
-    """The file and function of a custom reward's name, also while it is half typed.
-
-    >>> split_function_name("lib/r.py:brevity"), split_function_name("r.py:"), split_function_name("r.py")
-    (('lib/r.py', 'brevity'), ('r.py', ''), ('r.py', ''))
-    """
-    name = name if isinstance(name, str) else ""
-    file, sep, function = name.rpartition(":")
-    return (file, function) if sep else (name, "")
-
-
-def functions_in(file: str, base_dir: Path | None) -> list[str]:
-    """Public functions defined in a reward file (read, not run); [] when unreadable."""
-    path = find_reward_file(file, base_dir) if file else None
-    if path is None:
-        return []
-    try:
-        info = inspect_reward_file(path)
-    except ValueError:
-        return []
-    takes_two = [n for n in info.defined() if len(info.functions[n].args.posonlyargs + info.functions[n].args.args) >= 2
-                 or info.functions[n].args.vararg is not None]
-    return takes_two + [n for n in info.defined() if n not in takes_two]
-
-
-class RewardFileEditor(PathEditor):
-    """A custom reward's Python file; Browse… writes a path relative to the preset's
-    folder when the file is inside it (so the preset can be moved with its rewards)."""
-
-    def __init__(self, spec: schema.FieldSpec, base_dir, parent=None):
-        super().__init__(spec, folder=False, file_filter="Python files (*.py);;All files (*)", parent=parent)
-        self.base_dir = base_dir  # a callable: the preset's folder, or None
-        self.line.setPlaceholderText("my_rewards.py")
-        self.browse.setToolTip("Choose the Python file that defines the reward function")
-
-    def _browse(self) -> None:
-        base = self.base_dir()
-        start = str(find_reward_file(self.line.text(), base) or base or Path.cwd())
-        chosen, _ = QFileDialog.getOpenFileName(self, "Python file with the reward function", start, self.file_filter)
-        if chosen:
-            self.line.setText(relative_to_preset(chosen, base))
-            self.edited.emit(self.value())
-
-
-def relative_to_preset(path: str, base_dir: Path | None) -> str:
-    """``path`` relative to the preset's folder when it is inside it, else unchanged.
-
-    >>> relative_to_preset("/work/presets/lib/r.py", Path("/work/presets")), relative_to_preset("/tmp/r.py", None)
-    ('lib/r.py', '/tmp/r.py')
-    """
-    if base_dir is None:
-        return path
-    try:
-        return Path(path).resolve().relative_to(Path(base_dir).resolve()).as_posix()
-    except ValueError:
-        return path
-
-
-class FunctionEditor(FieldEditor):
-    """The function's name: typed, or picked among the functions the file defines."""
-
-    def __init__(self, spec: schema.FieldSpec, parent=None):
-        super().__init__(spec, parent)
-        self.combo = QComboBox(self)
-        self.combo.setEditable(True)
-        self.combo.setInsertPolicy(QComboBox.NoInsert)
-        self.combo.lineEdit().setPlaceholderText("function(prompts, completions, **fields)")
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.combo)
-        self.combo.lineEdit().textEdited.connect(lambda _text: self.edited.emit(self.value()))
-        self.combo.activated.connect(lambda _index: self.edited.emit(self.value()))
-
-    def set_choices(self, names: list[str]) -> None:
-        if [self.combo.itemText(i) for i in range(self.combo.count())] != names:
-            text = self.combo.currentText()
-            self.combo.clear()
-            self.combo.addItems(names)
-            self.combo.setEditText(text)
-
-    def set_value(self, value: Any) -> None:
-        if self.combo.currentText() != (value or ""):
-            self.combo.setEditText(value or "")
-
-    def value(self) -> Any:
-        return self.combo.currentText().strip()
-
-    def input_widget(self) -> QWidget:
-        return self.combo
 
 
 REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
@@ -309,6 +216,8 @@ class RewardRow(QFrame):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(2)
         layout.addLayout(top)
+        self.unknown = UnknownKeysBanner(editor.panel.doc, f"rewards.{index}", self)
+        layout.addWidget(self.unknown)
         if kind == "registry":
             self.name = ChoiceEditor(schema.FieldSpec(specs["name"].path, "name", schema.CHOICE,
                                                       specs["name"].description, choices=tuple(sorted(REWARDS))), self)
@@ -575,23 +484,34 @@ class SetupPanel(QWidget):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prelaunch-checks")
         self._checked.connect(self._on_checked, Qt.QueuedConnection)
 
+        # The problems, in an area of fixed height (scrolled when they are many): the
+        # fields below must not move as problems come and go, or a click aimed at one
+        # field lands on another.
         self.summary = QLabel(self)
         self.summary.setObjectName("setup-summary")
         self.summary.setWordWrap(True)
         self.summary.setTextFormat(Qt.RichText)
+        self.summary.setAlignment(Qt.AlignLeft | Qt.AlignTop)
         self.summary.linkActivated.connect(self.focus_field)
+        self.summary_area = QScrollArea(self)
+        self.summary_area.setObjectName("setup-summary-area")
+        self.summary_area.setWidgetResizable(True)
+        self.summary_area.setFrameShape(QFrame.NoFrame)
+        self.summary_area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.summary_area.setWidget(self.summary)
+        self.summary_area.setFixedHeight(SUMMARY_LINES * self.fontMetrics().lineSpacing() + 6)
 
         # Sections: Experiment + Model + Data | Algorithm + Rewards | Training
         self.forms: dict[str, SectionForm] = {}
         top_specs = {s.name: s for s in schema.section_fields(Preset)}
         experiment = QGroupBox("Experiment", self)
-        self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self, experiment)
+        self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self, experiment, "")
         QVBoxLayout(experiment).addWidget(self.forms["experiment"])
         boxes: dict[str, QGroupBox] = {}
         for key in ("model", "data", "training"):
             box = QGroupBox(SECTION_TITLES[key], self)
             box.setToolTip(top_specs[key].description)
-            form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self, box)
+            form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self, box, key)
             self.forms[key] = form
             QVBoxLayout(box).addWidget(form)
             boxes[key] = box
@@ -624,11 +544,11 @@ class SetupPanel(QWidget):
         self.scroll.setFrameShape(QFrame.NoFrame)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
-        layout.addWidget(self.summary)
+        layout.addWidget(self.summary_area)
         layout.addWidget(self.scroll, 1)
 
         doc.changed.connect(self._doc_changed)
-        doc.replaced.connect(self.refresh)
+        doc.replaced.connect(self._doc_replaced)
         self.refresh()
 
     # ------------------------------------------------------------ model -> view
@@ -646,15 +566,32 @@ class SetupPanel(QWidget):
     def editor(self, path: str) -> FieldEditor:
         return self.rows()[path].editor
 
+    def banners(self) -> dict[str, UnknownKeysBanner]:
+        """The unknown-key banner of each section ("" the top level, model.lora, ...)."""
+        found: dict[str, UnknownKeysBanner] = {}
+        for form in [*self.forms.values(), self.algorithm.form(self.doc.algorithm)]:
+            if form is not None:
+                found.update(form.banners)
+        found.update({row.unknown.section: row.unknown for row in self.rewards.items})
+        return found
+
     def refresh(self) -> None:
-        """Show the document's values in every editor."""
+        """Show the document's values in every editor (an editor the user is typing in
+        keeps its text: see FieldEditor.report)."""
         self.algorithm.show_algorithm(self.doc.algorithm)
         for path, row in self.rows().items():
             row.editor.set_value(self.doc.get(path))
         self.rewards.refresh()
+        unknown = self.doc.unknown_keys()
+        for banner in self.banners().values():
+            banner.show_keys(unknown)
         self.schedule_validation()
 
     def _doc_changed(self, path: str) -> None:
+        self.refresh()
+
+    def _doc_replaced(self) -> None:
+        self.notes = []  # about the preset that was open: not kept for this one (_kept_notes)
         self.refresh()
 
     # ------------------------------------------------------------ view -> model
@@ -697,7 +634,7 @@ class SetupPanel(QWidget):
         if not background:
             return self._finish(self._generation, *job())
         if problems:
-            self._show(problems, [])  # the schema's verdict at once; the preview follows
+            self._show(problems, self._kept_notes(problems))  # the schema's verdict at once; the preview follows
         future = self._executor.submit(job)
         generation = self._generation
         future.add_done_callback(lambda f: self._checked.emit(generation, f))
@@ -715,11 +652,20 @@ class SetupPanel(QWidget):
     def _finish(self, generation, problems, notes, preview):
         if generation != self._generation:
             return problems
+        if notes is None:
+            notes = self._kept_notes(problems)
         self.problems, self.notes = problems, notes
         self._show(problems, notes)
         self._show_preview(*preview)
         self.validated.emit(list(problems))
         return problems
+
+    def _kept_notes(self, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """While the preset has problems the pre-launch checks cannot run: their last
+        notes stay (so rows do not shrink and grow under the user's pointer as problems
+        come and go elsewhere), except on a field that now has a problem."""
+        broken = {path for path, _ in problems}
+        return [(path, note) for path, note in self.notes if path not in broken]
 
     def row_for(self, path: str) -> FieldRow | None:
         """The row a problem about `path` belongs to: the field itself, or the closest
@@ -749,7 +695,10 @@ class SetupPanel(QWidget):
             list(self.rewards.all_rows().values())
         for row in all_rows:
             by_row[id(row)] = (row, [])
+        unknown = {key.path for key in self.doc.unknown_keys()}
         for path, message in problems:
+            if path in unknown:
+                continue  # on its section's banner, with Remove / Rename
             row = self.row_for(path) if path else None
             if row is None or id(row) not in by_row:
                 unplaced.append(f"{path}: {message}" if path else message)
@@ -786,14 +735,19 @@ class SetupPanel(QWidget):
                                  "<span style='color:#5f6368'>Hover a field's name for its help.</span>")
             return
         items = []
-        for path, message in problems[:6]:
+        unknown = {key.path: key for key in self.doc.unknown_keys()}
+        for path, message in problems:
+            if path in unknown:  # the engine's message lists every allowed key: too long here
+                key = unknown[path]
+                message = (f"unknown key (Rename to {key.suggestion} or Remove" if key.suggestion
+                           else "unknown key (Remove") + " at the top of its section)"
             label = html.escape(path or "preset")
             link = f"<a href='{html.escape(path)}'>{label}</a>" if path else label
             items.append(f"{link}: {html.escape(message)}")
-        more = f" … and {len(problems) - 6} more" if len(problems) > 6 else ""
+        more = " (scroll for all)" if len(problems) >= SUMMARY_LINES else ""
         self.summary.setText(
             f"<span style='{ERROR_STYLE}'>✖ {len(problems)} problem{'s' if len(problems) > 1 else ''} "
-            f"to fix before running:</span><br>" + "<br>".join(items) + more
+            f"to fix before running{more}:</span><br>" + "<br>".join(items)
         )
 
     def _show_preview(self, examples: list, reason: str) -> None:
@@ -807,6 +761,12 @@ class SetupPanel(QWidget):
         self.preview.setPlainText("\n".join(lines))
 
     def focus_field(self, path: str) -> None:
+        key = next((k for k in self.doc.unknown_keys() if k.path == path), None)
+        banner = self.banners().get(key.section) if key is not None else None
+        if banner is not None and key.key in banner.rows:
+            self.scroll.ensureWidgetVisible(banner)
+            banner.row(key.key).remove.setFocus(Qt.OtherFocusReason)
+            return
         row = self.row_for(path)
         if row is None:
             return
