@@ -41,6 +41,7 @@ from engine.preset import Preset
 from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
 from engine.tasks import TASKS, task_options
 from workbench import schema
+from workbench.background import submit as submit_in_background
 from workbench.checks import prelaunch_checks, preview_prompts
 from workbench.document import PresetDocument
 from workbench.reward_fields import FunctionEditor, RewardFileEditor, functions_in, relative_to_preset, \
@@ -469,7 +470,6 @@ class SetupPanel(QWidget):
     """
 
     validated = Signal(list)
-    _checked = Signal(int, object)  # from the worker thread: (generation, future)
 
     def __init__(self, doc: PresetDocument, parent: QWidget | None = None):
         super().__init__(parent)
@@ -482,7 +482,6 @@ class SetupPanel(QWidget):
         self._timer.timeout.connect(self._validate)
         self._generation = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prelaunch-checks")
-        self._checked.connect(self._on_checked, Qt.QueuedConnection)
 
         # The problems, in an area of fixed height (scrolled when they are many): the
         # fields below must not move as problems come and go, or a click aimed at one
@@ -635,9 +634,10 @@ class SetupPanel(QWidget):
             return self._finish(self._generation, *job())
         if problems:
             self._show(problems, self._kept_notes(problems))  # the schema's verdict at once; the preview follows
-        future = self._executor.submit(job)
         generation = self._generation
-        future.add_done_callback(lambda f: self._checked.emit(generation, f))
+        # Through workbench.background: no garbage collection on the worker (it would
+        # free Qt objects there and hang the window), and no callback to a deleted panel.
+        submit_in_background(self._executor, job, self, partial(self._on_checked, generation))
         return problems
 
     def _on_checked(self, generation: int, future) -> None:
