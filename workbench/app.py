@@ -1,6 +1,6 @@
 """`rl-workbench`: the desktop window.
 
-    rl-workbench                  the window, with a new preset
+    rl-workbench                  the window, with the bundled default preset (grpo-sort)
     rl-workbench PRESET.yaml      ... with that preset
     rl-workbench RUN_DIR          ... showing that run (past or still running)
 
@@ -34,6 +34,17 @@ def classify_target(target: str) -> str:
     raise ValueError(f"{target} does not exist")
 
 
+DEFAULT_PRESET = "grpo-sort.yaml"
+
+
+def default_preset() -> Path | None:
+    """The bundled preset a plain `rl-workbench` opens (runnable as it is, on the
+    built-in model); None when the presets/ folder is not there."""
+    from workbench.settings import bundled_presets
+
+    return next((p for p in bundled_presets() if p.name == DEFAULT_PRESET), None)
+
+
 def create_window(argv: list[str]):
     """Parse the command line and build the window (shown, with the preset or run
     open). Raises ValueError for a target that is neither a preset nor a run folder."""
@@ -58,10 +69,22 @@ def create_window(argv: list[str]):
         window.open_preset(args.target)
     elif kind == "run":
         window.open_run(args.target)
+    else:
+        preset = default_preset()
+        if preset is not None:
+            # Untitled (Save writes a copy): the first thing a new user sees can run.
+            window.open_bundled(preset)
     return window
 
 
 def main(argv: list[str] | None = None) -> int:
+    from workbench import xcb_check
+
+    problem = xcb_check.check()
+    if problem:
+        # Qt would abort with its own message, which blames libxcb-cursor0 whatever is missing.
+        print(problem, file=sys.stderr)
+        return 2
     try:
         window = create_window(sys.argv[1:] if argv is None else argv)
     except ValueError as exc:

@@ -7,13 +7,17 @@ or on a hidden tab are marked stale and redrawn when they are shown, so a dashbo
 with 10,000-step runs keeps the event loop free.
 
 With several runs (a comparison) each run has its own colour and each metric of a plot
-its own line style.
+its own line style; ± bands are drawn faint with their edges outlined in the run's colour
+(two filled bands would blend into one muddy colour), and a run whose curve is identical
+to another's (so hidden under it) is named in the legend ("B = A"). A curve of a few
+points is drawn with markers: a single point has no line to show.
 """
 
 from __future__ import annotations
 
 from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
 
+import html
 import math
 from dataclasses import dataclass
 
@@ -48,12 +52,34 @@ STEP, TIME = "step", "time"
 COLUMNS = 3
 BAND_POINTS = 600
 PLOT_HEIGHT = 270
+SHORT_SERIES = 12  # a curve with at most this many points also gets a marker per point
+BAND_ALPHA, COMPARE_BAND_ALPHA = 45, 28
 
 pg.setConfigOptions(antialias=False, background="w", foreground="#333")
 
 
 def run_colour(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
+
+
+def _same_table(a: MetricTable, b: MetricTable) -> bool:
+    if a.size != b.size or sorted(a.names()) != sorted(b.names()) or not np.array_equal(a.steps, b.steps):
+        return False
+    return all(np.array_equal(a.column(n), b.column(n), equal_nan=True) for n in a.names())
+
+
+def identical_runs(runs: list[RunData]) -> dict[int, int]:
+    """{run: the earlier run it is identical to} for runs whose every metric and
+    evaluation value equals an earlier run's (their curves coincide)."""
+    out: dict[int, int] = {}
+    for r, run in enumerate(runs):
+        if not run.metrics.size:
+            continue
+        for t in range(r):
+            if t not in out and _same_table(run.metrics, runs[t].metrics) and _same_table(run.evals, runs[t].evals):
+                out[r] = t
+                break
+    return out
 
 
 class ElapsedAxis(pg.AxisItem):
@@ -76,20 +102,34 @@ class BandItem(QGraphicsPathItem):
     with pyqtgraph's vectorised path maker. (pg.FillBetweenItem rebuilds its polygon
     from two curve paths on every change, several times slower.)"""
 
-    def __init__(self, colour: QColor):
+    def __init__(self, colour: QColor, edge: QColor | None = None):
         super().__init__()
         self.setBrush(colour)
         self.setPen(pg.mkPen(None))
+        # The upper and lower edges as thin lines (a comparison: overlapping fills alone
+        # blend into one colour, the edges keep each run's band apart).
+        self.edges: QGraphicsPathItem | None = None
+        if edge is not None:
+            self.edges = QGraphicsPathItem(self)
+            pen = pg.mkPen(edge, width=1, style=Qt.DashLine)
+            pen.setCosmetic(True)
+            self.edges.setPen(pen)
 
     def set_band(self, x: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
         if len(x) < 2:
             self.setPath(QPainterPath())
+            if self.edges is not None:
+                self.edges.setPath(QPainterPath())
             return
         xs = np.concatenate([x, x[::-1]])
         ys = np.concatenate([low, high[::-1]])
         path = pg.arrayToQPath(xs, ys, connect="all")
         path.closeSubpath()
         self.setPath(path)
+        if self.edges is not None:
+            connect = np.ones(len(xs), dtype=np.int32)
+            connect[len(x) - 1] = 0  # no segment from the lower edge's end to the upper's
+            self.edges.setPath(pg.arrayToQPath(xs, ys, connect=connect))
 
 
 @dataclass
@@ -99,6 +139,7 @@ class CurveItems:
     line: pg.PlotDataItem
     smooth: SmoothedSeries
     band: tuple | None = None  # (BandItem, SmoothedSeries of the std)
+    twin: int | None = None  # an earlier run whose curve is identical (drawn over each other)
 
 
 def _table(run: RunData, source: str) -> MetricTable:
@@ -190,7 +231,7 @@ class MetricPlot(QFrame):
                 width = 2 if c == 0 else 1.3
                 pen = pg.mkPen(colour, width=width, style=style)
                 symbol = "o" if curve.source == EVAL else None
-                line = pg.PlotDataItem(pen=pen, symbol=symbol, symbolSize=5, symbolBrush=colour, symbolPen=None,
+                line = pg.PlotDataItem(pen=pen, symbol=symbol, symbolSize=7, symbolBrush=colour, symbolPen=None,
                                        connect="finite", name=curve.label)
                 # ~1.5 samples a pixel (pyqtgraph's default is 5): with peak mode the
                 # extremes survive, and a 10,000-step curve draws ~1,000 segments.
@@ -198,8 +239,8 @@ class MetricPlot(QFrame):
                 band = None
                 if curve.std:
                     fill_colour = QColor(colour)
-                    fill_colour.setAlpha(45)
-                    fill = BandItem(fill_colour)
+                    fill_colour.setAlpha(COMPARE_BAND_ALPHA if compare else BAND_ALPHA)
+                    fill = BandItem(fill_colour, QColor(colour) if compare else None)
                     self.item.addItem(fill, ignoreBounds=True)
                     band = (fill, SmoothedSeries())
                 self.item.addItem(line)
@@ -207,7 +248,8 @@ class MetricPlot(QFrame):
 
     def _legend_html(self) -> str:
         """Which line is which: colours for one run; line styles when comparing (the
-        colours are the runs', shown above the plots)."""
+        colours are the runs', shown above the plots), and which runs' curves are
+        identical (one hides the other)."""
         compare = len(self.runs) > 1
         glyphs = ["━━", "╍╍", "┅┅", "━·", "━··"]
         parts = []
@@ -215,13 +257,36 @@ class MetricPlot(QFrame):
             colour = "#444" if compare else item.line.opts["pen"].color().name()
             glyph = glyphs[c % len(glyphs)] if compare else "━━"
             parts.append(f"<span style='color:{colour}'>{glyph} {item.spec.label}</span>")
-        return "&nbsp;&nbsp;".join(parts)
+        text = "&nbsp;&nbsp;".join(parts)
+        twins = self.identical()
+        if twins:
+            text += "<br>" + "&nbsp; ".join(
+                f"<span style='color:{run_colour(r)}'>{html.escape(self.runs[r].name)}</span> = "
+                f"<span style='color:{run_colour(t)}'>{html.escape(self.runs[t].name)}</span>"
+                f"{f' ({html.escape(label)})' if label else ''}: identical, drawn over each other"
+                for (r, t, label) in twins)
+        return text
+
+    def identical(self) -> list[tuple[int, int, str]]:
+        """(run, earlier run, curve label or "" for all) for each curve identical to an
+        earlier run's, as of the last update_data."""
+        out = []
+        by_run: dict[tuple[int, int], list[CurveItems]] = {}
+        for item in self.curves:
+            if item.twin is not None:
+                by_run.setdefault((item.run, item.twin), []).append(item)
+        for (r, t), items in by_run.items():
+            every = len(items) == sum(1 for i in self.curves if i.run == r)
+            out.extend([(r, t, "")] if every else [(r, t, i.spec.label) for i in items])
+        return out
 
     user_zoomed = Signal()
 
     def update_data(self, smoothing: float) -> None:
         any_values = False
         low_y, high_y = math.inf, -math.inf
+        twins_before = [i.twin for i in self.curves]
+        drawn: dict[tuple, list[tuple[int, np.ndarray, np.ndarray]]] = {}
         for item in self.curves:
             run = self.runs[item.run]
             table = _table(run, item.spec.source)
@@ -231,8 +296,21 @@ class MetricPlot(QFrame):
             weight = 0.0 if item.spec.source == EVAL else smoothing
             y = item.smooth.update(raw, weight)
             finite = np.isfinite(y)
-            any_values = any_values or bool(finite.any())
-            if finite.any():
+            count = int(finite.sum())
+            any_values = any_values or count > 0
+            item.twin = None
+            if len(self.runs) > 1 and count:
+                key = (item.spec.source, item.spec.metric)
+                for other, ox, oraw in drawn.get(key, []):
+                    if len(ox) == len(x) and np.array_equal(ox, x) and np.array_equal(oraw, raw, equal_nan=True):
+                        item.twin = other
+                        break
+                drawn.setdefault(key, []).append((item.run, x, raw))
+            # A single point has no line to draw: short curves get a marker per point.
+            symbol = "o" if item.spec.source == EVAL or 0 < count <= SHORT_SERIES else None
+            if item.line.opts["symbol"] != symbol:
+                item.line.setSymbol(symbol)
+            if count:
                 item.line.setData(x, y)
                 low_y, high_y = min(low_y, float(np.nanmin(y))), max(high_y, float(np.nanmax(y)))
             else:
@@ -249,6 +327,10 @@ class MetricPlot(QFrame):
                 if len(rows):
                     low_y = min(low_y, float(np.min((y - std)[rows])))
                     high_y = max(high_y, float(np.max((y + std)[rows])))
+        if [i.twin for i in self.curves] != twins_before:
+            self._legend = self._legend_html()
+            if not self.cursor.isVisible():
+                self.readout.setText(self._legend)
         if any_values:
             self.note.hide()
             self._keep_in_view(low_y, high_y)
@@ -295,6 +377,8 @@ class MetricPlot(QFrame):
             colour = item.line.opts["pen"].color().name()
             where = f"step {int(table.steps[i])}" if self.x_mode == STEP else f"{xs[i]:.0f} s"
             prefix = f"{run.name} " if len(self.runs) > 1 else ""
+            if item.twin is not None:
+                text += f" (= {self.runs[item.twin].name})"
             parts.append(f"<span style='color:{colour}'>{prefix}{item.spec.label}</span> = <b>{text}</b> "
                          f"<span style='color:#888'>({where})</span>")
         return "&nbsp; ".join(parts)
@@ -306,6 +390,8 @@ class MetricPlot(QFrame):
         (x0, x1), (y0, y1) = box.viewRange()
         if self.auto_y and math.isfinite(low):
             span = high - low
+            if span < 1e-9 * max(abs(high), abs(low)):
+                span = 0.0  # a constant, up to the smoothing's rounding: not a range of 1e-15
             if low < y0 or high > y1 or span < (y1 - y0) / 3:
                 pad = 0.08 * span if span > 0 else max(abs(high) * 0.1, 1e-3)
                 box.setYRange(low - pad, high + pad, padding=0)
@@ -321,7 +407,7 @@ class MetricPlot(QFrame):
         while parent is not None and not isinstance(parent, Dashboard):
             parent = parent.parent()
         if parent is not None and self.stale:
-            QTimer.singleShot(0, parent._draw_visible)
+            QTimer.singleShot(0, parent, parent._draw_visible)
 
     def _range_changed_by_user(self, *_args) -> None:
         self.auto_y = False
@@ -365,6 +451,7 @@ class Dashboard(QWidget):
         self.legend = QLabel()
         self.legend.setTextFormat(Qt.RichText)
         self.legend.setObjectName("run-legend")
+        self.legend.setWordWrap(True)  # several long run names wrap rather than run off the edge
         controls = QHBoxLayout()
         controls.addWidget(QLabel("Smoothing"))
         controls.addWidget(self.smoothing)
@@ -413,12 +500,29 @@ class Dashboard(QWidget):
         self._layout_key = ()
         self.placeholder.setVisible(not self.runs)
         self.scroll.setVisible(bool(self.runs))
-        if len(self.runs) > 1:
-            self.legend.setText("&nbsp;&nbsp;".join(
-                f"<span style='color:{run_colour(i)}'>━━ <b>{run.name}</b></span>" for i, run in enumerate(self.runs)))
-        else:
-            self.legend.setText("")
+        self._legend_key = None
+        self._update_legend()
         self.refresh()
+
+    def _update_legend(self) -> None:
+        """The runs' colours (a comparison), with "= A" after a run identical to run A."""
+        if len(self.runs) < 2:
+            self.legend.setText("")
+            self.legend.setToolTip("")
+            return
+        key = tuple((r.metrics.size, r.evals.size) for r in self.runs)
+        if key == getattr(self, "_legend_key", None):
+            return
+        self._legend_key = key
+        twins = identical_runs(self.runs)
+        parts = []
+        for i, run in enumerate(self.runs):
+            same = (f" <span style='color:#5f6368'>(= {html.escape(self.runs[twins[i]].name)}: identical "
+                    "curves, drawn over each other)</span>" if i in twins else "")
+            parts.append(f"<span style='color:{run_colour(i)}'>━━ <b>{html.escape(run.name)}</b></span>{same}")
+        self.legend.setText("&nbsp;&nbsp;".join(parts))
+        self.legend.setToolTip("\n".join(f"{self.runs[i].name} has the same values as {self.runs[t].name}: its "
+                                          "curves are hidden under them" for i, t in twins.items()))
 
     def _names(self) -> tuple[dict[str, set[str]], str]:
         names: dict[str, set[str]] = {METRICS: set(), EVAL: set()}
@@ -437,6 +541,7 @@ class Dashboard(QWidget):
     def refresh(self) -> None:
         """Bring plots up to date with the runs' data; rebuild only when the set of
         plots or curves changed."""
+        self._update_legend()
         names, algorithm = self._names()
         layout = choose_plots(names, algorithm) if self.runs else None
         if layout is not None and layout.other and self._other_metric not in layout.other:
@@ -473,6 +578,10 @@ class Dashboard(QWidget):
                 extent = previous
             else:
                 extent = (0.0, end if self.x_mode == STEP and end == planned else end * 1.1)
+                if self.x_mode == STEP and end <= SHORT_SERIES:
+                    # A short run's points carry markers: half a step of room on each side,
+                    # so the first and last are not cut in half by the plot's edge.
+                    extent = (-0.5, extent[1] + 0.5)
         for plot in self.plots:
             plot.x_extent = extent
 
@@ -512,8 +621,10 @@ class Dashboard(QWidget):
             if first is None:
                 first = plot
                 plot.x_leader = True
-            else:
-                plot.item.setXLink(first.item)  # zoom one, all follow
+            # Zoom one, all follow: the same x range in every plot. (pyqtgraph's setXLink
+            # lines linked views up on screen, which shifts the range of a plot whose
+            # y axis is wider than the first's and hid the first steps of a short run.)
+            plot.item.getViewBox().sigXRangeChanged.connect(self._x_range_changed)
             self.grid.addWidget(plot, index // COLUMNS, index % COLUMNS)
             self.plots.append(plot)
         for col in range(COLUMNS):
@@ -533,7 +644,7 @@ class Dashboard(QWidget):
     def _other_chosen(self, name: str) -> None:
         if name and name != self._other_metric:
             self._other_metric = name
-            QTimer.singleShot(0, self.refresh)  # not while the combo is emitting
+            QTimer.singleShot(0, self, self.refresh)  # not while the combo is emitting
 
     PLOTS_PER_SLICE = 3
 
@@ -551,7 +662,7 @@ class Dashboard(QWidget):
             plot.update_data(weight)
         if len(todo) > self.PLOTS_PER_SLICE and not self._slice_pending:
             self._slice_pending = True
-            QTimer.singleShot(15, self._draw_visible)  # after this slice is painted
+            QTimer.singleShot(15, self, self._draw_visible)  # after this slice is painted
 
     def draw_all(self) -> None:
         """Redraw every plot, seen or not (screenshots, tests)."""
@@ -561,11 +672,11 @@ class Dashboard(QWidget):
 
     def showEvent(self, event) -> None:
         super().showEvent(event)
-        QTimer.singleShot(0, self._draw_visible)
+        QTimer.singleShot(0, self, self._draw_visible)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        QTimer.singleShot(0, self._draw_visible)
+        QTimer.singleShot(0, self, self._draw_visible)
 
     # --------------------------------------------------------------- controls
 
@@ -579,6 +690,22 @@ class Dashboard(QWidget):
         self.x_mode = self.x_axis.currentData()
         self.refresh()
 
+    _syncing_x = False
+
+    def _x_range_changed(self, box, x_range) -> None:
+        if self._syncing_x:
+            return
+        self._syncing_x = True
+        try:
+            for plot in self.plots:
+                other = plot.item.getViewBox()
+                if other is not box:
+                    (x0, x1), _ = other.viewRange()
+                    if (x0, x1) != tuple(x_range):
+                        other.setXRange(*x_range, padding=0)
+        finally:
+            self._syncing_x = False
+
     def _user_zoomed(self) -> None:
         self.auto_x = False
         for plot in self.plots:
@@ -590,7 +717,7 @@ class Dashboard(QWidget):
             plot.reset_view()
         self._update_x_extent()
         self._draw_visible()
-        QTimer.singleShot(0, self._draw_visible)  # plots not laid out yet draw next pass
+        QTimer.singleShot(0, self, self._draw_visible)  # plots not laid out yet draw next pass
 
     def plot(self, key: str) -> MetricPlot | None:
         return next((p for p in self.plots if p.spec.key == key), None)

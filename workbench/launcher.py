@@ -48,8 +48,11 @@ class EngineHandle(QObject):
     """What the window needs of a running engine, launched here or found running.
 
     Signals: `finished(exit_code)` (None when unknown: an engine this window did not
-    start), `stopping()` when a stop was requested, `escalated(str)` when Stop had to
-    terminate or kill.
+    start and did not kill; -9 when Kill ended it), `stopping()` when a stop was
+    requested, `escalated(str)` when Stop had to terminate or kill.
+
+    When the engine ends, an exit record goes into the run folder (runs.write_exit_record),
+    so every window and the runs list tell a killed run the same way.
     """
 
     finished = Signal(object)
@@ -73,6 +76,9 @@ class EngineHandle(QObject):
         self._escalate.setSingleShot(True)
         self._escalate.timeout.connect(self._on_escalate)
         self._stage = 0
+        self.killed = False  # Kill was pressed (or Stop escalated to SIGKILL)
+
+    pid: int | None = None
 
     @property
     def running(self) -> bool:
@@ -84,7 +90,10 @@ class EngineHandle(QObject):
         code = self._check_exit()
         if code is not _RUNNING:
             self._done = True
+            if code is None and self.killed and hasattr(signal, "SIGKILL"):
+                code = -int(signal.SIGKILL)  # not our child, but our SIGKILL ended it
             self.exit_code = code
+            runs.write_exit_record(self.run_dir, self.pid, code, killed=self.killed)
             self._poll.stop()
             self._escalate.stop()
             self.finished.emit(code)
@@ -102,8 +111,9 @@ class EngineHandle(QObject):
     def kill(self) -> None:
         """Kill at once (the step in progress and anything unsaved are lost)."""
         if not self._done:
+            self.killed = True
             self._signal(signal.SIGKILL if hasattr(signal, "SIGKILL") else signal.SIGTERM)
-            self.escalated.emit("killed")
+            self.escalated.emit("killed (SIGKILL): the step in progress is lost")
 
     def _on_escalate(self) -> None:
         if self._done:
@@ -201,18 +211,30 @@ class EngineProcess(EngineHandle):
 
 
 class AttachedEngine(EngineHandle):
-    """An engine found running from its run directory's process record (a run left
-    running by an earlier window). It has no stdin pipe here; SIGTERM is the engine's
-    other graceful stop request."""
+    """An engine found running from its run directory (runs.find_engine: the pid its
+    run_started event logs, or the process record of the window that launched it): a
+    run left running by an earlier window, or one started with `rl-engine run` in a
+    terminal. It has no stdin pipe here; SIGTERM is the engine's other graceful stop
+    request (it finishes the step and saves a checkpoint), SIGKILL is Kill."""
 
     def __init__(self, run_dir: Path, pid: int, stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0,
-                 parent=None):
+                 parent=None, expect: str | None = None, started_by: float | None = None,
+                 launched_here: bool = True):
         super().__init__(run_dir, stop_timeout_s, kill_timeout_s, parent)
         self.pid = pid
+        self.expect = expect if expect is not None else self.run_dir.name
+        self.started_by = started_by
+        self.launched_here = launched_here
         self._poll.start()
 
+    @classmethod
+    def from_ref(cls, run_dir: Path, ref: "runs.EngineRef", stop_timeout_s: float = 120.0,
+                 parent=None) -> "AttachedEngine":
+        return cls(run_dir, ref.pid, stop_timeout_s, parent=parent, expect=ref.expect, started_by=ref.started_by,
+                   launched_here=ref.launched_here)
+
     def _check_exit(self) -> object:
-        return _RUNNING if runs.pid_alive(self.pid, self.run_dir.name) else None
+        return _RUNNING if runs.pid_alive(self.pid, self.expect, self.started_by) else None
 
     def _request_stop(self) -> None:
         self._signal(signal.SIGTERM)

@@ -1,6 +1,8 @@
 """The engine log pane: engine.log of the run shown (the engine's logging, warnings and
 the traceback of a failure), or the engine process's own output (what it printed,
-including a refused preset, which never reaches engine.log)."""
+including a refused preset, which never reaches engine.log). Terminal control in the
+output (progress bars redrawn with carriage returns, colour escapes) is shown as a
+terminal would leave it: the last state of each progress line (runs.clean_output)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class LogView(QWidget):
         super().__init__(parent)
         self.run_dir: Path | None = None
         self.tail: FileTail | None = None
+        self._partial = ""  # the last line read, not yet ended (a progress bar being redrawn)
         self.source = QComboBox()
         self.source.setObjectName("log-source")
         for label, relative in self.SOURCES:
@@ -90,6 +93,7 @@ class LogView(QWidget):
 
     def _reopen(self) -> None:
         self.text.clear()
+        self._partial = ""
         if self.run_dir is None:
             self.tail = None
             self.path_label.setText("no run open")
@@ -103,6 +107,14 @@ class LogView(QWidget):
         if self.tail is None:
             return
         new = self.tail.read()
+        if new:
+            # Whole lines only: a progress bar's line is shown once it ends, in its last state.
+            data = self._partial + new
+            cut = data.rfind("\n") + 1
+            self._partial = data[cut:]
+            new = data[:cut]
+            if new and ("\r" in new or "\x1b" in new):
+                new = runs.clean_output(new) + "\n"
         if not new:
             if not self.text.toPlainText() and not self.tail.path.exists():
                 self.text.setPlainText(f"({self.tail.path.name} does not exist yet)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
 
+import html
 import re
 import shutil
 import time
@@ -39,7 +40,7 @@ from workbench.dashboard import Dashboard, run_colour
 from workbench.document import PresetDocument
 from workbench.inspector import InspectorView
 from workbench.launcher import AttachedEngine, EngineHandle, EngineProcess
-from workbench.log_view import FileTail, LogView
+from workbench.log_view import LogView
 from workbench.run_header import RunHeader
 from workbench.rundata import RunData
 from workbench.runs_view import DifferencesTable, RunsView
@@ -81,7 +82,7 @@ class MainWindow(QMainWindow):
         self.engine_dir: Path | None = None
         self.shown: list[RunData] = []
         self._cache: dict[Path, RunData] = {}
-        self._exit_notes: dict[Path, str] = {}
+        self._message_kind: str | None = None  # what the status bar message is about (show_message)
         self._ticks = 0
 
         self.setup = SetupPanel(self.doc)
@@ -128,6 +129,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.run_message = QLabel()
         self.run_message.setObjectName("run-message")
+        self.run_message.setTextFormat(Qt.RichText)  # show_message escapes the text it is given
         self._make_actions()
         self.statusBar().addWidget(self.run_message, 1)
 
@@ -249,8 +251,25 @@ class MainWindow(QMainWindow):
 
     def tell(self, title: str, text: str) -> None:
         """Report an error the user must see (a file that cannot be read or written)."""
-        self.run_message.setText(f"<span style='color:#b00020'>{title}: {text}</span>")
+        self.show_message(f"{title}: {text}", "error")
         self.ask(title, text, ["OK"])
+
+    # The status bar holds one message, with what it is about, so that it goes when its
+    # cause goes: "problems" (Run refused for the preset's problems) when they are fixed,
+    # "error" (a file that could not be read or written) when a file opens or saves fine,
+    # "engine" when another run starts.
+    def show_message(self, text: str, kind: str = "info") -> None:
+        self._message_kind = kind
+        if kind in ("error", "problems", "refused"):
+            self.run_message.setText(f"<span style='color:#b00020'>{html.escape(text, quote=False)}</span>")
+        else:
+            self.run_message.setText(html.escape(text, quote=False))
+
+    def clear_message(self, *kinds: str) -> None:
+        """Clear the message if it is of one of `kinds` (any kind when none given)."""
+        if not kinds or self._message_kind in kinds:
+            self._message_kind = None
+            self.run_message.setText("")
 
     # ================================================================ presets
 
@@ -271,6 +290,7 @@ class MainWindow(QMainWindow):
     def new_preset(self) -> None:
         if self.confirm_discard():
             self.doc.new()
+            self.clear_message("error", "problems")
             self.tabs.setCurrentIndex(SETUP)
 
     def open_preset_dialog(self) -> None:
@@ -291,6 +311,7 @@ class MainWindow(QMainWindow):
             return False
         self.settings.add_recent(path)
         self._save_settings()
+        self.show_message(f"Opened {path}")
         self.tabs.setCurrentIndex(SETUP)
         return True
 
@@ -305,6 +326,7 @@ class MainWindow(QMainWindow):
             self.tell("Cannot open preset", str(exc))
             return False
         self.doc.new(data, clean=True)
+        self.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
         self.tabs.setCurrentIndex(SETUP)
         return True
 
@@ -342,7 +364,7 @@ class MainWindow(QMainWindow):
             return False
         self.settings.add_recent(path)
         self._save_settings()
-        self.run_message.setText(f"Saved {path}")
+        self.show_message(f"Saved {path}")
         return True
 
     def load_run_preset(self, run_dir: Path) -> None:
@@ -367,8 +389,17 @@ class MainWindow(QMainWindow):
             path, message = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             self.act_run.setToolTip(f"Cannot run yet: {path + ': ' if path else ''}{message}{more}")
+            if self._message_kind == "problems":  # a refused Run: say what is left to fix
+                self.show_message(self._problems_text(problems), "problems")
         else:
             self.act_run.setToolTip("Start the engine on this preset, in a new run folder")
+            self.clear_message("problems")
+
+    @staticmethod
+    def _problems_text(problems: list) -> str:
+        path, message = problems[0]
+        return (f"Cannot run: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the preset. "
+                f"First: {path + ': ' if path else ''}{message}")
 
     def run(self) -> Path | None:
         """Launch the engine on the form's preset (saved or not). Refused, with the
@@ -376,8 +407,7 @@ class MainWindow(QMainWindow):
         problems = self.setup.validate_now()
         if problems:
             path, message = problems[0]
-            self.refuse(f"Cannot run: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the preset. "
-                        f"First: {path + ': ' if path else ''}{message}")
+            self.show_message(self._problems_text(problems), "problems")
             self.tabs.setCurrentIndex(SETUP)
             self.setup.focus_field(path)
             return None
@@ -411,33 +441,35 @@ class MainWindow(QMainWindow):
             engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self)
             engine.start()
         except OSError as exc:
-            self.refuse(f"Cannot start the engine: {exc}")
+            self.show_message(f"Cannot start the engine: {exc}", "error")
             if run_dir is not None and not (run_dir / rundir.EVENTS_FILE).exists():
                 # Only what this method wrote is there; a folder with no engine behind
                 # it would list as a run forever.
                 shutil.rmtree(run_dir, ignore_errors=True)
             return None
         self._attach(engine, run_dir)
-        self.run_message.setText(f"Started {run_dir}")
+        self.show_message(f"Started {run_dir}", "engine")
         self.open_run(run_dir)
         self.run_launched.emit(run_dir)
         return run_dir
 
     def refuse(self, reason: str) -> None:
-        self.run_message.setText(f"<span style='color:#b00020'>{reason}</span>")
+        self.show_message(reason, "refused")
 
     def _attach(self, engine: EngineHandle, run_dir: Path) -> None:
         self.engine = engine
         self.engine_dir = Path(run_dir)
         engine.finished.connect(self._engine_finished)
         engine.stopping.connect(lambda: self._update_actions())
-        engine.escalated.connect(lambda text: self.run_message.setText(f"Stop: {text}"))
+        engine.escalated.connect(lambda text: self.show_message(f"{engine.run_dir.name}: {text}", "engine"))
         self._update_actions()
 
     def stop(self) -> None:
         if self.engine is not None and self.engine.running:
             self.engine.stop()
-            self.run_message.setText("Stopping: the engine finishes its current step and saves a checkpoint…")
+            how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to pid {self.engine.pid})"
+            self.show_message(f"Stopping{how}: the engine finishes its current step and saves a checkpoint…",
+                              "engine")
             self._update_actions()
 
     def kill(self) -> None:
@@ -449,14 +481,13 @@ class MainWindow(QMainWindow):
         run = self._cache.get(run_dir) if run_dir else None
         if run is not None:
             run.poll()
-        if run is not None and run.status in ("running", "empty"):
-            # Exited without run_finished / run_failed: a refused preset (status 2 writes
-            # nothing), or killed. What it printed is the explanation.
-            output = FileTail(runs.workbench_dir(run_dir) / runs.OUTPUT_FILE, 4000).read().strip()
-            lines = "\n".join(output.splitlines()[-12:])
-            self._exit_notes[run_dir] = (f"The engine exited with status {code} without writing run_finished or "
-                                         f"run_failed." + (f"\n{lines}" if lines else ""))
-        self.run_message.setText(f"Engine exited (status {code}): {run_dir.name if run_dir else ''}")
+        how = runs.describe_exit(code, bool(self.engine and self.engine.killed))
+        name = run_dir.name if run_dir else "the engine"
+        outcome = ""
+        if run is not None:
+            status, _ = self._status(run)
+            outcome = f"; the run is {status}"
+        self.show_message(f"{name}: the engine {how}{outcome}", "engine")
         self._update_actions()
         self._update_header()
         self.runs_view.refresh()
@@ -469,8 +500,32 @@ class MainWindow(QMainWindow):
         self.act_run.setEnabled(not running)
         if running:  # the run Stop acts on, which need not be the one on show
             name = self.engine.run_dir.name
-            self.act_stop.setToolTip(f"Ask {name} to stop after its current step (it saves a checkpoint)")
-            self.act_kill.setToolTip(f"Kill {name} now (the step in progress is lost)")
+            how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to its pid {self.engine.pid})"
+            self.act_stop.setToolTip(f"Ask {name} to stop after its current step{how}; it saves a checkpoint")
+            if self.engine.stop_requested:
+                self.act_stop.setToolTip(f"{name} is stopping: it finishes its step and saves a checkpoint")
+            self.act_kill.setToolTip(f"Kill {name} now (SIGKILL to pid {self.engine.pid}): the step in progress "
+                                     "is lost")
+        else:
+            reason = self._why_no_stop()
+            self.act_stop.setToolTip(f"Stop is not available: {reason}")
+            self.act_kill.setToolTip(f"Kill is not available: {reason}")
+        for act in (self.act_stop, self.act_kill):
+            act.setStatusTip(act.toolTip())
+
+    def _why_no_stop(self) -> str:
+        """Why Stop and Kill are greyed out, in words (their tool tips)."""
+        run = self.shown[0] if len(self.shown) == 1 else None
+        if run is None or self._status(run)[0] not in ("running", "starting", "stale"):
+            return "no run of this window is in progress"
+        ref = runs.find_engine(run.run_dir, run.started)
+        if ref is None:
+            return (f"{run.name} was started outside this window and its events name no process id: stop it "
+                    "with Ctrl-C in the terminal that runs it (or kill its engine process)")
+        if not runs.can_signal(ref.pid):
+            return (f"{run.name} runs as pid {ref.pid}, a process of another user: stop it with Ctrl-C in its "
+                    f"terminal, or as that user: kill -TERM {ref.pid}")
+        return f"{run.name} (pid {ref.pid}) is not attached to this window"
 
     # =================================================================== runs
 
@@ -498,7 +553,9 @@ class MainWindow(QMainWindow):
         self.log_view.set_run(path)
         if self.engine_dir is None or self.engine_dir.resolve() != path:
             self._maybe_attach(path)
+        self.clear_message("error")
         self._update_header()
+        self._update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return run
 
@@ -507,9 +564,10 @@ class MainWindow(QMainWindow):
         (unless this window is already running an engine of its own)."""
         if self.engine is not None and self.engine.running:
             return
-        record = runs.read_process_record(path)
-        if record and runs.pid_alive(record["pid"], path.name) and self._run_data(path).status in ("running", "empty"):
-            self._attach(AttachedEngine(path, record["pid"], self.settings.stop_timeout_s, parent=self), path)
+        run = self._run_data(path)
+        ref = runs.find_engine(path, run.started)
+        if ref is not None and run.status in ("running", "empty") and ref.alive() and runs.can_signal(ref.pid):
+            self._attach(AttachedEngine.from_ref(path, ref, self.settings.stop_timeout_s, parent=self), path)
 
     def open_run_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open run", str(self.settings.runs_path))
@@ -529,21 +587,21 @@ class MainWindow(QMainWindow):
         self.samples.set_run(runs_[0])
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
+        self.clear_message("error")
         self._update_header()
+        self._update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return runs_
 
     def _status(self, run: RunData) -> tuple[str, str]:
-        if run.run_dir in self._exit_notes and run.status in ("running", "empty"):
-            return "failed", self._exit_notes[run.run_dir]
+        """The run's status and note, by the one rule the runs list uses too
+        (runs.describe_run); for this window's own engine, the process it holds."""
         alive = None
         if self.engine is not None and self.engine_dir is not None and self.engine_dir.resolve() == run.run_dir:
-            alive = self.engine.running
-        else:
-            alive = runs.engine_alive(run.run_dir)
+            alive = True if self.engine.running else None
         age = time.time() - run.last_time if run.last_time else None
         events_status = run.status if run.status != "empty" else "running"
-        return runs.judge_status(events_status, run.num_events > 0, alive, age)
+        return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
 
     def _update_header(self) -> None:
         if not self.shown:
@@ -554,7 +612,10 @@ class MainWindow(QMainWindow):
         if self.engine is not None and self.engine.running and self.engine.stop_requested \
                 and self.engine_dir and self.engine_dir.resolve() == run.run_dir:
             status, note = "running", "stopping: finishing the current step and saving a checkpoint…"
-        self.header.show_run(run, status, note, comparing=len(self.shown))
+        statuses = [self._status(r)[0] for r in self.shown] if len(self.shown) > 1 else None
+        self.header.show_run(run, status, note, comparing=len(self.shown), statuses=statuses)
+        if not (self.engine is not None and self.engine.running) and self._ticks % 25 == 0:
+            self._update_actions()  # a run on show may have started or ended elsewhere
 
     def show_engine_log(self) -> None:
         run = self.shown[0] if self.shown else None

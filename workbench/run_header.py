@@ -1,6 +1,8 @@
 """The strip above the tabs about the run on show: its name and status, a progress bar
-with step / max_steps and an ETA, and, when the engine failed, its message in red with
-the log one click away."""
+with step / max_steps and an ETA, and, when the engine failed or was killed, its message
+(once, cleaned of terminal progress output) with the log one click away.
+
+The status is the one runs.describe_run gives, the same word the Runs tab shows."""
 
 from __future__ import annotations
 
@@ -9,10 +11,72 @@ from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount
 import html
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from workbench.rundata import RunData, format_duration
+from workbench.runs import clean_output
 from workbench.runs_view import STATUS_COLOURS
+
+BANNER_STYLES = {  # (background, border, title colour)
+    "failed": ("#fdecea", "#b00020", "#b00020"),
+    "killed": ("#fff4e5", "#c75000", "#9a3d00"),
+    "interrupted": ("#fff4e5", "#c75000", "#9a3d00"),
+}
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that gives up width first: its text is elided (the full text is
+    its tool tip), so the labels beside it (the ETA) always fit."""
+
+    def __init__(self, text: str = "", parent=None):
+        super().__init__(parent)
+        self._full = ""
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setMinimumWidth(60)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 (Qt's name)
+        self._full = text
+        self.setToolTip(text)
+        self._elide()
+
+    def full_text(self) -> str:
+        return self._full
+
+    def sizeHint(self):  # noqa: N802
+        hint = super().sizeHint()
+        hint.setWidth(self.fontMetrics().horizontalAdvance(self._full) + 8)
+        return hint
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(self._full, Qt.ElideMiddle, max(0, self.width() - 4))
+        if shown != super().text():
+            super().setText(shown)
+
+
+class FitLabel(QLabel):
+    """A label whose minimum width is its text's, at least that of `typical` (so the
+    layout around it rarely moves as the text changes); a longer text lays its row out
+    again at once, so it is never painted cut off, not even for one frame."""
+
+    def __init__(self, typical: str = "", parent=None):
+        super().__init__(parent)
+        self._typical = typical
+
+    def setText(self, text: str) -> None:  # noqa: N802
+        if text == self.text():
+            return
+        super().setText(text)
+        metrics = self.fontMetrics()
+        needed = max(metrics.horizontalAdvance(text), metrics.horizontalAdvance(self._typical) if text else 0) + 6
+        if needed != self.minimumWidth():
+            self.setMinimumWidth(needed)
+        if self.width() < needed and self.parentWidget() is not None and self.parentWidget().layout() is not None:
+            self.parentWidget().layout().activate()
 
 
 class FailureBanner(QFrame):
@@ -41,9 +105,13 @@ class FailureBanner(QFrame):
         layout.addWidget(self.log_button, 0, Qt.AlignTop)
         self.hide()
 
-    def show_failure(self, title: str, message: str) -> None:
+    def show_failure(self, title: str, message: str, kind: str = "failed") -> None:
+        background, border, colour = BANNER_STYLES.get(kind, BANNER_STYLES["failed"])
+        self.setStyleSheet(f"#failure-banner {{ background:{background}; border:1px solid {border}; "
+                           "border-radius:4px; }")
+        self.title.setStyleSheet(f"color:{colour}; font-weight:bold; font-size:13px;")
         self.title.setText(title)
-        self.message.setText(message)
+        self.message.setText(clean_output(message))
         self.show()
 
 
@@ -52,7 +120,7 @@ class RunHeader(QWidget):
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.name = QLabel("No run open")
+        self.name = ElidedLabel("No run open")
         self.name.setObjectName("run-name")
         self.name.setStyleSheet("font-weight:bold; font-size:13px;")
         self.status = QLabel()
@@ -60,8 +128,10 @@ class RunHeader(QWidget):
         self.progress = QProgressBar()
         self.progress.setObjectName("run-progress")
         self.progress.setFormat("%v / %m steps")
-        self.progress.setMinimumWidth(280)
-        self.eta = QLabel()
+        self.progress.setMinimumWidth(160)
+        self.progress.setMaximumWidth(320)
+        self.progress.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+        self.eta = FitLabel("ETA 59 min 59 s · 99.99 s/step")
         self.eta.setObjectName("run-eta")
         self.note = QLabel()
         self.note.setObjectName("run-note")
@@ -71,10 +141,12 @@ class RunHeader(QWidget):
         self.failure = FailureBanner()
         self.failure.show_log.connect(self.show_log)
         row = QHBoxLayout()
-        row.addWidget(self.name)
+        self.status.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
+        self.eta.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
+        row.addWidget(self.name, 1)
         row.addWidget(self.status)
-        row.addStretch(1)
-        row.addWidget(self.progress)
+        row.addSpacing(12)
+        row.addWidget(self.progress, 1)
         row.addWidget(self.eta)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 0)
@@ -86,14 +158,28 @@ class RunHeader(QWidget):
     def set_status(self, status: str, note: str = "") -> None:
         colour = STATUS_COLOURS.get(status, "#333")
         self.status.setText(f"<span style='color:{colour}; font-weight:bold'>● {html.escape(status)}</span>")
+        self.status_word = status
+        note = clean_output(note)
         self.note.setText(note)
         self.note.setVisible(bool(note))
 
-    def show_run(self, run: RunData | None, status: str, note: str = "", comparing: int = 0) -> None:
+    status_word = ""
+
+    def show_run(self, run: RunData | None, status: str, note: str = "", comparing: int = 0,
+                 statuses: list[str] | None = None) -> None:
         if run is None or comparing > 1:
-            # No single run's status, progress or failure to show.
+            # No single run's progress or failure to show; each compared run's status.
             self.name.setText("No run open" if run is None else f"Comparing {comparing} runs")
-            self.status.setText("")
+            self.status_word = ""
+            if statuses:
+                counts: dict[str, int] = {}
+                for word in statuses:
+                    counts[word] = counts.get(word, 0) + 1
+                self.status.setText(" ".join(
+                    f"<span style='color:{STATUS_COLOURS.get(word, '#333')}; font-weight:bold'>● "
+                    f"{count} {html.escape(word)}</span>" for word, count in counts.items()))
+            else:
+                self.status.setText("")
             self.progress.hide()
             self.eta.setText("")
             self.note.hide()
@@ -126,7 +212,12 @@ class RunHeader(QWidget):
             kind = run.failure.get("error_type", "")
             self.failure.show_failure(f"Run failed{f' ({kind})' if kind else ''}",
                                       str(run.failure.get("message", "")) + where)
-        elif status in ("interrupted",) or (status == "failed" and not run.failure):
-            self.failure.show_failure("The engine ended without a result", note)
+            self.note.hide()
+        elif status in ("killed", "interrupted", "failed"):
+            title = {"killed": "The run was killed", "interrupted": "The engine ended without a result",
+                     "failed": "The engine ended before the run started"}[status]
+            # The note is the banner's message: shown there, not a second time above it.
+            self.failure.show_failure(title, note, status)
+            self.note.hide()
         else:
             self.failure.hide()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ LAUNCH_PRESET = "preset.yaml"
 # training a slow step, or its engine may be gone; nothing in the run directory says.
 STALE_AFTER_S = 15 * 60
 
-STATUSES = ("starting", "running", "done", "stopped", "failed", "interrupted", "stale")
+STATUSES = ("starting", "running", "done", "stopped", "failed", "killed", "interrupted", "stale")
 
 
 def workbench_dir(run_dir: Path) -> Path:
@@ -55,9 +56,22 @@ def read_process_record(run_dir: Path) -> dict | None:
     return record if isinstance(record, dict) and isinstance(record.get("pid"), int) else None
 
 
-def pid_alive(pid: int, expect_in_cmdline: str | None = None) -> bool:
+def _process_start_time(pid: int) -> float | None:
+    """When process `pid` started (Unix time, to a second), from /proc; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22, starttime, in clock ticks since boot
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return None
+
+
+def pid_alive(pid: int, expect_in_cmdline: str | None = None, started_by: float | None = None) -> bool:
     """Whether process `pid` exists (and, where /proc says, is still the one whose
-    command line names `expect_in_cmdline`, so a reused pid does not count)."""
+    command line names `expect_in_cmdline` and that had started by the Unix time
+    `started_by`, so a reused pid does not count)."""
     if pid <= 0:
         return False
     if sys.platform == "win32":  # pragma: no cover - no os.kill(pid, 0) there
@@ -72,7 +86,7 @@ def pid_alive(pid: int, expect_in_cmdline: str | None = None) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # someone else's process: alive, but this window cannot signal it
     cmdline = Path(f"/proc/{pid}/cmdline")
     if expect_in_cmdline and cmdline.exists():
         try:
@@ -86,27 +100,173 @@ def pid_alive(pid: int, expect_in_cmdline: str | None = None) -> bool:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             return True
-        return state != "Z"
+        if state == "Z":
+            return False
+    if started_by is not None:
+        began = _process_start_time(pid)
+        if began is not None and began > started_by + 2.0:
+            return False  # a newer process with a recycled pid
     return True
 
 
-def engine_alive(run_dir: Path) -> bool | None:
-    """True / False when the workbench launched this run (it knows the process), None
-    for a run started elsewhere."""
+def can_signal(pid: int) -> bool:
+    """Whether this user may send signals to process `pid` (it exists and is ours)."""
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class EngineRef:
+    """The engine process of a run, as the run directory names it: the pid in the last
+    run_started / run_resumed event (every engine writes it, however it was started),
+    else the workbench's process record (an engine still loading its model)."""
+
+    pid: int
+    expect: str  # text its command line must contain
+    started_by: float | None  # it had started by then (a later process reused the pid)
+    launched_here: bool  # the workbench launched it (a process record names the same pid)
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid, self.expect, self.started_by)
+
+
+def find_engine(run_dir: Path, started: dict | None = None) -> EngineRef | None:
+    """The engine of a run (see EngineRef); None when nothing names one (a run started
+    by an engine too old to log its pid, and not from a window)."""
     record = read_process_record(run_dir)
-    if record is None:
+    pid = started.get("pid") if isinstance(started, dict) else None
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        when = started.get("time")
+        launched = bool(record and record["pid"] == pid)
+        return EngineRef(pid, str(Path(run_dir).name) if launched else "engine",
+                         float(when) if isinstance(when, (int, float)) else None, launched)
+    if record is not None:
+        return EngineRef(record["pid"], str(Path(run_dir).name), None, True)
+    return None
+
+
+def engine_alive(run_dir: Path, started: dict | None = None) -> bool | None:
+    """True / False when the run directory names its engine process (find_engine),
+    None when it does not."""
+    ref = find_engine(run_dir, started)
+    return None if ref is None else ref.alive()
+
+
+# ------------------------------------------------------------------ exit records
+
+EXIT_FILE = "exit.json"
+
+
+def write_exit_record(run_dir: Path, pid: int | None, code: int | None, killed: bool = False) -> None:
+    """What the window saw of its engine's end: the exit code (negative: the signal that
+    ended it), and whether its Kill button did it. Read by every window and the runs list,
+    so a run has one status everywhere."""
+    folder = workbench_dir(run_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {"pid": pid, "code": code, "killed": killed, "time": time.time()}
+        (folder / EXIT_FILE).write_text(json.dumps(record), encoding="utf-8")
+    except OSError:
+        pass
+
+
+def read_exit_record(run_dir: Path, pid: int | None = None) -> dict | None:
+    """The exit record, if there is one for process `pid` (any pid when None)."""
+    try:
+        record = json.loads((workbench_dir(run_dir) / EXIT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
-    return pid_alive(record["pid"], str(Path(run_dir).name))
+    if not isinstance(record, dict) or (pid is not None and record.get("pid") != pid):
+        return None
+    return record
 
 
-def judge_status(events_status: str, has_events: bool, alive: bool | None, last_event_age: float | None) -> tuple[str, str]:
-    """(status, note) for the runs list and the run header.
+def describe_exit(code: int | None, killed: bool = False) -> str:
+    """How a process ended, in words.
+
+    >>> describe_exit(0), describe_exit(2), describe_exit(-9)
+    ('exited normally (code 0)', 'exited with code 2', 'was killed by signal SIGKILL')
+    >>> describe_exit(None)
+    'ended (its exit code is unknown: this window did not start it)'
+    """
+    if code is None:
+        return "was killed (SIGKILL)" if killed else "ended (its exit code is unknown: this window did not start it)"
+    if code == 0:
+        return "exited normally (code 0)"
+    if code < 0:
+        import signal as _signal
+
+        try:
+            name = _signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"was killed by signal {name}"
+    return f"exited with code {code}"
+
+
+# ------------------------------------------------------------- engine output
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+_BAR = re.compile(r"\|[█▉▊▋▌▍▎▏ #]*\|")
+
+
+def clean_output(text: str) -> str:
+    """Terminal output as a person would have read it: ANSI escapes removed, and of a
+    line redrawn with carriage returns (a progress bar) only its last state, with the
+    bar's blocks left out; repeated lines once.
+
+    >>> clean_output("\\rLoading weights:   0%|          | 0/52\\rLoading weights: 100%|\\u2588\\u2588| 52/52\\n\\x1b[31mboom\\x1b[0m\\nboom\\n")
+    'Loading weights: 100% 52/52\\nboom'
+    """
+    lines: list[str] = []
+    for line in _ANSI.sub("", text).replace("\r\n", "\n").split("\n"):
+        if "\r" in line:  # a progress line: its last state, without the bar
+            parts = [p for p in line.split("\r") if p.strip()]
+            line = re.sub(r"  +", " ", _BAR.sub(" ", parts[-1] if parts else ""))
+        line = line.replace("\x08", "").rstrip()
+        if line.strip() and (not lines or lines[-1] != line):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def output_excerpt(run_dir: Path, lines: int = 12, max_bytes: int = 8000) -> str:
+    """The end of what the engine printed (the workbench's capture), cleaned."""
+    path = workbench_dir(run_dir) / OUTPUT_FILE
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = clean_output(data.decode("utf-8", "replace"))
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------- status
+
+
+_KILL_SIGNALS = {9, 15, 2, 1}  # SIGKILL, SIGTERM, SIGINT, SIGHUP: someone ended it (a crash is another signal)
+
+
+def judge_status(events_status: str, has_events: bool, alive: bool | None, last_event_age: float | None,
+                 exit: dict | None = None) -> tuple[str, str]:
+    """(status, note): the one status of a run, shown alike by the run header, the runs
+    list and a comparison.
 
     events_status is rundir.run_status of the events (running/done/stopped/failed); a
-    run whose events end in running is checked against its process.
+    run whose events end in running is checked against its process (`alive`, None when
+    unknown) and how it ended (`exit`, the window's exit record, if any). A run whose
+    engine ended without a final event is `killed` when a signal ended it (the Kill
+    button, kill -9), else `interrupted`; `failed` when it ended before its first event.
 
     >>> judge_status("running", True, False, 5.0)[0]
     'interrupted'
+    >>> judge_status("running", True, False, 5.0, {"code": -9})[0]
+    'killed'
     >>> judge_status("running", True, None, 3600.0)[0]
     'stale'
     """
@@ -114,17 +274,43 @@ def judge_status(events_status: str, has_events: bool, alive: bool | None, last_
         return events_status, ""
     if alive is True:
         return ("running", "") if has_events else ("starting", "the engine is loading the model")
-    if alive is False:
+    if alive is False or exit is not None:
+        code = exit.get("code") if exit else None
+        killed = bool(exit and (exit.get("killed") or (isinstance(code, int) and -code in _KILL_SIGNALS)))
+        how = describe_exit(code, bool(exit and exit.get("killed"))) if exit else None
+        if killed:
+            lost = ("; the step in progress was lost (rl-engine resume continues from the last checkpoint, if any)"
+                    if has_events else "")
+            return "killed", f"the engine {how} before it wrote a final event{lost}"
         if not has_events:
-            return "failed", "the engine exited before the run started; its output is in the Log tab"
-        return "interrupted", ("the engine process ended without writing run_finished or run_failed "
-                               "(killed, or the machine went down); engine.log may say more")
+            return "failed", (f"the engine {how} before the run started" if how else
+                              "the engine exited before the run started") + "; its output is in the Log tab"
+        return "interrupted", (f"the engine {how} without writing run_finished or run_failed; "
+                               if how else "the engine process ended without writing run_finished or run_failed "
+                               "(killed, or the machine went down); ") + "engine.log may say more"
     if not has_events:
         return "starting", ""
     if last_event_age is not None and last_event_age > STALE_AFTER_S:
-        return "stale", (f"no event for {int(last_event_age // 60)} min and no process record: the engine "
+        return "stale", (f"no event for {int(last_event_age // 60)} min and no process id: the engine "
                          "may have died without a final event, or a step is very slow")
     return "running", ""
+
+
+def describe_run(run_dir: Path, events_status: str, has_events: bool, last_event_age: float | None,
+                 started: dict | None = None, alive: bool | None = None) -> tuple[str, str]:
+    """judge_status for a run directory: its engine found from the events or the process
+    record (`alive` given by a window that holds the process itself), its exit record,
+    and, for an engine that failed without an event, the end of what it printed."""
+    ref = find_engine(run_dir, started)
+    if alive is None and ref is not None:
+        alive = ref.alive()
+    exit = read_exit_record(run_dir, ref.pid if ref is not None else None) if alive is not True else None
+    status, note = judge_status(events_status, has_events, alive, last_event_age, exit)
+    if status in ("failed", "interrupted") and not (has_events and events_status != "running"):
+        excerpt = output_excerpt(run_dir)
+        if excerpt:
+            note = f"{note}\n{excerpt}"
+    return status, note
 
 
 # --------------------------------------------------------------------- summaries
@@ -229,7 +415,11 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
         summary.note = str(lifecycle[-1].get("message", ""))
     last_time = tail[-1].get("time") if tail else None
     age = now - last_time if isinstance(last_time, (int, float)) else None
-    status, note = judge_status(events_status, bool(size), engine_alive(run_dir), age)
+    started = None
+    for event in [first or {}] + tail:
+        if event.get("type") in ("run_started", "run_resumed"):
+            started = event
+    status, note = describe_run(run_dir, events_status, bool(size), age, started=started)
     summary.status, summary.note = status, note or summary.note
     if summary.started is None:
         summary.started = (read_process_record(run_dir) or {}).get("started") or run_dir.stat().st_mtime
@@ -246,7 +436,8 @@ class RunIndex:
 
     def _stamp(self, run_dir: Path) -> tuple:
         stamps = []
-        for path in (run_dir / rundir.EVENTS_FILE, workbench_dir(run_dir) / PROCESS_FILE):
+        for path in (run_dir / rundir.EVENTS_FILE, workbench_dir(run_dir) / PROCESS_FILE,
+                     workbench_dir(run_dir) / EXIT_FILE):
             try:
                 st = path.stat()
                 stamps.append((st.st_size, st.st_mtime_ns))
