@@ -10,7 +10,6 @@ with a generous timeout (the machine is shared).
 from __future__ import annotations
 
 import json
-import gc
 import os
 import re
 import signal
@@ -20,92 +19,20 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 import yaml
-from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 
 from engine import rundir
 from engine.preset import preset_from_dict
 from workbench import app, runs, xcb_check
 from workbench.dashboard import run_colour
-from workbench.launcher import AttachedEngine, EngineProcess
-from workbench.main_window import DISCARD, RUNS, STOP_RUN, MainWindow
-from workbench.settings import Settings
+from workbench.launcher import AttachedEngine
+from workbench.main_window import DISCARD, RUNS, MainWindow
 from workbench_helpers import small_preset, write_run
+from window_fixtures import Asked, click, click_run, make_window, window  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_TIMEOUT_MS = 150_000  # model load on a busy 2-core machine, then a few steps
-
-
-class Asked:
-    def __init__(self, *answers: str):
-        self.answers = list(answers)
-
-    def __call__(self, title, text, choices):
-        if not self.answers:
-            raise AssertionError(f"unexpected question: {title}: {text}")
-        answer = self.answers.pop(0)
-        assert answer in choices
-        return answer
-
-
-def collect_in_main_thread() -> None:
-    """Delete closed windows and collect their garbage now, in the main thread. Left to the
-    cyclic collector, they may be freed in the set-up panel's check thread, where freeing
-    a Qt object can deadlock PySide6 against the main thread."""
-    from PySide6.QtCore import QCoreApplication, QEvent
-
-    QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
-    gc.collect()
-
-
-@pytest.fixture
-def make_window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
-    made: list[MainWindow] = []
-
-    def make() -> MainWindow:
-        collect_in_main_thread()  # a window closed during the test
-        settings = Settings(runs_folder=str(tmp_path / "runs"), stop_timeout_s=60)
-        window = MainWindow(settings, settings_path=tmp_path / "config" / "settings.json")
-        window.ask = Asked()
-        window.resize(1280, 800)
-        window.show()
-        made.append(window)
-        return window
-
-    yield make
-    for window in made:
-        engine = window.engine
-        if isinstance(engine, EngineProcess) and engine.popen is not None and engine.popen.poll() is None:
-            engine.popen.kill()
-            engine.popen.wait(30)
-        elif isinstance(engine, AttachedEngine) and runs.pid_alive(engine.pid):
-            os.kill(engine.pid, signal.SIGKILL)
-        window.ask = lambda title, text, choices: DISCARD if DISCARD in choices else STOP_RUN if STOP_RUN in choices \
-            else choices[0]
-        window.close()
-        window.deleteLater()
-    collect_in_main_thread()
-
-
-@pytest.fixture
-def window(make_window):
-    return make_window()
-
-
-def click(qtbot, window: MainWindow, action) -> None:
-    """A mouse click on the toolbar button of `action` (it must be enabled)."""
-    button = window.toolbar.widgetForAction(action)
-    assert button is not None and button.isEnabled(), action.text()
-    qtbot.mouseClick(button, Qt.LeftButton)
-
-
-def click_run(qtbot, window: MainWindow) -> Path:
-    with qtbot.waitSignal(window.run_launched, timeout=30_000) as launched:
-        click(qtbot, window, window.act_run)
-    return launched.args[0]
 
 
 def runs_tab_status(window: MainWindow, run_dir: Path) -> str:

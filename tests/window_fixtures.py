@@ -1,0 +1,93 @@
+"""The main window as the GUI tests drive it: a fixture that makes windows (and kills
+their engines and frees them in the main thread afterwards), scripted answers to its
+questions, and clicks on its toolbar buttons."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from workbench import runs
+from workbench.launcher import AttachedEngine, EngineProcess
+from workbench.main_window import DISCARD, STOP_RUN, MainWindow
+from workbench.settings import Settings
+
+
+class Asked:
+    """Stands in for the window's modal questions: answers from a script, records them."""
+
+    def __init__(self, *answers: str):
+        self.answers = list(answers)
+        self.questions: list[str] = []
+
+    def __call__(self, title: str, text: str, choices: list[str]) -> str:
+        self.questions.append(title)
+        if not self.answers:
+            raise AssertionError(f"unexpected question: {title}: {text}")
+        answer = self.answers.pop(0)
+        assert answer in choices, (answer, choices)
+        return answer
+
+
+def collect_in_main_thread() -> None:
+    """Delete closed windows and collect their garbage now, in the main thread, rather
+    than whenever the collector next runs."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+    gc.collect()
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
+    made: list[MainWindow] = []
+
+    def make() -> MainWindow:
+        collect_in_main_thread()  # a window closed during the test
+        settings = Settings(runs_folder=str(tmp_path / "runs"), stop_timeout_s=60)
+        window = MainWindow(settings, settings_path=tmp_path / "config" / "settings.json")
+        window.ask = Asked()
+        window.resize(1280, 800)
+        window.show()  # closed by this fixture (qtbot would close it before the answers below are set)
+        made.append(window)
+        return window
+
+    yield make
+    for window in made:
+        engine = window.engine
+        if isinstance(engine, EngineProcess) and engine.popen is not None and engine.popen.poll() is None:
+            engine.popen.kill()
+            engine.popen.wait(30)
+        elif isinstance(engine, AttachedEngine) and runs.pid_alive(engine.pid):
+            os.kill(engine.pid, signal.SIGKILL)
+        window.ask = lambda title, text, choices: DISCARD if DISCARD in choices else STOP_RUN if STOP_RUN in choices \
+            else choices[0]
+        window.close()
+        window.deleteLater()
+    collect_in_main_thread()
+
+
+@pytest.fixture
+def window(make_window):
+    return make_window()
+
+
+def click(qtbot, window: MainWindow, action) -> None:
+    """A mouse click on the toolbar button of `action` (Run, Stop, Kill), as a user does;
+    the button must be enabled."""
+    button = window.toolbar.widgetForAction(action)
+    assert button is not None and button.isEnabled(), action.text()
+    qtbot.mouseClick(button, Qt.LeftButton)
+
+
+def click_run(qtbot, window: MainWindow) -> Path:
+    """Click Run; the run folder it launched."""
+    with qtbot.waitSignal(window.run_launched, timeout=30_000) as launched:
+        click(qtbot, window, window.act_run)
+    return launched.args[0]
