@@ -179,6 +179,16 @@ def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
     return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float64), mask).float()
 
 
+# GRPO's advantage_estimator, name -> (rewards (B,), mask (B, T), num_generations,
+# scale_rewards) -> advantages, (B,) per completion or (B, T) per token.
+GRPO_ESTIMATORS = {
+    "grpo": lambda rewards, mask, G, scale: group_advantages(rewards, G, scale),
+    "rloo": lambda rewards, mask, G, scale: rloo_advantages(rewards, G),
+    "reinforce_pp": lambda rewards, mask, G, scale: reinforce_pp_advantages(last_token_rewards(rewards, mask), mask),
+    "reinforce_pp_baseline": lambda rewards, mask, G, scale: reinforce_pp_baseline_advantages(rewards, mask, G),
+}
+
+
 # ---------------------------------------------------------------------------- PPO
 
 

@@ -309,7 +309,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             from engine.preset import save_preset
 
             save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
-        from engine.trainer import build_trainer
+        from engine.algorithms import build_trainer
 
         trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
         start = trainer.step

@@ -378,6 +378,14 @@ def sequence_logps(logprobs, mask, average=False):
     return total / mask.sum(-1).clamp(min=1) if average else total
 
 
+# DPO's loss_type, name -> (h (B,), beta, label_smoothing) -> per-pair losses (B,); see dpo_loss.
+DPO_LOSSES = {
+    "sigmoid": lambda h, beta, eps: -(1 - eps) * F.logsigmoid(beta * h) - eps * F.logsigmoid(-beta * h),
+    "hinge": lambda h, beta, eps: torch.relu(1 - beta * h),
+    "ipo": lambda h, beta, eps: (h - 1 / (2 * beta)) ** 2,
+}
+
+
 def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, *,
              beta, loss_type="sigmoid", label_smoothing=0.0):
     """Direct Preference Optimization losses, per pair.
@@ -394,16 +402,10 @@ def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
 
     e.g. h = 0 (policy = reference), beta 0.1: sigmoid ln 2 = 0.6931, hinge 1, ipo 25
     """
+    if loss_type not in DPO_LOSSES:
+        raise ValueError(f"unknown DPO loss_type {loss_type!r}; allowed: {', '.join(sorted(DPO_LOSSES))}")
     h = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
-    if loss_type == "sigmoid":
-        losses = (-(1 - label_smoothing) * F.logsigmoid(beta * h)
-                  - label_smoothing * F.logsigmoid(-beta * h))
-    elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * h)
-    elif loss_type == "ipo":
-        losses = (h - 1 / (2 * beta)) ** 2
-    else:
-        raise ValueError(f"unknown DPO loss_type {loss_type!r}; allowed: hinge, ipo, sigmoid")
+    losses = DPO_LOSSES[loss_type](h, beta, label_smoothing)
     chosen_rewards = beta * (chosen_logps - ref_chosen_logps).detach()
     rejected_rewards = beta * (rejected_logps - ref_rejected_logps).detach()
     return losses, chosen_rewards, rejected_rewards

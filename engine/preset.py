@@ -232,8 +232,13 @@ class DPOConfig(Section):
         return self
 
 
-AlgorithmConfig = Annotated[Union[GRPOConfig, PPOConfig, DPOConfig], Field(discriminator="name")]
-ALGORITHM_NAMES = ("grpo", "ppo", "dpo")
+# A new algorithm adds its config class here (and its trainer in engine/algorithms/);
+# the names and the name -> class map are read off the union.
+ALGORITHM_CONFIGS: dict[str, type[Section]] = {
+    cls.model_fields["name"].default: cls for cls in (GRPOConfig, PPOConfig, DPOConfig)
+}
+AlgorithmConfig = Annotated[Union[tuple(ALGORITHM_CONFIGS.values())], Field(discriminator="name")]
+ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
 
 # ---------------------------------------------------------------------------- data
@@ -306,13 +311,13 @@ class RewardConfig(Section):
     @field_validator("label")
     @classmethod
     def _label(cls, value):
-        from engine.rewards import check_label
+        from engine.rewards.kinds import check_label
 
         return value if value is None else check_label(value)
 
     @model_validator(mode="after")
     def _known(self):
-        from engine.rewards import check_reward
+        from engine.rewards.kinds import check_reward
 
         # Registry rewards are built (cheap: a closure); a reward model's options and a
         # custom function's FILE.py:FUNCTION are checked for form only.
@@ -330,7 +335,7 @@ class RewardConfig(Section):
     @property
     def component_name(self) -> str:
         """The logged name: `label`, else the function's name for FILE.py:FUNCTION, else `name`."""
-        from engine.rewards import component_label
+        from engine.rewards.kinds import component_label
 
         return component_label(self.name, self.label)
 
@@ -438,7 +443,7 @@ class PresetError(ValueError):
 def _field_at(raw_loc: tuple) -> tuple[type[BaseModel] | None, Any]:
     """The section holding the field at pydantic's `raw_loc` (with the algorithm's tag,
     so a DPO preset's fields are DPO's), and the field's FieldInfo (None if unknown)."""
-    models = {"grpo": GRPOConfig, "ppo": PPOConfig, "dpo": DPOConfig}
+    models = ALGORITHM_CONFIGS
     cls, info = Preset, None
     for i, part in enumerate(raw_loc):
         if isinstance(part, int):

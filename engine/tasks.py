@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import inspect
 import json
 import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from engine.options import Registry
 
 __all__ = [
     "Example",
@@ -325,14 +326,12 @@ TASKS: dict[str, Callable[..., tuple[list[Example], list[Example]]]] = {
 }
 
 
+_REGISTRY = Registry("task", TASKS, skip=_COMMON_ARGS)
+
+
 def _task_factory(name: str) -> Callable[..., tuple[list[Example], list[Example]]]:
     """Look a task up by name, naming the allowed ones when it is unknown."""
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown task {name!r}; allowed tasks: {', '.join(sorted(TASKS))}."
-        ) from None
+    return _REGISTRY.factory(name)
 
 
 def task_options(name: str) -> dict[str, object]:
@@ -342,26 +341,7 @@ def task_options(name: str) -> dict[str, object]:
         >>> task_options("sort")
         {'min_len': 3, 'max_len': 6}
     """
-    signature = inspect.signature(_task_factory(name))
-    return {
-        param.name: param.default
-        for param in signature.parameters.values()
-        if param.name not in _COMMON_ARGS
-    }
-
-
-def _check_option_type(task: str, option: str, value: object, default: object) -> None:
-    """Reject a value whose type does not match the option's default."""
-    expected = type(default)
-    # bool is a subclass of int, but ``min_len=True`` is certainly a mistake.
-    ok = isinstance(value, expected) and not (
-        isinstance(value, bool) and expected is not bool
-    )
-    if not ok:
-        raise ValueError(
-            f"task {task!r}: option {option!r} must be {expected.__name__} "
-            f"(default {default!r}), got {type(value).__name__} {value!r}."
-        )
+    return _REGISTRY.options(name)
 
 
 def check_task_options(name: str, options: dict) -> None:
@@ -375,8 +355,6 @@ def check_task_options(name: str, options: dict) -> None:
         ...
         ValueError: task 'arithmetic': option 'max_operand' must be between 1 and 1000, got 1000000000.
     """
-    from engine.preset_limits import MAX_OPTION_MAGNITUDE, number_problem, short_repr
-
     # Ranges of the built-in tasks' number options. sort: the generator's own limit (12
     # digits is already longer than the built-in model was trained on). arithmetic:
     # answers beyond max_abs_answer are redrawn, so operands much larger than 1000
@@ -388,20 +366,7 @@ def check_task_options(name: str, options: dict) -> None:
         ("arithmetic", "max_abs_answer"): (1, 1_000_000),
     }
     allowed = task_options(name)
-    for option, value in options.items():
-        if option not in allowed:
-            listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
-            raise ValueError(
-                f"task {name!r} has no option {short_repr(option)}; allowed options: {listing}."
-            )
-        if isinstance(value, (list, dict)):  # never an option's type; keep the message short
-            raise ValueError(f"task {name!r}: option {option!r} must be {type(allowed[option]).__name__} "
-                             f"(default {allowed[option]!r}), got {short_repr(value)}.")
-        _check_option_type(name, option, value, allowed[option])
-        low, high = ranges.get((name, option), (-MAX_OPTION_MAGNITUDE, MAX_OPTION_MAGNITUDE))
-        problem = number_problem(value, low, high)
-        if problem:
-            raise ValueError(f"task {name!r}: option {option!r} {problem}.")
+    _REGISTRY.check(name, options, ranges={option: span for (task, option), span in ranges.items() if task == name})
     lengths = {**allowed, **options}
     if name == "sort" and lengths["min_len"] > lengths["max_len"]:
         raise ValueError(

@@ -15,10 +15,12 @@ from engine.advantages import (
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
-from engine.dpo import DPOTrainer
-from engine.ppo import PPOTrainer
+from engine.algorithms import build_trainer
+from engine.algorithms.dpo import DPOTrainer
+from engine.algorithms.grpo import GRPOTrainer
+from engine.algorithms.ppo import PPOTrainer
 from engine.preset import preset_from_dict
-from engine.trainer import GRPOTrainer, StopFlag, build_trainer
+from engine.stopping import StopFlag
 
 PPO_METRICS = {
     "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
@@ -219,9 +221,9 @@ def test_dpo_file_without_rejected_column_names_it(tmp_path):
 
 
 def record_grpo_loss_calls(monkeypatch):
-    """Wrap engine.trainer.grpo_loss: each call's advantages, importance_sampling_level,
+    """Wrap engine.algorithms.grpo.grpo_loss: each call's advantages, importance_sampling_level,
     logprobs, old logprobs and mask, and the per-token ratio it returned."""
-    import engine.trainer as trainer_module
+    import engine.algorithms.grpo as trainer_module
 
     calls, real = [], trainer_module.grpo_loss
 
@@ -257,8 +259,8 @@ def test_each_estimators_advantages_reach_the_loss(tmp_path, monkeypatch):
         trainer = GRPOTrainer(preset_from_dict(data), tmp_path / estimator)
         assert trainer.train_step()["loss"] is not None
         last = trainer._last
-        step_rewards = torch.tensor(last["totals"], dtype=torch.float32)
-        expected = function(step_rewards, last["rollout"].completion_mask, 4)
+        step_rewards = torch.tensor(last.totals, dtype=torch.float32)
+        expected = function(step_rewards, last.rollout.completion_mask, 4)
         (call,) = calls  # one micro-batch, one iteration
         assert call["level"] == "token"
         torch.testing.assert_close(call["advantages"], expected, rtol=0, atol=0)
@@ -294,7 +296,7 @@ def test_gspo_passes_sequence_level_and_uses_the_sequence_ratio(tmp_path, monkey
     token_ratio = torch.exp(second["logprobs"] - second["old"])
     assert not torch.allclose(token_ratio[mask], second["ratio"][mask])
     # and the inspector records the same per-sequence ratio
-    torch.testing.assert_close(trainer._last["per_token"]["ratio"][mask], second["ratio"][mask])
+    torch.testing.assert_close(trainer._last.per_token["ratio"][mask], second["ratio"][mask])
 
 
 def test_rloo_advantages_reach_the_samples(tmp_path):
@@ -319,9 +321,9 @@ def test_ppo_first_epoch_ratio_is_exactly_one_with_lora_dropout(tmp_path):
     trainer = PPOTrainer(preset_from_dict(data), tmp_path / "run")
     randomise_lora_b(trainer.model)
     metrics = trainer.train_step()
-    mask = trainer._last["rollout"].completion_mask.bool()
+    mask = trainer._last.rollout.completion_mask.bool()
     assert mask.sum() > 0
-    assert torch.equal(trainer._last["ratio"][mask], torch.ones(int(mask.sum())))
+    assert torch.equal(trainer._last.ratio[mask], torch.ones(int(mask.sum())))
     assert metrics["policy/clipfrac_avg"] == 0.0 and metrics["policy/approxkl_avg"] == 0.0
 
 

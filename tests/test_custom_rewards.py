@@ -15,7 +15,7 @@ import yaml
 from conftest import ROOT, small_preset_dict
 from engine import rundir
 from engine.cli import main, user_code_location
-from engine.custom_reward import function_options, static_problems
+from engine.rewards.custom import function_options, static_problems
 from engine.preset import PresetError, preset_from_dict
 from engine.rewards import RewardError, absolute_reward_paths, build_reward_components, combine_rewards
 
@@ -241,7 +241,7 @@ def test_a_reward_that_does_not_return_times_out_with_its_line(tmp_path):
 
 
 def test_reward_timeout_is_reserved_not_passed_and_checked(rewards_file, tmp_path):
-    from engine.custom_reward import DEFAULT_TIMEOUT_S
+    from engine.rewards.custom import DEFAULT_TIMEOUT_S
 
     (tmp_path / "slow_rewards.py").write_text(SLOW_PY)
     # the function's own `timeout` option still reaches it; reward_timeout does not

@@ -19,8 +19,8 @@ import pytest
 
 import engine
 
-ENGINE_MODULES = sorted(f"engine.{m.name}" for m in pkgutil.iter_modules(engine.__path__)
-                        if m.name != "__main__")  # __main__ runs the CLI on import
+ENGINE_MODULES = sorted(m.name for m in pkgutil.walk_packages(engine.__path__, "engine.")
+                        if m.name != "engine.__main__")  # __main__ runs the CLI on import
 # Qt-free workbench modules with examples that no other test file runs.
 # (inspector_colors and inspector_data: tests/test_inspector_data.py; schema, document,
 # rundata, runs, smoothing, plotspec: tests/test_workbench_models.py; the Qt modules:
@@ -45,7 +45,7 @@ def test_the_engine_has_its_examples():
     # The modules documented by example (about a hundred examples in all) still are: a
     # module that lost every '>>>' would pass test_docstring_examples_hold unchecked.
     attempted = {name: doctest.testmod(importlib.import_module(name)).attempted
-                 for name in ("engine.builtin_model", "engine.custom_reward", "engine.rewards", "engine.tasks")}
+                 for name in ("engine.builtin_model", "engine.rewards.custom", "engine.rewards.builtin", "engine.tasks")}
     assert all(n > 0 for n in attempted.values()), attempted
 
 

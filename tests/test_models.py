@@ -39,9 +39,9 @@ def test_llama_style_model_loads_with_auto_lora_targets(llama_dir):
 
 
 def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path, monkeypatch):
-    import engine.trainer as trainer_module
+    import engine.algorithms.grpo as trainer_module
     from conftest import small_preset_dict
-    from engine.trainer import GRPOTrainer
+    from engine.algorithms.grpo import GRPOTrainer
 
     # The random model's completions all score 0 on the task, so every advantage would be
     # 0 and (policy = reference at the start) the step would have no gradient: give the

@@ -20,7 +20,7 @@ from conftest import small_preset_dict
 from engine import rundir
 from engine.builtin_model import build_tokenizer
 from engine.preset import preset_from_dict
-from engine.reward_model import load_reward_model, reward_model_reward
+from engine.rewards.model import load_reward_model, reward_model_reward
 from engine.rewards import RewardError, build_reward_components, combine_rewards, reward_source_problems
 
 PROMPTS = ["sort 3 1 =", "sort 2 =", "sort 9 8 7 6 =", "sort 5 5 ="]

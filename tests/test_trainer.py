@@ -9,7 +9,9 @@ import torch
 from conftest import small_preset_dict
 from engine import rundir
 from engine.preset import preset_from_dict
-from engine.trainer import GRPOTrainer, RunAborted, StopFlag, lr_factor, micro_batch_weight
+from engine.algorithms.base import RunAborted, lr_factor, micro_batch_weight
+from engine.algorithms.grpo import GRPOTrainer
+from engine.stopping import StopFlag
 
 METRIC_KEYS = {
     "reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/low_mean", "clip_ratio/high_mean",
@@ -155,7 +157,7 @@ def test_stop_then_resume_continues_at_the_right_step_and_data(tmp_path):
 
 
 def test_nonfinite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
-    import engine.trainer as trainer_module
+    import engine.algorithms.grpo as trainer_module
 
     real = trainer_module.grpo_loss
 
@@ -212,8 +214,8 @@ def test_grpo_ratio_is_exactly_one_at_identical_weights_with_lora_dropout(tmp_pa
     randomise_lora_b(trainer.model)
     trainer.optimizer.step = lambda: None  # iteration 2 sees the weights of iteration 1
     metrics = trainer.train_step()
-    mask = trainer._last["rollout"].completion_mask.bool()
-    ratio = trainer._last["per_token"]["ratio"]  # the last iteration's
+    mask = trainer._last.rollout.completion_mask.bool()
+    ratio = trainer._last.per_token["ratio"]  # the last iteration's
     assert mask.sum() > 0
     assert torch.equal(ratio[mask], torch.ones(int(mask.sum())))
     assert metrics["clip_ratio/region_mean"] == 0.0
@@ -222,7 +224,7 @@ def test_grpo_ratio_is_exactly_one_at_identical_weights_with_lora_dropout(tmp_pa
 def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp_path, monkeypatch):
     # Eight rewards of 0.7: their float32 std was 6.4e-8, not close enough to 0 for
     # isclose, so frac_reward_zero_std said 0 and the advantages were +-6e-4, not 0.
-    import engine.trainer as trainer_module
+    import engine.algorithms.grpo as trainer_module
 
     monkeypatch.setattr(trainer_module, "combine_rewards",
                         lambda components, prompts, completions, fields: ([0.7] * len(prompts), {"const": [0.7] * len(prompts)}))
@@ -231,4 +233,4 @@ def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
     metrics = trainer.train_step()
     assert metrics["frac_reward_zero_std"] == 1.0
-    assert torch.equal(trainer._last["advantages"], torch.zeros(8))
+    assert torch.equal(trainer._last.advantages, torch.zeros(8))

@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.data import load_splits
 from engine.preset import BUILTIN_MODEL, Preset
-from engine.rewards import REWARDS, build_reward, reward_source_problems
+from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # engine.builtin_model says where the built-in model lives, but importing it loads
@@ -40,11 +40,6 @@ def model_folder(name_or_path: str) -> Path | None:
         return BUILTIN_MODEL_DIR
     path = Path(name_or_path).expanduser()
     return path if path.is_dir() else None
-
-
-def looks_like_local_path(name_or_path: str) -> bool:
-    """A hub id is `name` or `org/name`; anything starting like a path is meant as a folder."""
-    return name_or_path.startswith(("/", "./", "../", "~")) or name_or_path.count("/") > 1
 
 
 @dataclass(frozen=True)
@@ -166,7 +161,7 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
     longest = longest_prompt_tokens(folder, prompts)
     need = longest + preset.algorithm.max_completion_length
     if need > info.context_length:
-        # The engine's own message (engine/trainer.py check_context_fits).
+        # The engine's own message (engine/models.py check_context_fits).
         result.problems.append((
             "algorithm.max_completion_length",
             f"the longest prompt has {longest} tokens; with max_completion_length "

@@ -10,7 +10,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QWidget
 
-from engine.custom_reward import find_reward_file, inspect_reward_file
+from engine.rewards.custom import find_reward_file, inspect_reward_file
 from engine.rewards import reward_kind
 from workbench import schema
 from workbench.fields import FieldEditor, PathEditor

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.custom_reward import function_options
+from engine.rewards.custom import function_options
 from engine.preset import Preset
 from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
 from engine.tasks import TASKS, task_options

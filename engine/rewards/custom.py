@@ -56,7 +56,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from engine.rewards import RewardError, RewardFunc, RewardTimeout, split_custom_name
+from engine.rewards.base import RewardError, RewardFunc, RewardTimeout
+from engine.rewards.kinds import split_custom_name
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,11 +20,25 @@ from engine.data import load_splits
 from engine.losses import dpo_loss, entropy_from_logits, selective_log_softmax, sequence_logps
 from engine.rollout import Rollout
 from engine.tasks import Example, preference_pairs
-from engine.trainer import Trainer, set_update_mode
+from engine.algorithms.base import Trainer, set_update_mode
 from engine.trajectories import token_fields
 
 PAIR = 2  # rows per preference pair: chosen, rejected
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class DPOStepOutputs:
+    """What a DPO step keeps for `write_step_outputs`: its pairs, their rows
+    [chosen_0, rejected_0, ...], the policy's token logprobs (2B, T), the recorded rows'
+    entropy and top-5 per micro-batch, and each pair's implicit rewards."""
+
+    examples: list[Example]
+    rows: Rollout
+    logps: torch.Tensor
+    recorded: dict[str, list]
+    r_chosen: list[float]
+    r_rejected: list[float]
 
 
 class DPOTrainer(Trainer):
@@ -189,28 +204,28 @@ class DPOTrainer(Trainer):
             metrics["nll_loss"] = nll_total
         metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
         metrics["grad_norm"] = grad_norm
-        self._last = dict(examples=examples, rows=rows, logps=logps, recorded=recorded,
-                          r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist())
+        self._last = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
+                                    r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist())
         return metrics
 
     def write_step_outputs(self) -> None:
         last = self._last
-        examples = last["examples"]
+        examples = last.examples
         self.emit_samples([
             {"index": i, "group": i, "prompt": e.prompt, "completion": e.fields["chosen"],
-             "rejected": e.fields["rejected"], "reward": last["r_chosen"][i],
-             "rewards": {"chosen": last["r_chosen"][i], "rejected": last["r_rejected"][i],
-                         "margin": last["r_chosen"][i] - last["r_rejected"][i]},
-             "advantage": last["r_chosen"][i] - last["r_rejected"][i]}
+             "rejected": e.fields["rejected"], "reward": last.r_chosen[i],
+             "rewards": {"chosen": last.r_chosen[i], "rejected": last.r_rejected[i],
+                         "margin": last.r_chosen[i] - last.r_rejected[i]},
+             "advantage": last.r_chosen[i] - last.r_rejected[i]}
             for i, e in enumerate(examples[: self.cfg.log_completions])
         ])
-        tops = last["recorded"]["top"]
+        tops = last.recorded["top"]
         if not tops:
             return
         top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
-        entropy = torch.cat(last["recorded"]["entropy"])
+        entropy = torch.cat(last.recorded["entropy"])
         n_rows = top[0].shape[0]
-        rows = last["rows"]
+        rows = last.rows
         # The reference per token, for the few recorded rows only (the step used sums).
         ref = self.reference_logprobs(rows, slice(0, n_rows), group_size=PAIR)
         beta = self.algo.beta
@@ -218,17 +233,17 @@ class DPOTrainer(Trainer):
         for p in range(n_rows // PAIR):
             e = examples[p]
             record = {"step": self.step, "index": p, "group": p, "prompt": e.prompt, "beta": beta,
-                      "margin": last["r_chosen"][p] - last["r_rejected"][p]}
+                      "margin": last.r_chosen[p] - last.r_rejected[p]}
             for offset, side in enumerate(("chosen", "rejected")):
                 r = PAIR * p + offset
                 n = int(rows.completion_mask[r].sum())
-                lp, rf = last["logps"][r], ref[r]
+                lp, rf = last.logps[r], ref[r]
                 record[side] = {
                     "completion": e.fields[side],
                     **token_fields(self.tokenizer, rows.completion_ids[r, :n].tolist(),
                                    {"logprob": lp, "ref_logprob": rf, "implicit_reward": beta * (lp - rf),
                                     "entropy": entropy[r]}, (top[0][r], top[1][r])),
-                    "reward": last["r_chosen"][p] if side == "chosen" else last["r_rejected"][p],
+                    "reward": last.r_chosen[p] if side == "chosen" else last.r_rejected[p],
                 }
             records.append(record)
         self.write_trajectories(records)

@@ -11,6 +11,7 @@ Names of the knobs and metrics follow TRL's PPO trainer.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -25,8 +26,24 @@ from engine.losses import (
 )
 from engine.rewards import combine_rewards
 from engine.rollout import Rollout
-from engine.trainer import Trainer, set_update_mode
+from engine.algorithms.base import RolloutStepOutputs, Trainer, set_update_mode
 from engine.trajectories import trajectory_records
+
+
+@dataclass
+class PPOStepOutputs(RolloutStepOutputs):
+    """A PPO step's old-policy pass (logprob, value, entropy, ref_logprob (B, T), top),
+    per-token KL, KL reward and total reward, GAE returns, the scores (with the missing-EOS
+    penalty), and the last epoch's per-token ratio and clip flags."""
+
+    old: dict
+    kl: torch.Tensor
+    non_score: torch.Tensor
+    token_rewards: torch.Tensor
+    returns: torch.Tensor
+    scores: list[float]
+    ratio: torch.Tensor
+    clipped: torch.Tensor
 
 
 class PPOTrainer(Trainer):
@@ -197,27 +214,27 @@ class PPOTrainer(Trainer):
         metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
         metrics["grad_norm"] = update["grad_norm"]
 
-        self._last = dict(prompts=prompts, completions=completions, totals=totals, components=components,
-                          rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
-                          advantages=advantages, returns=returns, scores=scores.tolist(),
-                          ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
+        self._last = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
+                                    rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
+                                    advantages=advantages, returns=returns, scores=scores.tolist(),
+                                    ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
         return metrics
 
     def write_step_outputs(self) -> None:
         last = self._last
         G = self.algo.num_generations
-        self.emit_rollout_samples(last, last["advantages"])
-        rows = last["record_rows"]
+        self.emit_rollout_samples(last, last.advantages)
+        rows = last.record_rows
         if not rows:
             return
-        old = last["old"]
+        old = last.old
         self.write_trajectories(trajectory_records(
             self.tokenizer, step=self.step, rows=rows, num_generations=G,
-            prompts=last["prompts"], completions=last["completions"], rollout=last["rollout"],
-            per_token={"logprob": old["logprob"], "ref_logprob": old["ref_logprob"], "kl": last["kl"],
-                       "entropy": old["entropy"], "advantage": last["advantages"], "value": old["value"],
-                       "return": last["returns"], "kl_reward": last["non_score"],
-                       "reward_per_token": last["token_rewards"], "ratio": last["ratio"]},
-            clipped=last["clipped"], top=old["top"],
-            totals=last["totals"], components=last["components"], extra={"score": last["scores"]},
+            prompts=last.prompts, completions=last.completions, rollout=last.rollout,
+            per_token={"logprob": old["logprob"], "ref_logprob": old["ref_logprob"], "kl": last.kl,
+                       "entropy": old["entropy"], "advantage": last.advantages, "value": old["value"],
+                       "return": last.returns, "kl_reward": last.non_score,
+                       "reward_per_token": last.token_rewards, "ratio": last.ratio},
+            clipped=last.clipped, top=old["top"],
+            totals=last.totals, components=last.components, extra={"score": last.scores},
         ))

@@ -1,7 +1,7 @@
-"""The training loops. `Trainer` holds what every algorithm shares (data, model, optimizer,
-sampling, evaluation, checkpoints, the run loop and its events); `GRPOTrainer` here,
-`engine.ppo.PPOTrainer` and `engine.dpo.DPOTrainer` add a step each. `build_trainer`
-picks one by the preset's algorithm.
+"""What every algorithm shares. `Trainer` holds data, model, optimizer, sampling,
+evaluation, checkpoints, the run loop and its events; each algorithm in
+engine.algorithms (grpo, ppo, dpo) subclasses it and adds a step. This module imports
+no algorithm: engine.algorithms.TRAINERS maps a preset's algorithm name to its class.
 
 The loops stay thin: the math is in engine.losses / engine.advantages, sampling in
 engine.rollout, per-token records in engine.trajectories and the on-disk contract in
@@ -17,31 +17,38 @@ import os
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from engine import rundir
-from engine.advantages import (
-    group_advantages,
-    group_reward_std,
-    last_token_rewards,
-    reinforce_pp_advantages,
-    reinforce_pp_baseline_advantages,
-    rloo_advantages,
-)
 from engine.data import PromptStream, accuracy_reward_name, load_splits
 from engine.tasks import Example
 from engine.forward import completion_logits
-from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
+from engine.losses import selective_log_softmax
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward, build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
-from engine.stopping import StopFlag  # noqa: F401 (also re-exported: engine.trainer.StopFlag)
-from engine.trajectories import trajectory_records
+from engine.stopping import StopFlag
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class RolloutStepOutputs:
+    """What an online step (GRPO, PPO) keeps for `write_step_outputs`: the sampled batch,
+    its rewards and advantages, (B,) per completion or (B, T) per token, and the rows
+    the inspector records."""
+
+    prompts: list[str]
+    completions: list[str]
+    totals: list[float]
+    components: dict[str, list[float]]
+    rollout: Rollout
+    advantages: torch.Tensor
+    record_rows: list[int]
 
 
 class RunAborted(RuntimeError):
@@ -293,7 +300,7 @@ class Trainer:
         if samples:
             self.events.emit("samples", step=self.step, samples=samples)
 
-    def emit_rollout_samples(self, last: dict, advantages: torch.Tensor) -> None:
+    def emit_rollout_samples(self, last: RolloutStepOutputs, advantages: torch.Tensor) -> None:
         """The first log_completions sampled completions of an online step. `advantages`
         is (B,) per completion or (B, T) per token; a per-token one is shown by its first
         token's (for GAE and REINFORCE++ that token carries the whole return)."""
@@ -301,11 +308,11 @@ class Trainer:
         G = self.preset.group_size
         self.emit_samples([
             {"index": i, "group": i // G,
-             "prompt": last["prompts"][i], "completion": last["completions"][i],
-             "reward": last["totals"][i],
-             "rewards": {k: v[i] for k, v in last["components"].items()},
+             "prompt": last.prompts[i], "completion": last.completions[i],
+             "reward": last.totals[i],
+             "rewards": {k: v[i] for k, v in last.components.items()},
              "advantage": float(per_sample[i])}
-            for i in range(min(self.cfg.log_completions, len(last["prompts"])))
+            for i in range(min(self.cfg.log_completions, len(last.prompts)))
         ])
 
     def write_trajectories(self, records: list[dict]) -> None:
@@ -322,7 +329,6 @@ class Trainer:
             return None
         with torch.no_grad():
             return logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
-
 
     # ------------------------------------------------------------------- eval
 
@@ -492,172 +498,3 @@ class Trainer:
         self._saved_step = self.step
         self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
 
-
-class GRPOTrainer(Trainer):
-    """GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
-    completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL."""
-
-    def updates_per_step(self) -> int:
-        return self.algo.num_iterations
-
-    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Advantages by the preset's estimator: (B,) per completion, or (B, T) per token."""
-        G, estimator = self.algo.num_generations, self.algo.advantage_estimator
-        if estimator == "rloo":
-            return rloo_advantages(rewards, G)
-        if estimator == "reinforce_pp":
-            return reinforce_pp_advantages(last_token_rewards(rewards, mask), mask)
-        if estimator == "reinforce_pp_baseline":
-            return reinforce_pp_baseline_advantages(rewards, mask, G)
-        return group_advantages(rewards, G, self.algo.scale_rewards)
-
-    def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
-        """num_iterations clipped policy-gradient updates on one rollout batch.
-
-        Returns the loss and its diagnostics, the gradient norm, whether the step was
-        skipped for a non-finite loss or gradient, and the per-token values the
-        inspector records (logprob, entropy, ratio, clipped, top-5 of the first
-        `num_recorded` rows)."""
-        batch = rollout.completion_ids.shape[0]
-        set_update_mode(self.model, True)
-        old_logprobs: dict[int, torch.Tensor] = {}
-        per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
-                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
-        tops = []
-        loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
-        eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
-        ref_all = None
-        if self.algo.beta > 0:
-            ref_all = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(batch)])
-        seq_weights = []
-        if self.algo.importance_sampling_level == "sequence":
-            # GSPO's clip ratios are means over sequences (engine.losses.clip_fraction): a
-            # micro-batch's share is its share of the batch's non-empty sequences.
-            present = mask.bool().any(-1)
-            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in self.micro_batches(batch)]
-        for iteration in range(self.algo.num_iterations):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss_total, info_total = 0.0, {}
-            for index, mb in enumerate(self.micro_batches(batch)):
-                logits = self.completion_logits(rollout, mb)  # (b, T, V)
-                logprobs = selective_log_softmax(logits, rollout.completion_ids[mb])
-                if iteration == 0:
-                    # The first pass sees the weights that sampled the batch: its logprobs
-                    # are the old policy's, exactly, with no extra forward pass.
-                    old_logprobs[index] = logprobs.detach()
-                    with torch.no_grad():
-                        per_token["entropy"][mb] = entropy_from_logits(logits.detach())
-                        per_token["logprob"][mb] = logprobs.detach()
-                    top = self.recorded_top(logits.detach(), mb, num_recorded)
-                    if top is not None:
-                        tops.append(top)
-                loss, info, tok = grpo_loss(
-                    logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
-                    advantages[mb], mask[mb], beta=self.algo.beta,
-                    epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
-                    loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
-                    importance_sampling_level=self.algo.importance_sampling_level,
-                )
-                weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
-                (loss * weight).backward()
-                loss_total += loss.detach().item() * weight
-                for key, value in info.items():
-                    info_total[key] = info_total.get(key, 0.0) + value * (
-                        seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
-                if iteration == self.algo.num_iterations - 1:
-                    per_token["ratio"][mb] = tok["ratio"]
-                    per_token["clipped"][mb] = tok["clipped"].float()
-            grad_norm, ok = self.clip_and_step(loss_total)
-            if not ok:
-                skipped = True
-                break
-            loss_sum, info_sum = loss_total, info_total
-        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
-        return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
-                "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
-
-    def train_step(self) -> dict:
-        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
-        G = self.algo.num_generations
-        t0 = time.perf_counter()
-        _, prompts, fields = self.take_examples()
-        rollout = self.generate(prompts, group_size=G)
-        completions = self.decode_completions(rollout)
-        t1 = time.perf_counter()
-
-        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
-        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
-        mask = rollout.completion_mask
-        if self.algo.mask_truncated_completions:
-            mask = mask * (~rollout.truncated).float()[:, None]
-        advantages = self.advantages(rewards, mask)
-        t2 = time.perf_counter()
-
-        record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
-        update = self.update(rollout, advantages, mask, len(record_rows))
-        t3 = time.perf_counter()
-        if update["skipped"]:
-            self.count_skipped_step()
-
-        self.step += 1
-        info, per_token = update["info"], update["per_token"]
-        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = self.rollout_metrics(rollout, rewards, components)
-        metrics.update({
-            # exact: group_reward_std is exactly 0 for a group of equal rewards
-            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
-            "loss": update["loss"],
-            "kl": info.get("kl") if update["ref"] is not None else None,
-            "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
-            "clip_ratio/low_mean": info.get("clip_ratio/low_mean"),
-            "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
-            "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
-        })
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
-        metrics["grad_norm"] = update["grad_norm"]
-
-        self._last = dict(prompts=prompts, completions=completions, totals=totals,
-                          components=components, advantages=advantages, rollout=rollout,
-                          per_token=per_token, top=update["top"], record_rows=record_rows,
-                          ref_all=update["ref"])
-        return metrics
-
-    def write_step_outputs(self) -> None:
-        """samples events and trajectory records for the step just taken."""
-        last = self._last
-        G = self.algo.num_generations
-        advantages = last["advantages"]
-        self.emit_rollout_samples(last, advantages)
-        rows = last["record_rows"]
-        if not rows:
-            return
-        rollout, per_token = last["rollout"], last["per_token"]
-        if last["ref_all"] is not None:
-            ref = last["ref_all"][: len(rows)]
-        else:
-            # beta = 0 skips the reference pass in training; the inspector still gets
-            # reference logprobs for the few recorded rows.
-            ref = self.reference_logprobs(rollout, slice(0, len(rows)))
-        token_advantages = advantages[:, None].expand_as(rollout.completion_mask) if advantages.dim() == 1 else advantages
-        self.write_trajectories(trajectory_records(
-            self.tokenizer, step=self.step, rows=rows, num_generations=G,
-            prompts=last["prompts"], completions=last["completions"], rollout=rollout,
-            per_token={"logprob": per_token["logprob"], "ref_logprob": ref, "entropy": per_token["entropy"],
-                       "advantage": token_advantages, "ratio": per_token["ratio"]},
-            clipped=per_token["clipped"], top=last["top"],
-            totals=last["totals"], components=last["components"],
-        ))
-
-
-def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
-                  preset_dir: Path | None = None) -> Trainer:
-    """The trainer for the preset's algorithm."""
-    if preset.algorithm.name == "ppo":
-        from engine.ppo import PPOTrainer
-
-        return PPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
-    if preset.algorithm.name == "dpo":
-        from engine.dpo import DPOTrainer
-
-        return DPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
-    return GRPOTrainer(preset, run_dir, stop=stop, preset_dir=preset_dir)

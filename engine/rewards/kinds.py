@@ -1,0 +1,253 @@
+"""The three kinds of reward component, and the checks made without loading any.
+
+A preset's ``rewards`` entry names one of three kinds (:func:`reward_kind`):
+
+* a registry reward: ``exact_match``, ``numeric_match``, ... (engine/rewards/builtin.py);
+* ``reward_model``: a Hugging Face sequence-classification model whose single
+  logit is the reward (engine/rewards/model.py; options :data:`REWARD_MODEL_OPTIONS`);
+* ``FILE.py:FUNCTION``: the user's own Python function (engine/rewards/custom.py),
+  called like a registry reward with the entry's options as keyword arguments.
+
+:func:`check_reward` checks an entry without reading a file or loading a model: the
+preset's validators use it (and import only this module's side of the package, never
+the building in engine/rewards/combine.py).
+
+Example:
+    >>> reward_kind("exact_match"), component_label("lib/my_rewards.py:brevity")
+    ('registry', 'brevity')
+"""
+
+from __future__ import annotations
+
+import re
+
+from engine.rewards.builtin import REGISTRY, build_reward
+
+__all__ = [
+    "REWARD_MODEL",
+    "REWARD_MODEL_OPTIONS",
+    "reward_kind",
+    "split_custom_name",
+    "component_label",
+    "check_label",
+    "check_reward",
+    "check_reward_model_options",
+    "reward_options",
+]
+
+REWARD_MODEL = "reward_model"
+
+#: Options of a ``reward_model`` component, with their defaults (``model`` has
+#: none: it is required). ``max_length`` null means the model's own context;
+#: ``dtype`` auto is bf16 on a CUDA device that has it, else fp32 (as ``model.dtype``).
+REWARD_MODEL_OPTIONS: dict[str, object] = {
+    "model": None,
+    "batch_size": 32,
+    "max_length": None,
+    "dtype": "auto",
+}
+_REWARD_MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+_CUSTOM = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_]\w*)$", re.S)
+
+
+def split_custom_name(name: str) -> tuple[str, str] | None:
+    """``FILE.py:FUNCTION`` -> (file, function); None for any other name.
+
+    Example:
+        >>> split_custom_name("lib/my_rewards.py:brevity")
+        ('lib/my_rewards.py', 'brevity')
+        >>> split_custom_name("exact_match") is None
+        True
+    """
+    match = _CUSTOM.match(name)
+    return (match.group("file"), match.group("function")) if match else None
+
+
+def reward_kind(name: str) -> str:
+    """``"registry"``, ``"reward_model"`` or ``"custom"``; ValueError for anything else.
+
+    Example:
+        >>> reward_kind("exact_match"), reward_kind("reward_model"), reward_kind("my_rewards.py:brevity")
+        ('registry', 'reward_model', 'custom')
+        >>> reward_kind("my_rewards.py")
+        Traceback (most recent call last):
+        ...
+        ValueError: 'my_rewards.py' is not FILE.py:FUNCTION; a custom reward names a Python file and a function in it, e.g. my_rewards.py:brevity
+    """
+    if name in REGISTRY.factories:
+        return "registry"
+    if name == REWARD_MODEL:
+        return "reward_model"
+    if split_custom_name(name):
+        return "custom"
+    if ":" in name or name.strip().endswith(".py"):
+        raise ValueError(
+            f"{name!r} is not FILE.py:FUNCTION; a custom reward names a Python file and a "
+            "function in it, e.g. my_rewards.py:brevity"
+        )
+    raise ValueError(
+        f"unknown reward {name!r}; allowed: {', '.join(sorted(REGISTRY.factories))}, "
+        f"{REWARD_MODEL} (a learned reward model) or FILE.py:FUNCTION (your own Python function)"
+    )
+
+
+_LABEL = re.compile(r"^[\w.\-]+$")
+
+
+def component_label(name: str, label: str | None = None) -> str:
+    """The name a component is logged under (``rewards/<label>/mean``): ``label`` when
+    set, else the function's name for a custom function, else the reward's name.
+
+    Example:
+        >>> component_label("exact_match"), component_label("lib/my_rewards.py:brevity")
+        ('exact_match', 'brevity')
+        >>> component_label("reward_model", "rm2")
+        'rm2'
+    """
+    if label:
+        return label
+    custom = split_custom_name(name)
+    return custom[1] if custom else name
+
+
+def check_label(label: str) -> str:
+    """ValueError unless ``label`` can name metrics (letters, digits, ``_``, ``.``, ``-``).
+
+    Example:
+        >>> check_label("rm-2")
+        'rm-2'
+        >>> check_label("my rm")
+        Traceback (most recent call last):
+        ...
+        ValueError: must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean)
+    """
+    if not _LABEL.match(label):
+        raise ValueError("must be letters, digits, _ . or - (it names the metrics rewards/<label>/mean)")
+    return label
+
+
+def check_reward_model_options(options: dict) -> None:
+    """ValueError naming the option when ``options`` do not fit a reward model.
+
+    Example:
+        >>> check_reward_model_options({"model": "org/reward-model", "batch_size": 8})
+        >>> check_reward_model_options({"batch_size": 8})
+        Traceback (most recent call last):
+        ...
+        ValueError: reward 'reward_model' needs the option 'model': a Hugging Face hub id or a local folder of a sequence-classification model with one label.
+    """
+    listing = "model (required), " + ", ".join(
+        f"{k}={v!r}" for k, v in REWARD_MODEL_OPTIONS.items() if k != "model")
+    for option in options:
+        if option not in REWARD_MODEL_OPTIONS:
+            raise ValueError(
+                f"reward {REWARD_MODEL!r} has no option {option!r}; allowed options: {listing}."
+            )
+    model = options.get("model")
+    if model is None or (isinstance(model, str) and not model.strip()):
+        raise ValueError(
+            f"reward {REWARD_MODEL!r} needs the option 'model': a Hugging Face hub id or a "
+            "local folder of a sequence-classification model with one label."
+        )
+    if not isinstance(model, str):
+        raise ValueError(
+            f"reward {REWARD_MODEL!r}: option 'model' must be str (a hub id or a folder), "
+            f"got {type(model).__name__} {model!r}."
+        )
+    for option, allow_none in (("batch_size", False), ("max_length", True)):
+        value = options.get(option, REWARD_MODEL_OPTIONS[option])
+        if value is None and allow_none:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            wanted = "an int >= 1" + (" or null" if allow_none else "")
+            raise ValueError(
+                f"reward {REWARD_MODEL!r}: option {option!r} must be {wanted}, "
+                f"got {type(value).__name__} {value!r}."
+            )
+        # Texts scored in one pass / tokens per text: past these no GPU holds the pass.
+        from engine.preset_limits import MAX_BATCH, MAX_TOKENS, short_repr
+
+        most = MAX_BATCH if option == "batch_size" else MAX_TOKENS
+        if value > most:
+            raise ValueError(
+                f"reward {REWARD_MODEL!r}: option {option!r} must be at most {most}, got {short_repr(value)}."
+            )
+    dtype = options.get("dtype", "auto")
+    if dtype not in _REWARD_MODEL_DTYPES:
+        raise ValueError(
+            f"reward {REWARD_MODEL!r}: option 'dtype' must be one of "
+            f"{', '.join(_REWARD_MODEL_DTYPES)}, got {dtype!r}."
+        )
+
+
+def _check_custom_options(function: str, options: dict) -> None:
+    from engine.preset_limits import plain_data_problem
+
+    for option, value in options.items():
+        if not (isinstance(option, str) and option.isidentifier()):
+            raise ValueError(
+                f"option {option!r} is not a Python identifier; options are passed "
+                f"to {function} as keyword arguments."
+            )
+        # The function may take any value, but the run saves its preset (YAML, JSON
+        # events): a NaN, a date or a set would not survive that, nor mean anything.
+        problem = plain_data_problem(value, option)
+        if problem:
+            where, _, what = problem.partition(": ")
+            raise ValueError(f"option {option!r}{f' at {where}' if where != option else ''} {what}.")
+
+
+def check_reward(name: str, options: dict) -> str:
+    """Check a ``rewards`` entry without loading anything (no file is read, no model
+    loaded): the name's kind and the options that can be checked now. Returns the kind.
+    Raises ValueError; a message about one field starts with it (``name:``,
+    ``options:``, ``options.model:``) so the preset's error names that field.
+
+    Example:
+        >>> check_reward("my_rewards.py:brevity", {"target": 10})
+        'custom'
+        >>> check_reward("exact_match", {"foo": 1})
+        Traceback (most recent call last):
+        ...
+        ValueError: options: reward 'exact_match' has no option 'foo'; allowed options: answer_field='answer', case_sensitive=True.
+        >>> check_reward("reward_model", {"batch_size": 8})
+        Traceback (most recent call last):
+        ...
+        ValueError: options.model: reward 'reward_model' needs the option 'model': a Hugging Face hub id or a local folder of a sequence-classification model with one label.
+    """
+    try:
+        kind = reward_kind(name)
+    except ValueError as exc:
+        raise ValueError(f"name: {exc}") from None  # the message is about the name field
+    field = "options"
+    try:
+        if kind == "registry":
+            # Names, types, and numbers finite and not too large to be meant.
+            REGISTRY.check(name, options, ranges={})
+            build_reward(name, **options)  # cheap: a closure, no model
+        elif kind == "custom":
+            _check_custom_options(split_custom_name(name)[1], options)
+        else:
+            # The other options first (a stand-in model), then `model` on its own field.
+            check_reward_model_options({**options, "model": "-"})
+            field = "options.model"
+            check_reward_model_options(options)
+    except ValueError as exc:
+        raise ValueError(f"{field}: {exc}") from None
+    return kind
+
+
+def reward_options(name: str) -> dict[str, object]:
+    """Return the options a reward accepts, with their defaults.
+
+    A reward model's are :data:`REWARD_MODEL_OPTIONS` (``model`` None: required).
+    A custom function's depend on the function (see engine.rewards.custom).
+
+    Example:
+        >>> reward_options("length_penalty")
+        {'target': 16, 'per_char': 0.02}
+    """
+    if name == REWARD_MODEL:
+        return dict(REWARD_MODEL_OPTIONS)
+    return REGISTRY.options(name)

@@ -1,0 +1,164 @@
+"""The layering rules, read from the source (no import runs):
+
+* no import circles among the engine's modules, counting imports made inside functions
+  (a lazy import that dodges a circle at load time still ties the two modules together);
+* the workbench never imports torch, transformers or peft at module level (a function may,
+  where it needs them: see test_boundaries.py for what a window's import pulls in);
+* the engine never imports the workbench or Qt.
+
+An edge goes to the module an import names (``from engine.rewards import x`` is an edge to
+``engine.rewards``, and to ``engine.rewards.x`` too when ``x`` is a submodule), not to the
+packages above it; imports under ``if TYPE_CHECKING:`` never run and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def package_modules(package: str) -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports(path: Path, module: str, *, top_level_only: bool = False) -> set[str]:
+    """Every module ``path`` imports (absolute names), relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if top_level_only and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)  # submodules; filtered later
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def engine_graph() -> dict[str, set[str]]:
+    modules = package_modules("engine")
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = (imports(path, name) & set(modules)) - {name}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each as
+    one circle through them, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(components)
+
+
+def _circle(graph: dict[str, set[str]], members: list[str]) -> str:
+    """One import path around a strongly connected component, for the message."""
+    inside = set(members)
+    start = members[0]
+    path, seen = [start], {start}
+    while True:
+        nexts = sorted(t for t in graph[path[-1]] if t in inside)
+        if start in nexts and len(path) > 1:
+            return " -> ".join(path + [start])
+        step = next((t for t in nexts if t not in seen), None)
+        if step is None:
+            return " <-> ".join(members)
+        path.append(step)
+        seen.add(step)
+
+
+def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
+    # The reader itself: a function-level import counts, TYPE_CHECKING does not.
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import engine.models\n"
+        "def f():\n    from engine.rewards import model\n"
+    )
+    found = imports(source, "engine.x")
+    assert "engine.rewards.model" in found and "engine.models" not in found
+    assert "engine.rewards.model" not in imports(source, "engine.x", top_level_only=True)
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles_in_the_engine():
+    graph = engine_graph()
+    assert "engine.rewards.kinds" in graph and "engine.preset" in graph
+    cycles = find_cycles(graph)
+    assert not cycles, "import circles in engine/:\n" + "\n".join(_circle(graph, c) for c in cycles)
+
+
+@pytest.mark.parametrize("package, forbidden, top_level_only", [
+    ("workbench", ("torch", "transformers", "peft"), True),
+    ("engine", ("workbench", "PySide6", "PyQt5", "PyQt6", "pyqtgraph"), False),
+])
+def test_layering(package, forbidden, top_level_only):
+    offenders = [
+        f"{name} imports {target}"
+        for name, path in package_modules(package).items()
+        for target in sorted(imports(path, name, top_level_only=top_level_only))
+        if target.split(".")[0] in forbidden
+    ]
+    assert not offenders, "\n".join(offenders)
