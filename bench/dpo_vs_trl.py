@@ -13,7 +13,7 @@ interpreter (e.g. bench/out/trl112-venv/bin/python for TRL 1.12; see ppo_vs_trl.
 Same on both sides: model weights and tokenizer (one folder both load), LoRA (r, alpha,
 dropout 0, the target modules our engine picks), the preference data (one JSONL file of
 {prompt, chosen, rejected} for the built-in sort task, written from
-engine.tasks.preference_pairs: chosen = the right answer, rejected = a corrupted one),
+engine.data.preference_pairs: chosen = the right answer, rejected = a corrupted one),
 EOS after each answer, beta, loss sigmoid, label smoothing 0, pairs per step, no
 truncation (every answer fits max_completion_length; TRL: max_length None), the reference
 = the model with its adapter disabled (TRL: ref_model None with peft), reference logprobs
@@ -63,11 +63,11 @@ FIXED = dict(
 
 def write_pairs(num_pairs: int, seed: int) -> tuple[Path, dict]:
     """bench/out/data/sort-pairs-N-seedS.jsonl: {prompt, chosen, rejected} of the built-in
-    sort task (engine.tasks.preference_pairs), and a summary (longest answer, mean tokens)."""
-    from engine.tasks import make_task, preference_pairs
+    sort task (engine.data.preference_pairs), and a summary (longest answer, mean tokens)."""
+    from engine.data import make_task, preference_pairs
 
     train, _ = make_task("sort", seed=seed, num_train=num_pairs, num_eval=0)
-    pairs = preference_pairs(train, seed)
+    pairs = preference_pairs(train, seed, "sort")
     rows = [{"prompt": e.prompt, "chosen": e.fields["chosen"], "rejected": e.fields["rejected"]} for e in pairs]
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     path = DATA_DIR / f"sort-pairs-{num_pairs}-seed{seed}.jsonl"

@@ -183,7 +183,7 @@ def trl_child(args) -> int:
 
     from engine.models import find_lora_targets, load_tokenizer
     from engine.rewards import build_reward
-    from engine.tasks import make_task
+    from engine.data import make_task
 
     path = args.model_path
     tokenizer = load_tokenizer(path)  # what our engine uses: left padding, pad token set

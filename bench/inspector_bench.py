@@ -103,7 +103,7 @@ def prompt_scan_seconds(folder: Path, steps: int) -> float:
     """Seconds for TrajectoryIndex.scan_prompts to read the prompts of `steps` step files
     (4 records of 16 tokens each, 50 distinct prompts), in its default time slices."""
     from engine import rundir
-    from workbench.inspector_data import TrajectoryIndex
+    from workbench.inspector.index import TrajectoryIndex
 
     run_dir = folder / "scan-bench"
     rng = random.Random(1)

@@ -3,7 +3,7 @@
 The app must run RL with no download, so it ships a very small GPT-2 style
 model with a character-level tokenizer.  It is trained from scratch here by
 supervised fine-tuning on the TRAIN split of the built-in tasks (``sort`` and
-``arithmetic``, see :mod:`engine.tasks`) and deliberately stopped early, so it
+``arithmetic``, see :mod:`engine.data.tasks`) and deliberately stopped early, so it
 is *partially* competent: good enough that sampled completions are sometimes
 right (GRPO needs some reward signal), bad enough that RL has room to improve.
 
@@ -35,7 +35,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from tqdm import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from engine.tasks import Example, make_task
+from engine.data import Example, make_task
 
 __all__ = [
     "PAD_TOKEN",
@@ -439,7 +439,7 @@ A {parameters:,}-parameter GPT-2 style causal LM with a character-level
 tokenizer, shipped so that RL Workbench can run GRPO with no download.
 
 It was trained from scratch by supervised fine-tuning on the **train** split of
-the built-in `sort` and `arithmetic` tasks (`engine/tasks.py`, loss on the
+the built-in `sort` and `arithmetic` tasks (`engine/data/tasks.py`, loss on the
 answer and `<eos>` only) and stopped early on purpose: it is *partially*
 competent, so sampled completions are sometimes right (GRPO gets a reward
 signal) while RL still has plenty of room to improve it.

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from engine import rundir
 from engine.preset import PresetError, load_preset
-from engine.rewards import absolute_reward_paths, reward_source_problems
+from engine.preset_paths import absolute_preset_paths
+from engine.rewards import reward_source_problems
 from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -350,18 +351,9 @@ def cmd_run(args) -> int:
               file=sys.stderr)
         return EXIT_INVALID
     preset_dir = Path(args.preset).resolve().parent
-    if preset.data.path is not None and not Path(preset.data.path).is_absolute():
-        # The run's preset.yaml must still find the file when the run is resumed or
-        # reopened from elsewhere.
-        here = Path(preset.data.path).resolve()
-        path = here if here.exists() else preset_dir / preset.data.path
-        preset = preset.model_copy(update={"data": preset.data.model_copy(update={"path": str(path)})})
-    # Likewise a custom reward's file and a reward model's folder.
-    rewards = []
-    for reward in preset.rewards:
-        name, options = absolute_reward_paths(reward.name, reward.options, preset_dir)
-        rewards.append(reward.model_copy(update={"name": name, "options": options}))
-    preset = preset.model_copy(update={"rewards": rewards})
+    # The run's preset.yaml must still find its prompt file, custom rewards and reward
+    # models when the run is resumed or reopened from elsewhere.
+    preset = absolute_preset_paths(preset, preset_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
     return train(preset, run_dir, None, preset_dir, args.quiet)

@@ -1,7 +1,7 @@
 """Option registries: a factory's keyword-only signature is its option list.
 
 The registry rewards (engine/rewards/builtin.py) and the built-in tasks
-(engine/tasks.py) are both named factories whose keyword-only parameters, with
+(engine/data/tasks.py) are both named factories whose keyword-only parameters, with
 their defaults, are the options a preset may set. :class:`Registry` holds one such
 table and checks a preset's options against it: the name, each option's name, its
 type (read from the default) and, when asked, that a number is finite and in range.

@@ -265,7 +265,7 @@ class DataConfig(Section):
         if self.path is not None and self.task_options:
             raise ValueError("`task_options` apply to built-in tasks only; remove them or set `task`")
         if self.task is not None:
-            from engine.tasks import check_task_options, check_task_size
+            from engine.data.tasks import check_task_options, check_task_size
 
             _named("task_options", check_task_options, self.task, self.task_options)
             check_task_size(self.task, self.task_options, self.num_train, self.num_eval)

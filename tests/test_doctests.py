@@ -22,7 +22,7 @@ import engine
 ENGINE_MODULES = sorted(m.name for m in pkgutil.walk_packages(engine.__path__, "engine.")
                         if m.name != "engine.__main__")  # __main__ runs the CLI on import
 # Qt-free workbench modules with examples that no other test file runs.
-# (inspector_colors and inspector_data: tests/test_inspector_data.py; schema, document,
+# (inspector.colors and inspector.records: tests/test_inspector_data.py; schema, document,
 # rundata, runs, smoothing, plotspec: tests/test_workbench_models.py; the Qt modules:
 # tests/test_workbench.py and tests/test_workbench_rewards.py.)
 WORKBENCH_MODULES = ["workbench.signals"]
@@ -45,7 +45,7 @@ def test_the_engine_has_its_examples():
     # The modules documented by example (about a hundred examples in all) still are: a
     # module that lost every '>>>' would pass test_docstring_examples_hold unchecked.
     attempted = {name: doctest.testmod(importlib.import_module(name)).attempted
-                 for name in ("engine.builtin_model", "engine.rewards.custom", "engine.rewards.builtin", "engine.tasks")}
+                 for name in ("engine.builtin_model", "engine.rewards.custom", "engine.rewards.builtin", "engine.data.tasks")}
     assert all(n > 0 for n in attempted.values()), attempted
 
 

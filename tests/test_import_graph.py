@@ -4,7 +4,8 @@
   (a lazy import that dodges a circle at load time still ties the two modules together);
 * the workbench never imports torch, transformers or peft at module level (a function may,
   where it needs them: see test_boundaries.py for what a window's import pulls in);
-* the engine never imports the workbench or Qt.
+* the engine never imports the workbench or Qt;
+* the inspector's Qt-free models never import PySide6 or pyqtgraph, even inside a function.
 
 An edge goes to the module an import names (``from engine.rewards import x`` is an edge to
 ``engine.rewards``, and to ``engine.rewards.x`` too when ``x`` is a submodule), not to the
@@ -162,3 +163,23 @@ def test_layering(package, forbidden, top_level_only):
         if target.split(".")[0] in forbidden
     ]
     assert not offenders, "\n".join(offenders)
+
+
+INSPECTOR_MODELS = ["workbench.inspector", "workbench.inspector.colors", "workbench.inspector.quantities",
+                    "workbench.inspector.records", "workbench.inspector.export", "workbench.inspector.index",
+                    "workbench.inspector.navigation"]
+
+
+def test_the_inspector_models_import_no_qt():
+    modules = package_modules("workbench")
+    assert set(INSPECTOR_MODELS) <= set(modules)
+    reached, todo = set(), list(INSPECTOR_MODELS)
+    while todo:  # what they import from the workbench too, transitively
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        found = imports(modules[name], name)
+        todo += [t for t in found if t in modules and t != "workbench.inspector.view"]
+        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
+        assert not offenders, f"{name} imports {', '.join(offenders)}"

@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QApplication, QToolTip
 from engine import rundir
 from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, write_steps
 from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE, InspectorView
-from workbench.inspector_colors import DIVERGING_STOPS, hex_to_rgb, text_hex
-from workbench.inspector_data import token_display
+from workbench.inspector.colors import DIVERGING_STOPS, hex_to_rgb, text_hex
+from workbench.inspector.records import token_display
 from workbench.rundata import RunData
 from workbench_helpers import write_run
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.inspector_colors import (
+from workbench.inspector.colors import (
     DIVERGING_STOPS,
     LUT_SIZE,
     NULL_HEX,
@@ -23,7 +23,7 @@ from workbench.inspector_colors import (
     symmetric_scale,
     text_hex,
 )
-from workbench.inspector_data import QUANTITIES, make_scale, quantity
+from workbench.inspector.quantities import QUANTITIES, make_scale, quantity
 
 NEUTRAL = DIVERGING_STOPS[len(DIVERGING_STOPS) // 2]
 

@@ -14,23 +14,11 @@ import pytest
 
 from engine import rundir
 from inspector_helpers import dpo_record, grpo_record, ppo_record, write_steps
-from workbench.inspector_colors import text_hex
-from workbench.inspector_data import (
-    DPO,
-    GRPO,
-    PPO,
-    Trajectory,
-    TrajectoryIndex,
-    build_group,
-    export_html,
-    export_json,
-    prompt_history,
-    step_scale,
-    token_display,
-    token_segments,
-    tooltip_html,
-    trajectory_scale,
-)
+from workbench.inspector.colors import text_hex
+from workbench.inspector.export import export_html, export_json, tooltip_html
+from workbench.inspector.index import TrajectoryIndex, build_group, prompt_history
+from workbench.inspector.quantities import DPO, GRPO, PPO, step_scale, trajectory_scale
+from workbench.inspector.records import Trajectory, token_display, token_segments
 from workbench.rundata import RunData
 from workbench_helpers import write_run
 
@@ -275,7 +263,7 @@ def test_prompt_scan_of_a_thousand_steps_finds_every_record(tmp_path):
     assert index.scan_prompts(0.0) is True  # nothing left to read
 
 
-@pytest.mark.parametrize("name", ["workbench.inspector_colors", "workbench.inspector_data"])
+@pytest.mark.parametrize("name", ["workbench.inspector.colors", "workbench.inspector.records"])
 def test_doctests(name):
     import doctest
     import importlib

@@ -91,3 +91,41 @@ def test_checkpoints_being_deleted_are_not_complete(tmp_path):
     folder.mkdir(parents=True)
     (folder / rundir.CHECKPOINT_STATE).write_text("{}")
     assert rundir.complete_checkpoints(tmp_path) == []
+
+
+# The one tolerant JSONL reader (the workbench's RunData and runs list read through it).
+
+
+def test_lines_are_split_at_the_last_newline_and_parsed_tolerantly(tmp_path):
+    assert rundir.complete_lines(b'{"a":1}\n\n  \n{"b":') == ([b'{"a":1}'], 12)
+    assert rundir.complete_lines(b'{"b":') == ([], 0)
+    # A torn line in the middle (a crashed writer) spoils the one-parse fast path only.
+    assert rundir.parse_lines([b'{"a":1}', b'{"b":', b'[2]']) == [{"a": 1}, None, [2]]
+    assert rundir.parse_lines([b'1,2', b'3'], default="torn") == ["torn", 3]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"a":1}\n{"b":\n{"c":3}\n{"d":')
+    lines, offset = rundir.read_lines(path, 0)
+    assert lines == [b'{"a":1}', b'{"b":', b'{"c":3}'] and offset == len(b'{"a":1}\n{"b":\n{"c":3}\n')
+    assert rundir.read_jsonl(path) == ([{"a": 1}, {"c": 3}], offset)
+    assert rundir.read_lines(tmp_path / "missing.jsonl", 5) == ([], 5)
+
+
+def test_tail_and_first_record(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"type":"run_started","n":1}\n{"step":1}\n{"step":22}\n{"step":3}')
+    assert rundir.read_first_record(path) == {"type": "run_started", "n": 1}
+    # The last 18 bytes cut {"step":22} in two: that part is skipped, the unended last line read.
+    assert rundir.read_jsonl_tail(path, 18) == [{"step": 3}]
+    assert rundir.read_jsonl_tail(path, 10_000)[0] == {"type": "run_started", "n": 1}
+    assert rundir.read_jsonl_tail(tmp_path / "missing.jsonl", 10) == []
+    assert rundir.read_first_record(tmp_path / "missing.jsonl") is None
+    path.write_bytes(b'[1]\n')
+    assert rundir.read_first_record(path) is None
+
+
+def test_lifecycle_status_of_each_event():
+    assert rundir.lifecycle_status({"type": "run_finished"}) == "done"
+    assert rundir.lifecycle_status({"type": "run_finished", "status": "stopped"}) == "stopped"
+    assert rundir.lifecycle_status({"type": "run_failed"}) == "failed"
+    assert rundir.lifecycle_status({"type": "run_resumed"}) == "running"
+    assert rundir.run_status([]) == "running"

@@ -1,4 +1,4 @@
-"""Tests for engine.tasks: built-in task generation and prompt-file loading."""
+"""Tests for engine.data: built-in task generation and prompt-file loading."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from engine.tasks import (
+from engine.data import (
     TASKS,
     Example,
     is_eval_prompt,
@@ -170,7 +170,7 @@ def test_task_options_lists_defaults():
 
 
 def test_tasks_module_does_not_import_torch():
-    code = "import sys, engine.tasks; print('torch' in sys.modules)"
+    code = "import sys, engine.data; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -313,7 +313,7 @@ def test_more_prompts_than_a_task_can_make_is_refused_at_load_naming_num_train()
 def test_an_exhausted_prompt_space_stops_drawing_soon():
     # Ten distinct prompts, a million asked for: the old fixed budget drew 50 million
     # times before giving up (minutes); a long run of repeats now ends it.
-    from engine.tasks import _split_unique
+    from engine.data.examples import _split_unique
 
     rng = random.Random(0)
     draws = 0

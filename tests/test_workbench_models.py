@@ -379,3 +379,20 @@ def test_settings_round_trip(tmp_path, monkeypatch):
 
 def test_new_preset_is_the_schema_default():
     assert PresetDocument().data == Preset().model_dump(mode="json")
+
+
+def test_run_data_status_is_the_engine_rule(tmp_path):
+    """RunData follows the lifecycle incrementally; it must agree with rundir.run_status
+    of the whole stream after every event."""
+    events = [{"type": "run_started", "step": 0}, {"type": "metrics", "step": 1},
+              {"type": "run_finished", "step": 1, "status": "stopped"}, {"type": "run_resumed", "step": 1},
+              {"type": "run_failed", "message": "x"}, {"type": "run_resumed", "step": 1},
+              {"type": "run_finished", "step": 2}]
+    run = RunData(tmp_path)
+    assert run.status == "empty"
+    for i, event in enumerate(events):
+        with open(tmp_path / rundir.EVENTS_FILE, "a") as f:
+            f.write(json.dumps(event) + "\n")
+        run.poll()
+        assert run.status == rundir.run_status(events[: i + 1])
+    assert run.status == "done"

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.data import load_splits
 from engine.preset import BUILTIN_MODEL, Preset
+from engine.preset_paths import resolve_data_path
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -86,9 +87,7 @@ _splits_cache: dict[str, tuple] = {}
 
 def _splits(preset: Preset, base_dir: Path | None):
     key = json.dumps([preset.data.model_dump(mode="json"), preset.training.seed, str(base_dir)], sort_keys=True)
-    path = Path(preset.data.path).expanduser() if preset.data.path else None
-    if path is not None and not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
+    path = resolve_data_path(preset.data.path, base_dir) if preset.data.path else None
     stamp = path.stat().st_mtime if path is not None and path.exists() else None
     hit = _splits_cache.get(key)
     if hit is not None and hit[0] == stamp:

@@ -1,7 +1,8 @@
 """The live dashboard: one pyqtgraph plot per kind of metric the run logs.
 
 Plots and curves are created once (when the set of metrics changes) and then only fed
-new arrays: `refresh()` takes each curve's column from the run's MetricTable, smooths
+new arrays: `refresh()` (run whenever a run on show announces new events through
+RunData.updated) takes each curve's column from the run's MetricTable, smooths
 the part that is new, and hands it to the existing curve. Plots scrolled out of view
 or on a hidden tab are marked stale and redrawn when they are shown, so a dashboard
 with 10,000-step runs keeps the event loop free.
@@ -496,12 +497,20 @@ class Dashboard(QWidget):
         return self.smoothing.value() / 100.0
 
     def set_runs(self, runs: list[RunData]) -> None:
+        """Show these runs; the dashboard then follows them (their `updated` signal)."""
+        for run in self.runs:
+            run.updated.disconnect(self._run_updated)
         self.runs = list(runs)
+        for run in self.runs:
+            run.updated.connect(self._run_updated)
         self._layout_key = ()
         self.placeholder.setVisible(not self.runs)
         self.scroll.setVisible(bool(self.runs))
         self._legend_key = None
         self._update_legend()
+        self.refresh()
+
+    def _run_updated(self, _update) -> None:
         self.refresh()
 
     def _update_legend(self) -> None:

@@ -353,7 +353,7 @@ def describe_model_source(name: str) -> str:
 
 class OptionsEditor(FieldEditor):
     """Options of a task or reward as a small form generated from the option defaults
-    (engine.tasks.task_options / engine.rewards.reward_options). Only options the user
+    (engine.data.task_options / engine.rewards.reward_options). Only options the user
     sets are written; an empty box means "the default", shown greyed in the box."""
 
     def __init__(self, spec: FieldSpec, defaults: Callable[[], dict], parent=None):

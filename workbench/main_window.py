@@ -2,8 +2,9 @@
 tabs Set-up | Dashboard | Samples | Runs | Log.
 
 One timer drives everything live: it polls the events of the runs on show (a few
-milliseconds when nothing is new) and then redraws what changed. Nothing the window
-does waits on the engine.
+milliseconds when nothing is new); a run model that read something new announces it
+(RunData.updated) and the views that show it (dashboard, samples, header) redraw
+themselves. Nothing the window does waits on the engine.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import yaml
 
 from engine import rundir
 from engine.preset import PresetError
-from engine.rewards import absolute_reward_paths
+from engine.preset_paths import absolute_preset_paths
 from workbench import runs
 from workbench.dashboard import Dashboard, run_colour
 from workbench.document import PresetDocument
@@ -426,17 +427,9 @@ class MainWindow(QMainWindow):
                 suffix += 1
             launch = runs.workbench_dir(run_dir) / runs.LAUNCH_PRESET
             launch.parent.mkdir(parents=True)
-            data = preset.model_dump(mode="json")
-            if data["data"].get("path") and self.doc.base_dir is not None:
-                # The launch preset lives in the run folder: a relative prompt file is
-                # made absolute, relative to the preset file it was written in.
-                source = Path(data["data"]["path"]).expanduser()
-                if not source.is_absolute():
-                    data["data"]["path"] = str((self.doc.base_dir / source).resolve())
-            # Likewise a custom reward's Python file and a reward model's folder.
-            for reward in data["rewards"]:
-                reward["name"], reward["options"] = absolute_reward_paths(reward["name"], reward["options"],
-                                                                          self.doc.base_dir)
+            # The launch preset lives in the run folder: a relative prompt file, custom
+            # reward file or reward-model folder is made absolute (the engine's one rule).
+            data = absolute_preset_paths(preset, self.doc.base_dir).model_dump(mode="json")
             launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
             engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self)
             engine.start()
@@ -554,7 +547,7 @@ class MainWindow(QMainWindow):
         if self.engine_dir is None or self.engine_dir.resolve() != path:
             self._maybe_attach(path)
         self.clear_message("error")
-        self._update_header()
+        self.header.set_runs(self.shown, self._header_status)
         self._update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return run
@@ -588,7 +581,7 @@ class MainWindow(QMainWindow):
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
         self.clear_message("error")
-        self._update_header()
+        self.header.set_runs(self.shown, self._header_status)
         self._update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return runs_
@@ -603,17 +596,18 @@ class MainWindow(QMainWindow):
         events_status = run.status if run.status != "empty" else "running"
         return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
 
-    def _update_header(self) -> None:
-        if not self.shown:
-            self.header.show_run(None, "")
-            return
-        run = self.shown[0]
-        status, note = self._status(run)
+    def _header_status(self, run: RunData) -> tuple[str, str]:
+        """The header's status of a run: _status, or `stopping` while this window's
+        engine finishes its last step."""
         if self.engine is not None and self.engine.running and self.engine.stop_requested \
                 and self.engine_dir and self.engine_dir.resolve() == run.run_dir:
-            status, note = "running", "stopping: finishing the current step and saving a checkpoint…"
-        statuses = [self._status(r)[0] for r in self.shown] if len(self.shown) > 1 else None
-        self.header.show_run(run, status, note, comparing=len(self.shown), statuses=statuses)
+            return "running", "stopping: finishing the current step and saving a checkpoint…"
+        return self._status(run)
+
+    def _update_header(self) -> None:
+        """Re-judge the statuses on show: the header redraws itself on new events, but an
+        engine can end (or go stale) without writing one."""
+        self.header.update_view()
         if not (self.engine is not None and self.engine.running) and self._ticks % 25 == 0:
             self._update_actions()  # a run on show may have started or ended elsewhere
 
@@ -643,20 +637,13 @@ class MainWindow(QMainWindow):
     # ================================================================== timer
 
     def tick(self) -> None:
-        """Poll the runs on show and redraw what changed."""
+        """Poll the runs on show (their views follow them) and the files no run model
+        covers: the log, the runs folder, the inspector's step files."""
         self._ticks += 1
-        changed = samples = False
         for run in self.shown:
-            update = run.poll()
-            changed = changed or bool(update)
-            samples = samples or update.samples > 0 or update.rewound
-        if changed:
-            self.dashboard.refresh()
-            if samples:
-                self.samples.refresh()
-        if changed or self._ticks % 5 == 0:
-            self._update_header()
+            run.poll()  # new events: the views of the run redraw themselves (RunData.updated)
         if self._ticks % 5 == 0:
+            self._update_header()
             self.log_view.poll()
         if self.tabs.currentIndex() == RUNS and self._ticks % 10 == 0:
             self.runs_view.refresh()

@@ -2,13 +2,17 @@
 with step / max_steps and an ETA, and, when the engine failed or was killed, its message
 (once, cleaned of terminal progress output) with the log one click away.
 
-The status is the one runs.describe_run gives, the same word the Runs tab shows."""
+The status is the one runs.describe_run gives, the same word the Runs tab shows. The
+header follows the runs on show (`set_runs`: it redraws on their `updated` signal); the
+window judges a run's status (`judge`, as only it holds the engine process) and calls
+`update_view()` now and then, as an engine can end without writing an event."""
 
 from __future__ import annotations
 
 from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
 
 import html
+from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
@@ -154,6 +158,30 @@ class RunHeader(QWidget):
         layout.addWidget(self.note)
         layout.addWidget(self.failure)
         self.progress.hide()
+
+    runs: list[RunData] = []
+
+    def set_runs(self, runs: list[RunData], judge: Callable[[RunData], tuple[str, str]]) -> None:
+        """Follow these runs (the first is shown; several: a comparison); `judge(run)` is
+        its (status, note)."""
+        for run in self.runs:
+            run.updated.disconnect(self._run_updated)
+        self.runs, self._judge = list(runs), judge
+        for run in self.runs:
+            run.updated.connect(self._run_updated)
+        self.update_view()
+
+    def _run_updated(self, _update) -> None:
+        self.update_view()
+
+    def update_view(self) -> None:
+        """Redraw from the runs and their statuses as judged now."""
+        if not self.runs:
+            self.show_run(None, "")
+            return
+        status, note = self._judge(self.runs[0])
+        statuses = [self._judge(r)[0] for r in self.runs] if len(self.runs) > 1 else None
+        self.show_run(self.runs[0], status, note, comparing=len(self.runs), statuses=statuses)
 
     def set_status(self, status: str, note: str = "") -> None:
         colour = STATUS_COLOURS.get(status, "#333")

@@ -2,13 +2,13 @@
 generations and lifecycle. No Qt: the dashboard, samples table and runs list are views
 of this model, and a live run and a past run are read the same way (tail the events).
 
-`RunData.poll()` reads whatever was appended to events.jsonl since the last call and
-returns what changed; the window calls it on a timer.
+`RunData.poll()` reads whatever was appended to events.jsonl since the last call (with
+engine.rundir's reader) and returns what changed; the window calls it on a timer. When
+something new arrived it emits `updated`, which the views of the run follow.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +21,7 @@ from workbench.signals import Signal
 
 # How the engine (rundir.dumps: compact separators, `type` first) starts a samples line.
 _SAMPLES_PREFIX = b'{"type":"samples"'
-LIFECYCLE = ("run_started", "run_resumed", "run_finished", "run_failed")
+LIFECYCLE = rundir.LIFECYCLE_EVENTS
 _NOT_METRICS = {"type", "time", "step"}
 
 
@@ -222,14 +222,16 @@ class SampleStore:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        # Raw lines parsed as rundir.read_jsonl parses them (a torn line is skipped).
+        lines = [i for i, item in enumerate(pending) if isinstance(item, (bytes, str))]
+        parsed = rundir.parse_lines([p.encode() if isinstance(p, str) else p for p in (pending[i] for i in lines)])
+        for i, event in zip(lines, parsed):
+            pending[i] = event
         steps: list[int] = []
         raws: list[dict] = []
         for item in pending:
-            if isinstance(item, (bytes, str)):
-                try:
-                    item = json.loads(item)
-                except ValueError:
-                    continue  # a torn line, as rundir.read_jsonl skips it
+            if not isinstance(item, dict):
+                continue
             step = item.get("step", 0)
             step = int(step) if isinstance(step, (int, float)) else 0
             for sample in item.get("samples") or []:
@@ -352,6 +354,7 @@ class RunData:
         self.finished: dict | None = None  # run_finished
         self.failure: dict | None = None  # run_failed
         self.lifecycle: str | None = None  # type of the last lifecycle event
+        self._last_lifecycle: dict = {}
         self.checkpoints: list[dict] = []
         # (step, samples) of each eval event: greedy completions of the same held-out
         # prompts at every evaluation (the inspector's prompt history follows them).
@@ -375,42 +378,14 @@ class RunData:
         return update
 
     def _read_new(self) -> list:
-        """Complete lines appended since the last read, as rundir.read_jsonl reads them,
-        except that `samples` lines as the engine writes them are not parsed here
-        (SampleStore parses them when the samples are first shown): that halves the
-        time to open a long run."""
-        try:
-            with open(self.run_dir / rundir.EVENTS_FILE, "rb") as f:
-                f.seek(self._offset)
-                data = f.read()
-        except FileNotFoundError:
-            return []
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        items: list = []
-        others: list[int] = []  # positions in `items` of lines still to parse
-        for line in data[:end].splitlines():
-            if line.startswith(_SAMPLES_PREFIX):
-                items.append(line)
-            elif line.strip():
-                others.append(len(items))
-                items.append(line)
-        if not others:
-            return items
-        try:
-            # One parse of all the lines as a JSON array is a quarter faster than a
-            # parse a line; a torn line spoils it, and then they are parsed one by one.
-            parsed = json.loads(b"[" + b",".join(items[i] for i in others) + b"]")
-            if len(parsed) != len(others):  # a line that was not one JSON value
-                raise ValueError
-        except ValueError:
-            parsed = []
-            for i in others:
-                try:
-                    parsed.append(json.loads(items[i]))
-                except ValueError:
-                    parsed.append(None)  # a torn line from a crashed writer; the rest is good
-        for i, event in zip(others, parsed):
+        """Complete lines appended since the last read (rundir.read_lines), parsed as
+        rundir.read_jsonl parses them, except that `samples` lines as the engine writes
+        them are not parsed here (SampleStore parses them when the samples are first
+        shown): that halves the time to open a long run."""
+        lines, self._offset = rundir.read_lines(self.run_dir / rundir.EVENTS_FILE, self._offset)
+        others = [i for i, line in enumerate(lines) if not line.startswith(_SAMPLES_PREFIX)]
+        items = list(lines)
+        for i, event in zip(others, rundir.parse_lines([lines[i] for i in others])):
             items[i] = event if isinstance(event, dict) else None
         return [item for item in items if item is not None]
 
@@ -456,6 +431,7 @@ class RunData:
                 flush()
                 update.lifecycle = True
                 self.lifecycle = kind
+                self._last_lifecycle = event
                 if kind in ("run_started", "run_resumed"):
                     if kind == "run_resumed" and isinstance(step, int):
                         # Steps after the checkpoint are being redone: their old values go.
@@ -476,16 +452,12 @@ class RunData:
 
     @property
     def status(self) -> str:
-        """running | done | stopped | failed, as engine.rundir.run_status reads it;
-        `empty` before the first event. (Whether a `running` run's process is still alive
-        is for workbench.runs to judge.)"""
+        """running | done | stopped | failed, by engine.rundir.lifecycle_status of the
+        last lifecycle event; `empty` before the first event. (Whether a `running` run's
+        process is still alive is for workbench.runs to judge.)"""
         if self.lifecycle is None:
             return "empty"
-        if self.lifecycle == "run_failed":
-            return "failed"
-        if self.lifecycle == "run_finished":
-            return str((self.finished or {}).get("status", "done"))
-        return "running"
+        return rundir.lifecycle_status(self._last_lifecycle)
 
     @property
     def algorithm(self) -> str:

@@ -336,38 +336,6 @@ class RunSummary:
 _TAIL_BYTES = 256 * 1024
 
 
-def _first_line(path: Path) -> dict | None:
-    try:
-        with open(path, "rb") as f:
-            line = f.readline()
-    except OSError:
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _tail_events(path: Path, size: int) -> list[dict]:
-    """Complete events in the last _TAIL_BYTES of the file (the first, cut line skipped)."""
-    start = max(0, size - _TAIL_BYTES)
-    with open(path, "rb") as f:
-        f.seek(start)
-        data = f.read()
-    if start:
-        data = data[data.find(b"\n") + 1:]
-    out = []
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
-
-
 def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     """Summary of a run directory, reading only its first event and its last 256 KB (a
     10,000-step run lists as fast as a short one). None when the folder is not a run."""
@@ -379,8 +347,8 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     now = time.time() if now is None else now
     summary = RunSummary(path=run_dir, name=run_dir.name)
     size = events_path.stat().st_size if events_path.exists() else 0
-    first = _first_line(events_path) if size else None
-    tail = _tail_events(events_path, size) if size else []
+    first = rundir.read_first_record(events_path) if size else None
+    tail = rundir.read_jsonl_tail(events_path, _TAIL_BYTES) if size else []
     if first and first.get("type") in ("run_started", "run_resumed"):
         summary.started = first.get("time")
         summary.preset = first.get("preset") if isinstance(first.get("preset"), dict) else None
@@ -404,8 +372,8 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     # Lifecycle events only ever come after the last run_started in the file, and one is
     # at most a resume away, so the tail holds the last one unless the run is still in
     # its first (running) life, which is what "none found" then means.
-    lifecycle = [e for e in tail if e.get("type") in ("run_started", "run_resumed", "run_finished", "run_failed")]
-    events_status = rundir.run_status(lifecycle) if lifecycle else "running"
+    lifecycle = [e for e in tail if e.get("type") in rundir.LIFECYCLE_EVENTS]
+    events_status = rundir.run_status(lifecycle)
     for event in reversed(tail):
         if event.get("type") == "metrics" and summary.last_reward is None and isinstance(event.get("reward"), (int, float)):
             summary.last_reward = float(event["reward"])

@@ -321,10 +321,19 @@ class SamplesView(QWidget):
         self._sized()
 
     def set_run(self, run: RunData | None) -> None:
+        """Show this run's samples; the table then follows it (its `updated` signal)."""
+        if self.run is not None:
+            self.run.updated.disconnect(self._run_updated)
         self.run = run
+        if run is not None:
+            run.updated.connect(self._run_updated)
         self.detail.clear()
         self._stale = True
         self._apply()
+
+    def _run_updated(self, update) -> None:
+        if update.samples or update.rewound:
+            self.refresh()
 
     REFRESH_MS = 500
 

@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 from engine.rewards.custom import function_options
 from engine.preset import Preset
 from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
-from engine.tasks import TASKS, task_options
+from engine.data.tasks import TASKS, task_options
 from workbench import schema
 from workbench.background import submit as submit_in_background
 from workbench.checks import prelaunch_checks, preview_prompts

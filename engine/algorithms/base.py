@@ -23,8 +23,7 @@ from pathlib import Path
 import torch
 
 from engine import rundir
-from engine.data import PromptStream, accuracy_reward_name, load_splits
-from engine.tasks import Example
+from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.forward import completion_logits
 from engine.losses import selective_log_softmax
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode

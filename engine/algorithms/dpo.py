@@ -16,10 +16,9 @@ from pathlib import Path
 
 import torch
 
-from engine.data import load_splits
+from engine.data import Example, load_splits, preference_pairs
 from engine.losses import dpo_loss, entropy_from_logits, selective_log_softmax, sequence_logps
 from engine.rollout import Rollout
-from engine.tasks import Example, preference_pairs
 from engine.algorithms.base import Trainer, set_update_mode
 from engine.trajectories import token_fields
 
@@ -45,7 +44,8 @@ class DPOTrainer(Trainer):
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
         train, held_out = load_splits(self.preset.data, self.cfg.seed, preset_dir)
         if self.preset.data.task is not None:
-            return preference_pairs(train, self.cfg.seed), preference_pairs(held_out, self.cfg.seed + 1)
+            task = self.preset.data.task
+            return preference_pairs(train, self.cfg.seed, task), preference_pairs(held_out, self.cfg.seed + 1, task)
         for where, examples in (("training", train), ("held-out", held_out)):
             for number, e in enumerate(examples):
                 missing = [k for k in ("chosen", "rejected") if not isinstance(e.fields.get(k), str)]

@@ -23,8 +23,8 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolTip
 
-from workbench.inspector_colors import Scale, lut_indices, text_hex
-from workbench.inspector_data import BREAK, MARK, SPECIAL, prompt_segments, token_segments
+from workbench.inspector.colors import Scale, lut_indices, text_hex
+from workbench.inspector.records import BREAK, MARK, SPECIAL, prompt_segments, token_segments
 
 PROMPT_COLOUR = QColor("#8a8a8a")
 HOVER_PEN = QColor("#111111")

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsItem
 
-from workbench.inspector_colors import DIVERGING_STOPS
+from workbench.inspector.colors import DIVERGING_STOPS
 
 SERIES_COLOURS = {"completion": "#37474f", "chosen": "#2e7d32", "rejected": "#b00020"}
 HOVER_COLOUR = "#111111"

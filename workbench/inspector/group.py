@@ -36,19 +36,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.inspector_colors import Scale, diverging_hex, text_hex
-from workbench.inspector_data import (
-    PPO,
-    Group,
-    HistoryRow,
-    TrajectoryIndex,
-    _num,
-    prompt_history,
-    text_display,
-    tooltip_html,
-)
-from workbench.inspector_plot import IntegerAxis
-from workbench.inspector_text import TokenTextView, token_colours
+from workbench.inspector.colors import Scale, diverging_hex, text_hex
+from workbench.inspector.export import tooltip_html
+from workbench.inspector.index import Group, HistoryRow, TrajectoryIndex, prompt_history
+from workbench.inspector.navigation import PromptChoice
+from workbench.inspector.quantities import PPO, _num
+from workbench.inspector.records import text_display
+from workbench.inspector.plot import IntegerAxis
+from workbench.inspector.text import TokenTextView, token_colours
 
 FLAG_STYLE = ("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #e0c060; border-radius: 4px; "
               "padding: 6px; }")
@@ -237,7 +232,7 @@ class HistoryView(QWidget):
         super().__init__(parent)
         self.index: TrajectoryIndex | None = None
         self.run = None
-        self.prompt = ""
+        self.choice = PromptChoice()
         self.rows: list[HistoryRow] = []
         self._stale = True
         self.prompt_box = QComboBox()
@@ -306,7 +301,7 @@ class HistoryView(QWidget):
     def set_sources(self, index: TrajectoryIndex | None, run) -> None:
         self.index = index
         self.run = run
-        self.prompt = ""
+        self.choice.reset()
         self._fill_prompts()
         self._stale = True
         self.rows = []
@@ -315,28 +310,28 @@ class HistoryView(QWidget):
             item.setData([], [])
 
     def _fill_prompts(self) -> None:
-        current = self.prompt
         self.prompt_box.blockSignals(True)
         self.prompt_box.clear()
-        if current:
-            self.prompt_box.addItem(text_display(current), current)
-        seen = {current}
-        for _step, items in (getattr(self.run, "eval_samples", None) or [])[:1]:
-            for item in items:
-                p = item.get("prompt") if isinstance(item, dict) else None
-                if isinstance(p, str) and p not in seen:
-                    seen.add(p)
-                    self.prompt_box.addItem(f"held out: {text_display(p)}", p)
-        self.prompt_box.setCurrentIndex(0 if current else -1)
+        for label, prompt in self.choice.options(getattr(self.run, "eval_samples", None)):
+            self.prompt_box.addItem(label, prompt)
+        self.prompt_box.setCurrentIndex(0 if self.prompt else -1)
         self.prompt_box.blockSignals(False)
 
     def follow_prompt(self, prompt: str) -> None:
         """The shown rollout changed: follow its prompt (when following)."""
-        if self.follow.isChecked() and prompt != self.prompt:
-            self.set_prompt(prompt)
+        self.choice.following = self.follow.isChecked()
+        if self.choice.follow(prompt):
+            self._show_prompt()
+
+    @property
+    def prompt(self) -> str:
+        return self.choice.prompt
 
     def set_prompt(self, prompt: str) -> None:
-        self.prompt = prompt
+        self.choice.prompt = prompt
+        self._show_prompt()
+
+    def _show_prompt(self) -> None:
         self._fill_prompts()
         self._stale = True
         if self.isVisible():
@@ -347,9 +342,9 @@ class HistoryView(QWidget):
         data = self.prompt_box.itemData(i) if i >= 0 and self.prompt_box.itemText(i) == self.prompt_box.currentText() \
             else None
         prompt = data if isinstance(data, str) else self.prompt_box.currentText()
-        if prompt != self.prompt:
+        if self.choice.pick(prompt):
             self.follow.setChecked(False)
-            self.set_prompt(prompt)
+            self._show_prompt()
 
     def showEvent(self, event) -> None:
         super().showEvent(event)

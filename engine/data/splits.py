@@ -8,12 +8,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from engine.data.examples import Example
+from engine.data.files import load_prompt_file
+from engine.data.tasks import ACCURACY_REWARD, make_task
 from engine.preset import DataConfig
-from engine.tasks import Example, load_prompt_file, make_task
+from engine.preset_paths import resolve_data_path
 
-# How a built-in task's held-out accuracy is judged: the reward that is 1.0 exactly
-# when a completion is correct. Prompt files with an `answer` column use exact match.
-ACCURACY_REWARD = {"sort": "exact_match", "arithmetic": "numeric_match"}
+__all__ = ["load_splits", "accuracy_reward_name", "PromptStream"]
 
 
 def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tuple[list[Example], list[Example]]:
@@ -24,9 +25,7 @@ def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tup
     """
     if cfg.task is not None:
         return make_task(cfg.task, seed=seed, num_train=cfg.num_train, num_eval=cfg.num_eval, **cfg.task_options)
-    path = Path(cfg.path).expanduser()
-    if not path.is_absolute() and base_dir is not None and not path.exists():
-        path = base_dir / path
+    path = resolve_data_path(cfg.path, base_dir)
     examples = load_prompt_file(path, prompt_field=cfg.prompt_field)
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
@@ -43,6 +42,8 @@ def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tup
 
 
 def accuracy_reward_name(cfg: DataConfig, eval_examples: list[Example]) -> str | None:
+    """The reward that judges held-out accuracy: the task's own (registered with it); for
+    a prompt file with an `answer` column, exact match; else None."""
     if cfg.task is not None:
         return ACCURACY_REWARD[cfg.task]
     if eval_examples and all("answer" in e.fields for e in eval_examples):

@@ -1,0 +1,29 @@
+"""The trajectory inspector: Qt-free models beside the Qt views.
+
+Models (no Qt; tests/test_import_graph.py holds them to it):
+  colors      colour maps and scales, value -> hex
+  quantities  the per-token quantities, their colour scales, number formatting
+  records     trajectory records (Trajectory, Side) and how tokens are drawn
+  export      the summary line, the token tooltip, HTML and JSON export
+  index       the step-file index, a prompt group, a prompt's history
+  navigation  which step and rollout are shown, and the moves between them
+Views (Qt): view (the tab), trajectory_page (text, plot and token details, linked),
+widgets (the pickers' bar, legend, step box, side panel), text (the token text),
+plot (the quantity plot), group (the Group and Prompt history pages).
+
+The view names below load on first use, so importing a model pulls in no Qt.
+"""
+
+from __future__ import annotations
+
+_VIEW_NAMES = {"InspectorView", "TRAJECTORY_PAGE", "GROUP_PAGE", "HISTORY_PAGE", "SCOPE_STEP", "SCOPE_ROLLOUT"}
+
+__all__ = sorted(_VIEW_NAMES)
+
+
+def __getattr__(name: str):
+    if name in _VIEW_NAMES:
+        from workbench.inspector import view
+
+        return getattr(view, name)
+    raise AttributeError(f"module 'workbench.inspector' has no attribute {name!r}")

@@ -1,0 +1,231 @@
+"""What the inspector says about a trajectory in words: the summary line, the token
+tooltip, and the HTML and JSON export. No Qt.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.inspector.colors import Scale, text_hex
+from workbench.inspector.quantities import DPO, GRPO, PPO, QUANTITIES, _num, quantity
+from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
+
+# ===================================================================== summary
+
+
+@dataclass(frozen=True)
+class SummaryPart:
+    """One item of a trajectory's summary line: `label`, then `value` (emphasised in
+    HTML), then `after`; `heading` makes the whole item bold, `warn` red."""
+
+    label: str
+    value: str = ""
+    after: str = ""
+    heading: bool = False
+    warn: bool = False
+
+    def text(self) -> str:
+        return " ".join(p for p in (self.label, self.value, self.after) if p)
+
+    def html(self) -> str:
+        if self.heading:
+            return f"<b>{html.escape(self.text())}</b>"
+        if self.warn:
+            return f"<span style='color:#b00020'>{html.escape(self.text())}</span>"
+        out = html.escape(self.label)
+        if self.value:
+            out += f" <b>{html.escape(self.value)}</b>"
+        if self.after:
+            out += f" {html.escape(self.after)}"
+        return out
+
+
+def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
+    """Every per-rollout number of the record, in order: the one source of both the
+    plain summary and its HTML."""
+    t = trajectory
+    parts = [SummaryPart(f"step {t.step}", heading=True)]
+    if t.algorithm == DPO:
+        parts.append(SummaryPart(f"pair {t.index}"))
+        parts += [SummaryPart(key, _num(t.record.get(key))) for key in ("margin", "beta") if key in t.record]
+        parts += [SummaryPart(f"{side.name} reward", _num(side.reward), f"({len(side)} tokens)") for side in t.sides]
+        return parts
+    parts.append(SummaryPart(f"rollout {t.index}"))
+    if t.algorithm == GRPO or t.group != t.index:
+        parts.append(SummaryPart(f"group {t.group}"))
+    parts.append(SummaryPart("reward", _num(t.reward)))
+    rewards = t.record.get("rewards")
+    if isinstance(rewards, dict) and rewards:
+        parts.append(SummaryPart("(" + ", ".join(f"{k} {_num(v)}" for k, v in rewards.items()) + ")"))
+    if "score" in t.record:
+        parts.append(SummaryPart("score", _num(t.record.get("score"))))
+    adv = t.advantage
+    if adv is not None:
+        parts.append(SummaryPart("mean advantage" if t.algorithm == PPO else "advantage", f"{adv:+.4g}"))
+    parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
+    if t.record.get("truncated"):
+        parts.append(SummaryPart("truncated (no EOS)", warn=True))
+    clipped = t.sides[0].clipped
+    if clipped is not None and np.nansum(clipped) > 0:
+        parts.append(SummaryPart(f"{int(np.nansum(clipped))} clipped"))
+    return parts
+
+
+def summary_text(trajectory: Trajectory) -> str:
+    """The summary line as plain text."""
+    return " · ".join(part.text() for part in summary_parts(trajectory))
+
+
+def summary_html(trajectory: Trajectory) -> str:
+    """The line above the text: every per-rollout number of the record."""
+    return " · ".join(part.html() for part in summary_parts(trajectory))
+
+
+# ================================================================ tooltip, export
+
+
+def token_numbers(side: Side, i: int) -> list[tuple[str, str]]:
+    """(name, value) of every per-token number of token i, known quantities first."""
+    keys = [k for k in QUANTITIES if k in side.numbers]
+    keys += sorted(k for k in side.numbers if k not in keys)
+    out = []
+    for key in keys:
+        value = side.numbers[key][i]
+        if key == "clipped":
+            out.append((key, "yes" if value == 1 else "no" if value == 0 else "null"))
+        else:
+            out.append((key, _num(value)))
+    if "logprob" in side.numbers and math.isfinite(side.numbers["logprob"][i]):
+        out.insert(keys.index("logprob") + 1, ("probability", _num(math.exp(side.numbers["logprob"][i]))))
+    return out
+
+
+def top_alternatives(side: Side, i: int, k: int = 5) -> list[tuple[str, float | None, bool]]:
+    """(token as drawn, probability, is the sampled token) of the top-k alternatives."""
+    if side.top_tokens is None or i >= len(side.top_tokens) or not isinstance(side.top_tokens[i], list):
+        return []
+    probs = side.top_probs[i] if side.top_probs is not None and i < len(side.top_probs) else None
+    ids = side.top_ids[i] if side.top_ids is not None and i < len(side.top_ids) \
+        and isinstance(side.top_ids[i], list) else None
+    out = []
+    for j, tok in enumerate(side.top_tokens[i][:k]):
+        p = probs[j] if isinstance(probs, list) and j < len(probs) else None
+        chosen = (ids is not None and j < len(ids) and i < len(side.token_ids) and ids[j] == side.token_ids[i]) \
+            or (ids is None and str(tok) == side.tokens[i])
+        out.append((token_display(str(tok)), float(p) if isinstance(p, (int, float)) else None, chosen))
+    return out
+
+
+def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
+    """Every number of token i, and the top-5 alternatives with their probabilities."""
+    side = trajectory.sides[side_index]
+    if not 0 <= i < len(side):
+        return ""
+    token = side.tokens[i]
+    token_id = side.token_ids[i] if i < len(side.token_ids) else None
+    where = f"{side.name} " if trajectory.algorithm == DPO else ""
+    rows = "".join(f"<tr><td>{html.escape(name)}</td><td align='right'><b>{html.escape(value)}</b></td></tr>"
+                   for name, value in token_numbers(side, i))
+    head = (f"<b style='font-family:monospace'>{html.escape(token_display(token))}</b> "
+            f"<span style='color:#666'>{where}token {i}" + (f" · id {token_id}" if token_id is not None else "")
+            + "</span>")
+    alts = top_alternatives(side, i)
+    alt_html = ""
+    if alts:
+        alt_rows = "".join(
+            f"<tr><td style='font-family:monospace'>{'<b>' if chosen else ''}{html.escape(text)}"
+            f"{'</b> ◀' if chosen else ''}</td><td align='right'>{_num(p)}</td></tr>"
+            for text, p, chosen in alts)
+        alt_html = f"<p style='margin:4px 0 0 0'><b>top {len(alts)}</b> (probability)</p><table>{alt_rows}</table>"
+    return f"<div>{head}<table>{rows}</table>{alt_html}</div>"
+
+
+def token_title(side: Side, i: int) -> str:
+    """The tooltip as plain text (the exported HTML's title attribute)."""
+    lines = [f"token {i}: {token_display(side.tokens[i])}"]
+    lines += [f"{name} {value}" for name, value in token_numbers(side, i)]
+    alts = top_alternatives(side, i)
+    if alts:
+        lines.append("top: " + ", ".join(f"{text} {_num(p)}" for text, p, _ in alts))
+    return "\n".join(lines)
+
+
+def export_name(run_name: str, trajectory: Trajectory | None, suffix: str) -> str:
+    """The file name an export suggests: run-stepN-rolloutK.suffix (pairK for DPO)."""
+    what = "pair" if trajectory and trajectory.algorithm == DPO else "rollout"
+    step = trajectory.step if trajectory else None
+    return f"{run_name or 'run'}-step{step}-{what}{trajectory.index if trajectory else 0}.{suffix}"
+
+
+def export_json(trajectory: Trajectory) -> str:
+    """The record, as the engine wrote it (pretty-printed)."""
+    return json.dumps(trajectory.record, ensure_ascii=False, indent=1)
+
+
+_EXPORT_CSS = """
+body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }
+.t { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 14px; line-height: 1.9;
+     white-space: pre-wrap; word-break: break-all; }
+.t span.k { padding: 1px 0; margin-right: 1px; border-radius: 2px; }
+.t span.m { opacity: 0.55; }
+.t span.s { border: 1px solid #555; border-radius: 4px; padding: 0 3px; font-size: 12px; }
+.t span.c { outline: 2px solid #d00; }
+.p { color: #888; }
+.legend { display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 8px 0 16px 0; }
+.bar { width: 260px; height: 14px; border: 1px solid #999; }
+.sides { display: flex; gap: 24px; } .sides > div { flex: 1; min-width: 0; }
+h1 { font-size: 18px; } h2 { font-size: 15px; margin-bottom: 4px; }
+"""
+
+
+def _side_html(side: Side, colours: list[str], show_marks: bool) -> str:
+    out = []
+    clipped = side.clipped
+    for i, token in enumerate(side.tokens):
+        bg = colours[i]
+        fg = text_hex(bg)
+        inner = []
+        for text, kind in token_segments(token):
+            if kind == BREAK:
+                continue
+            cls = {MARK: " class='m'", SPECIAL: " class='s'"}.get(kind, "")
+            inner.append(f"<span{cls}>{html.escape(text)}</span>" if cls else html.escape(text))
+        mark = " c" if show_marks and clipped is not None and clipped[i] == 1 else ""
+        out.append(f"<span class='k{mark}' data-i='{i}' style='background:{bg};color:{fg}' "
+                   f"title='{html.escape(token_title(side, i), quote=True)}'>{''.join(inner)}</span>")
+        if "\n" in token:
+            out.append("\n" * token.count("\n"))
+    return "".join(out)
+
+
+def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = "") -> str:
+    """A self-contained HTML page (inline CSS, no scripts or links): the prompt dimmed,
+    each token a span with its background colour and a title holding its numbers, the
+    legend of the scale."""
+    q = quantity(key, trajectory.values(key))
+    title = f"{run_name + ' · ' if run_name else ''}step {trajectory.step} · " + (
+        f"pair {trajectory.index}" if trajectory.algorithm == DPO else f"rollout {trajectory.index}")
+    gradient = ", ".join(scale.gradient(11))
+    low, high = scale.low, scale.high
+    legend = (f"<div class='legend'><b>{html.escape(q.label)}</b> <span>{_num(low)}</span>"
+              f"<div class='bar' style='background:linear-gradient(to right, {gradient})'></div>"
+              f"<span>{_num(high)}</span> <span style='color:#555'>{html.escape(scale.how)} · "
+              f"{html.escape(q.meaning)}</span></div>")
+    prompt = html.escape(trajectory.prompt)
+    body = []
+    show_marks = key == "ratio"
+    for side, values in zip(trajectory.sides, trajectory.values(key)):
+        colours = [scale.hex(v) for v in values.tolist()]
+        text = _side_html(side, colours, show_marks)
+        head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>" if trajectory.algorithm == DPO else ""
+        body.append(f"<div>{head}<div class='t'><span class='p'>{prompt}</span>{text}</div></div>")
+    content = f"<div class='sides'>{''.join(body)}</div>" if len(body) > 1 else body[0]
+    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_EXPORT_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p>{summary_html(trajectory)}</p>{legend}{content}</body></html>\n")
+

@@ -1,0 +1,244 @@
+"""Trajectory records and how their tokens are drawn. No Qt.
+
+A trajectory record (docs/run-directory.md, `trajectories/step_NNNNNN.jsonl`) is one
+rollout (GRPO, PPO) or one preference pair (DPO). Here each becomes a `Trajectory`
+with one `Side` (GRPO, PPO: the completion) or two (DPO: chosen and rejected); a side
+holds the tokens and every per-token number as a numpy array (NaN for null), whatever
+the keys are, so a quantity the engine adds later shows up in the tooltip and the
+picker without a change here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from workbench.inspector.quantities import DPO, GRPO, MARKS, PPO, QUANTITIES, _int, _num
+
+# Per-token lists that are not numbers to colour by.
+_NOT_NUMBERS = {"tokens", "token_ids", "top_ids", "top_tokens", "top_probs"}
+
+
+# ======================================================================= records
+
+
+@dataclass
+class Side:
+    """One token sequence of a record: the completion of a rollout, or one side of a
+    DPO pair."""
+
+    name: str  # "completion", "chosen" or "rejected"
+    tokens: list[str]
+    token_ids: list
+    numbers: dict[str, np.ndarray]  # every per-token numeric key, NaN for null
+    top_tokens: list | None = None
+    top_probs: list | None = None
+    top_ids: list | None = None
+    completion: str = ""
+    reward: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def clipped(self) -> np.ndarray | None:
+        return self.numbers.get("clipped")
+
+    @classmethod
+    def from_mapping(cls, name: str, raw: dict) -> "Side":
+        tokens = raw.get("tokens")
+        ids = raw.get("token_ids") if isinstance(raw.get("token_ids"), list) else []
+        if not isinstance(tokens, list):
+            tokens = [str(t) for t in ids]
+        tokens = [t if isinstance(t, str) else str(t) for t in tokens]
+        n = len(tokens)
+        numbers: dict[str, np.ndarray] = {}
+        for key, value in raw.items():
+            if key in _NOT_NUMBERS or not isinstance(value, list) or len(value) != n or not n:
+                continue
+            if all(v is None or isinstance(v, (int, float)) for v in value):
+                numbers[key] = np.array(value, dtype=float)
+        reward = raw.get("reward")
+        return cls(name=name, tokens=tokens, token_ids=list(ids), numbers=numbers,
+                   top_tokens=raw.get("top_tokens") if isinstance(raw.get("top_tokens"), list) else None,
+                   top_probs=raw.get("top_probs") if isinstance(raw.get("top_probs"), list) else None,
+                   top_ids=raw.get("top_ids") if isinstance(raw.get("top_ids"), list) else None,
+                   completion=str(raw.get("completion", "")),
+                   reward=float(reward) if isinstance(reward, (int, float)) else None)
+
+
+@dataclass
+class Trajectory:
+    """One record of a step file."""
+
+    record: dict
+    algorithm: str
+    step: int
+    index: int
+    group: int
+    prompt: str
+    sides: list[Side]
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Trajectory":
+        algorithm = str(record.get("algorithm") or GRPO).lower()
+        step, index = _int(record.get("step")), _int(record.get("index"))
+        group = _int(record.get("group"), index)
+        if algorithm == DPO or ("chosen" in record and "rejected" in record):
+            algorithm = DPO
+            sides = [Side.from_mapping(name, record.get(name) if isinstance(record.get(name), dict) else {})
+                     for name in ("chosen", "rejected")]
+        else:
+            sides = [Side.from_mapping("completion", record)]
+        return cls(record=record, algorithm=algorithm, step=step, index=index, group=group,
+                   prompt=str(record.get("prompt", "")), sides=sides)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.step, self.index)
+
+    @property
+    def reward(self) -> float | None:
+        value = self.record.get("reward")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def advantage(self) -> float | None:
+        """The rollout's advantage: GRPO's (the same on every token), PPO's mean over
+        tokens; a DPO pair's margin."""
+        if self.algorithm == DPO:
+            value = self.record.get("margin")
+            return float(value) if isinstance(value, (int, float)) else None
+        adv = self.sides[0].numbers.get("advantage")
+        if adv is None or not np.isfinite(adv).any():
+            return None
+        return float(np.nanmean(adv))
+
+    def quantities(self) -> list[str]:
+        """The per-token quantities this record has, known ones first (in the
+        inspector's order), then any others alphabetically."""
+        keys: set[str] = set()
+        for side in self.sides:
+            keys.update(k for k in side.numbers if k not in MARKS)
+        known = [k for k in QUANTITIES if k in keys]
+        return known + sorted(keys - set(known))
+
+    def values(self, key: str) -> list[np.ndarray]:
+        """The quantity on each side (NaN where a side lacks it)."""
+        return [side.numbers.get(key, np.full(len(side), np.nan)) for side in self.sides]
+
+    def label(self) -> str:
+        """One line for the rollout picker."""
+        if self.algorithm == DPO:
+            return (f"pair {self.index} · margin {_num(self.record.get('margin'))} · "
+                    f"chosen {_num(self.sides[0].reward)} / rejected {_num(self.sides[1].reward)}")
+        parts = [f"#{self.index}"]
+        if self.group != self.index or self.algorithm == GRPO:
+            parts.append(f"group {self.group}")
+        parts.append(f"reward {_num(self.reward)}")
+        if self.algorithm == PPO and "score" in self.record:
+            parts.append(f"score {_num(self.record.get('score'))}")
+        adv = self.advantage
+        if adv is not None:
+            parts.append(f"{'mean adv' if self.algorithm == PPO else 'adv'} {adv:+.3g}")
+        parts.append(f"{len(self.sides[0])} tok")
+        if self.record.get("truncated"):
+            parts.append("truncated")
+        return " · ".join(parts)
+
+# ============================================================ how tokens look
+
+SPECIAL_TOKEN = re.compile(r"^(<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_][\w.\-]{0,30}>|\[[A-Z_]{2,12}\]|<0x[0-9A-Fa-f]{2}>)$")
+SPECIAL_IN_TEXT = re.compile(r"(<\|[^|<>\s]{1,40}\|>)")
+TEXT, MARK, SPECIAL, BREAK = "text", "mark", "special", "break"
+_MARK_OF = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍"}
+
+
+def token_segments(token: str) -> list[tuple[str, str]]:
+    """How one token is drawn: (text, kind) runs, kind one of text, mark (visible
+    whitespace: space ·, tab →, newline ↵, other control characters as their control
+    picture), special (a tag, e.g. <eos>) and break (a line break after the newline's ↵).
+
+    >>> token_segments(" the\\n")
+    [('·', 'mark'), ('the', 'text'), ('↵', 'mark'), ('\\n', 'break')]
+    >>> token_segments("<eos>"), token_segments("")
+    ([('<eos>', 'special')], [('∅', 'mark')])
+    """
+    if not token:
+        return [("∅", MARK)]  # decodes to nothing (part of a multi-byte character)
+    if SPECIAL_TOKEN.match(token):
+        return [(token, SPECIAL)]
+    out: list[tuple[str, str]] = []
+
+    def put(text: str, kind: str) -> None:
+        if out and out[-1][1] == kind and kind != BREAK:
+            out[-1] = (out[-1][0] + text, kind)
+        else:
+            out.append((text, kind))
+
+    for ch in token:
+        if ch in _MARK_OF:
+            put(_MARK_OF[ch], MARK)
+            if ch == "\n":
+                out.append(("\n", BREAK))
+        elif ch.isspace():
+            put("·", MARK)  # other spaces (no-break, em space, ...)
+        elif ord(ch) < 32 or ord(ch) == 127:
+            put(chr(0x2400 + ord(ch)) if ord(ch) < 32 else "␡", MARK)
+        else:
+            put(ch, TEXT)
+    return out
+
+
+def prompt_segments(prompt: str) -> list[tuple[str, str]]:
+    """The prompt as word-sized runs for wrapping: spaces stay spaces, newlines are ↵
+    and a break, tabs →, special tokens in the text (<|im_start|>) are tags."""
+    out: list[tuple[str, str]] = []
+    for part in SPECIAL_IN_TEXT.split(prompt):
+        if not part:
+            continue
+        if SPECIAL_IN_TEXT.fullmatch(part):
+            out.append((part, SPECIAL))
+            continue
+        for piece in re.findall(r"\n|\t|[^\S\n\t]+|[^\s]+", part):
+            if piece == "\n":
+                out += [("↵", MARK), ("\n", BREAK)]
+            elif piece == "\t":
+                out.append(("→", MARK))
+            else:
+                out.append((piece, TEXT))
+    return out
+
+
+def text_display(text: str) -> str:
+    """A prompt or completion on one line: newlines ↵, tabs →, spaces kept.
+
+    >>> text_display("a b\\nc")
+    'a b↵c'
+    """
+    return text.replace("\r\n", "↵").replace("\n", "↵").replace("\t", "→")
+
+
+def token_display(token: str) -> str:
+    """The token as drawn, on one line (tooltips, lists)."""
+    return "".join(text for text, kind in token_segments(token) if kind != BREAK)
+
+
+# ================================================================ tooltip, export
+
+def parse_records(data: bytes) -> list[Trajectory]:
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(Trajectory.from_record(record))
+    return out
+
