@@ -12,6 +12,7 @@ resident set size, the memory figure of every benchmark.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -282,6 +283,22 @@ def clock_window(clock, warmup: int, steps: int) -> float:
 # ----------------------------------------------------------------------------- our side
 
 
+def run_our_side(args, preset: Path, work: Path, env: dict, sets: tuple[str, ...] = ()) -> tuple[dict, float, float]:
+    """Train `preset` with our engine in a child process (`sets`, then the `--ours-set`
+    items, as --set overrides) in `work`/run, and read the finished run: (read_our_run's
+    dict plus 'run_dir', peak RSS in MB, wall seconds)."""
+    run_dir = work / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet"]
+    for item in (*sets, *args.ours_set):
+        cmd += ["--set", item]
+    log = work / "ours.log"
+    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
+    if rc != 0:
+        raise RuntimeError(f"our engine exited with status {rc}; command: {' '.join(cmd)}; log {log}:\n{tail(log)}")
+    return {**read_our_run(run_dir, args.warmup, args.steps), "run_dir": run_dir}, peak_mb, wall
+
+
 def read_our_run(run_dir: Path, warmup: int, steps: int) -> dict:
     """Events of a finished run of our engine: {'events', 'metrics' (by step), 'timed'
     (metrics of steps warmup+1..steps), 'window' (seconds between the metrics events of
@@ -307,6 +324,56 @@ def read_our_run(run_dir: Path, warmup: int, steps: int) -> dict:
 def mean_of(rows: list[dict], key: str) -> float | None:
     values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
     return statistics.fmean(values) if values else None
+
+
+# ------------------------------------------------------------------------------ options
+
+
+def add_run_options(p: argparse.ArgumentParser, *, child_paths: tuple[str, ...] = (),
+                    trl_python: bool = False) -> None:
+    """The options every `*_vs_trl.py` shares, in the order --help lists them: repeats,
+    threads, (`--trl-python`), output, our overrides, run folders, time limit, TRL's log;
+    then the internal ones that start the TRL child: `--side trl`, `--model-path`, the
+    `child_paths` it is handed besides, and `--work-dir`."""
+    p.add_argument("--repeats", type=int, default=1, help="runs per side, order alternating; the median is reported")
+    p.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default: torch's default)")
+    if trl_python:
+        p.add_argument("--trl-python", default=sys.executable,
+                       help="interpreter of TRL's side (default: this one, the project venv with TRL 1.16)")
+    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    p.add_argument("--ours-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra --set override for our engine (e.g. training.record_rollouts=0); "
+                        "makes the comparison unequal if it changes the work done")
+    p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one side may take (default 1800)")
+    p.add_argument("--trl-verbose", action="store_true", help="print TRL's logged metrics of every step in trl.log")
+    # internal: the TRL child
+    p.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
+    p.add_argument("--model-path", help=argparse.SUPPRESS)
+    for flag in child_paths:
+        p.add_argument(flag, help=argparse.SUPPRESS)
+    p.add_argument("--work-dir", help=argparse.SUPPRESS)
+
+
+def parse_timed_args(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    """`p.parse_args(argv)`, refusing a warm-up that leaves no timed step."""
+    args = p.parse_args(argv)
+    if not 1 <= args.warmup < args.steps:
+        p.error("--warmup must be at least 1 (the first step carries one-off costs) and less than --steps")
+    return args
+
+
+def timing_figures(args, window: float, peak_mb, wall, in_step) -> dict:
+    """The figures of one side's run that every benchmark reports, in report order."""
+    timed_steps = args.steps - args.warmup
+    return {
+        "steps_timed": timed_steps,
+        "window_s": window,
+        "samples_per_s": timed_steps * args.batch_size / window,
+        "peak_rss_mb": peak_mb,
+        "process_wall_s": wall,
+        "in_step_fraction": in_step / window if in_step is not None and window > 0 else None,
+    }
 
 
 # ------------------------------------------------------------------------------- report

@@ -44,9 +44,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
-    mean_of, OUT, parameter_count, prepare_model, print_child_result, read_child_result, read_our_run,
+    add_run_options, alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
+    mean_of, OUT, parameter_count, prepare_model, print_child_result, read_child_result, run_our_side,
     run_child, tail, vmhwm_mb, write_json,
+    parse_timed_args, timing_figures,
 )
 
 DATA_DIR = OUT / "data"
@@ -118,16 +119,7 @@ def write_preset(args, model_path: Path, data_path: Path, dest: Path) -> Path:
 
 def run_ours(args, model_path: Path, data_path: Path, work: Path, env: dict) -> dict:
     preset = write_preset(args, model_path, data_path, work / "preset.yaml")
-    run_dir = work / "run"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet"]
-    for item in args.ours_set:
-        cmd += ["--set", item]
-    log = work / "ours.log"
-    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
-    if rc != 0:
-        raise RuntimeError(f"our engine exited with status {rc}; command: {' '.join(cmd)}; log {log}:\n{tail(log)}")
-    run = read_our_run(run_dir, args.warmup, args.steps)
+    run, peak_mb, wall = run_our_side(args, preset, work, env)
     timed = run["timed"]
     model_info = run["started"].get("model", {})
     result = summarise(args, run["window"], peak_mb, wall,
@@ -137,7 +129,7 @@ def run_ours(args, model_path: Path, data_path: Path, work: Path, env: dict) -> 
     result["lora_targets"] = model_info.get("lora_targets")
     result["trainable_parameters"] = model_info.get("trainable_parameters")
     if not args.keep_runs:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run["run_dir"], ignore_errors=True)
     return result
 
 
@@ -270,15 +262,9 @@ def trl_child(args) -> int:
 
 
 def summarise(args, window, peak_mb, wall, *, in_step, tokens_per_step, accuracies) -> dict:
-    timed_steps = args.steps - args.warmup
     accuracies = [a for a in accuracies if a is not None]
     return {
-        "steps_timed": timed_steps,
-        "window_s": window,
-        "samples_per_s": timed_steps * args.batch_size / window,
-        "peak_rss_mb": peak_mb,
-        "process_wall_s": wall,
-        "in_step_fraction": in_step / window if in_step is not None and window > 0 else None,
+        **timing_figures(args, window, peak_mb, wall, in_step),
         "tokens_per_step": tokens_per_step,
         "mean_accuracy": statistics.fmean(accuracies) if accuracies else None,
     }
@@ -332,25 +318,8 @@ def parse_args(argv=None):
                    help="both sides compute the reference logprobs of every pair once, before the first step "
                         "(outside the timed window); default: every step, on both sides")
     p.add_argument("--num-pairs", type=int, default=2000, help="preference pairs in the data file (default 2000)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per side, order alternating; the median is reported")
-    p.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default: torch's default)")
-    p.add_argument("--trl-python", default=sys.executable,
-                   help="interpreter of TRL's side (default: this one, the project venv with TRL 1.16)")
-    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    p.add_argument("--ours-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra --set override for our engine (e.g. training.record_rollouts=0); "
-                        "makes the comparison unequal if it changes the work done")
-    p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one side may take (default 1800)")
-    p.add_argument("--trl-verbose", action="store_true", help="print TRL's logged metrics of every step in trl.log")
-    # internal: the TRL child
-    p.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
-    p.add_argument("--model-path", help=argparse.SUPPRESS)
-    p.add_argument("--data-path", help=argparse.SUPPRESS)
-    p.add_argument("--work-dir", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if not 1 <= args.warmup < args.steps:
-        p.error("--warmup must be at least 1 (the first step carries one-off costs) and less than --steps")
+    add_run_options(p, child_paths=("--data-path",), trl_python=True)
+    args = parse_timed_args(p, argv)
     if args.steps * args.batch_size > args.num_pairs:
         p.error("--num-pairs must be at least --steps x --batch-size (TRL would start a second epoch, ours not)")
     return args

@@ -41,8 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    alternate_sides, child_env, compare_sides, fmt_table as _fmt_table, make_clock, parameter_count,
-    prepare_model, print_child_result, read_child_result, ROOT, run_child, tail, vmhwm_mb,
+    add_run_options, alternate_sides, child_env, compare_sides, fmt_table as _fmt_table, make_clock, parameter_count,
+    prepare_model, print_child_result, read_child_result, ROOT, run_child, run_our_side, tail, vmhwm_mb,
+    parse_timed_args,
 )
 
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
@@ -91,28 +92,9 @@ def write_preset(args, model_path: Path, dest: Path) -> Path:
 
 def run_ours(args, model_path: Path, work: Path, env: dict) -> dict:
     preset = write_preset(args, model_path, work / "preset.yaml")
-    run_dir = work / "run"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet",
-           "--set", "training.eval_steps=0", "--set", "training.save_steps=0"]
-    for item in args.ours_set:
-        cmd += ["--set", item]
-    log = work / "ours.log"
-    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
-    if rc != 0:
-        raise RuntimeError(f"our engine exited with status {rc}; log {log}:\n{tail(log)}")
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
-    metrics = {e["step"]: e for e in events if e["type"] == "metrics"}
-    finished = [e for e in events if e["type"] == "run_finished"]
-    if not finished or finished[-1].get("status") != "done":
-        raise RuntimeError(f"our run did not finish: {finished[-1] if finished else 'no run_finished event'}")
-    W, N = args.warmup, args.steps
-    missing = [s for s in range(W, N + 1) if s not in metrics]
-    if missing:
-        raise RuntimeError(f"our run has no metrics event for steps {missing}")
-    timed = [metrics[s] for s in range(W + 1, N + 1)]
-    window = metrics[N]["time"] - metrics[W]["time"]
-    started = next(e for e in events if e["type"] == "run_started")
+    run, peak_mb, wall = run_our_side(args, preset, work, env,
+                                      sets=("training.eval_steps=0", "training.save_steps=0"))
+    timed, window, started, run_dir = run["timed"], run["window"], run["started"], run["run_dir"]
     result = summarise("ours", args, window, peak_mb, wall,
                        in_step=sum(m["step_time"] for m in timed),
                        mean_length=statistics.fmean(m["completions/mean_length"] for m in timed),
@@ -306,22 +288,8 @@ def parse_args(argv=None):
     p.add_argument("--max-completion-length", type=int, default=16, help="tokens per completion at most (default 16)")
     p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default 2e-3, as the preset)")
     p.add_argument("--num-train", type=int, default=2000, help="training prompts of the sort task (default 2000)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per side, order alternating; the median is reported")
-    p.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default: torch's default)")
-    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    p.add_argument("--ours-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra --set override for our engine (e.g. training.record_rollouts=0); "
-                        "makes the comparison unequal if it changes the work done")
-    p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one side may take (default 1800)")
-    p.add_argument("--trl-verbose", action="store_true", help="print TRL's logged metrics of every step in trl.log")
-    # internal: the TRL child
-    p.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
-    p.add_argument("--model-path", help=argparse.SUPPRESS)
-    p.add_argument("--work-dir", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if not 1 <= args.warmup < args.steps:
-        p.error("--warmup must be at least 1 (the first step carries one-off costs) and less than --steps")
+    add_run_options(p)
+    args = parse_timed_args(p, argv)
     if args.batch_size % args.num_generations:
         p.error("--batch-size must be a multiple of --num-generations")
     return args

@@ -144,7 +144,7 @@ def main() -> None:
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     from workbench.inspector import InspectorView
-    from workbench.rundata import RunData
+    from workbench.runs.rundata import RunData
 
     folder = Path(tempfile.mkdtemp(prefix="inspector-bench-"))
     run_dir = write_run(folder, args.tokens)

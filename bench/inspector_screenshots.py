@@ -32,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.camera import Camera  # noqa: E402
+
 COMMON = ["training.save_steps=0", "training.eval_steps=10", "data.num_eval=40", "training.max_steps=40"]
 RUNS = {
     "grpo": ("grpo-sort.yaml", COMMON + ["training.batch_size=64", "training.record_rollouts=16",
@@ -83,17 +85,8 @@ def main() -> None:
 
     width, height = (int(v) for v in args.size.split("x"))
 
-    def settle(seconds: float = 0.5) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
-
-    def shot(widget, name: str) -> None:
-        settle(0.5)
-        path = args.out / name
-        widget.grab().save(str(path), "PNG", 0)
-        print(f"{path}: {path.stat().st_size // 1024} KB")
+    camera = Camera(app, args.out, settle_s=0.5)
+    settle, shot = camera.settle, camera.shot
 
     window = MainWindow(Settings(runs_folder=str(folder)), settings_path=folder / "config" / "settings.json")
     window.ask = lambda title, text, choices: "Discard" if "Discard" in choices else choices[0]

@@ -53,9 +53,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
+    add_run_options, alternate_sides, child_env, clock_window, compare_sides, fmt_table, load_average_line, make_clock,
     mean_of, parameter_count, prepare_model, prepare_reward_model, print_child_result, read_child_result,
-    read_our_run, run_child, setup_trl112, tail, trl112_python, trl112_ready, vmhwm_mb, write_json,
+    run_our_side, run_child, setup_trl112, tail, trl112_python, trl112_ready, vmhwm_mb, write_json,
+    parse_timed_args, timing_figures,
 )
 
 # Shared PPO settings that have no flag (the flags carry the rest). Names follow TRL's PPOConfig.
@@ -114,16 +115,7 @@ def write_preset(args, model_path: Path, reward_model: Path, dest: Path) -> Path
 
 def run_ours(args, model_path: Path, reward_model: Path, work: Path, env: dict) -> dict:
     preset = write_preset(args, model_path, reward_model, work / "preset.yaml")
-    run_dir = work / "run"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet"]
-    for item in args.ours_set:
-        cmd += ["--set", item]
-    log = work / "ours.log"
-    rc, peak_mb, wall = run_child(cmd, log, env, args.timeout)
-    if rc != 0:
-        raise RuntimeError(f"our engine exited with status {rc}; command: {' '.join(cmd)}; log {log}:\n{tail(log)}")
-    run = read_our_run(run_dir, args.warmup, args.steps)
+    run, peak_mb, wall = run_our_side(args, preset, work, env)
     timed = run["timed"]
     model_info = run["started"].get("model", {})
     result = summarise(args, run["window"], peak_mb, wall,
@@ -134,7 +126,7 @@ def run_ours(args, model_path: Path, reward_model: Path, work: Path, env: dict) 
     result["trainable_parameters"] = model_info.get("trainable_parameters")
     result["timing_split"] = {k: mean_of(timed, f"timing/{k}") for k in ("rollout", "reward", "update")}
     if not args.keep_runs:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(run["run_dir"], ignore_errors=True)
     return result
 
 
@@ -279,15 +271,9 @@ def trl_child(args) -> int:
 
 
 def summarise(args, window, peak_mb, wall, *, in_step, mean_length, scores) -> dict:
-    timed_steps = args.steps - args.warmup
     scores = [s for s in scores if s is not None]
     return {
-        "steps_timed": timed_steps,
-        "window_s": window,
-        "samples_per_s": timed_steps * args.batch_size / window,
-        "peak_rss_mb": peak_mb,
-        "process_wall_s": wall,
-        "in_step_fraction": in_step / window if in_step is not None and window > 0 else None,
+        **timing_figures(args, window, peak_mb, wall, in_step),
         "mean_completion_length": mean_length,
         "mean_score": statistics.fmean(scores) if scores else None,
     }
@@ -349,23 +335,8 @@ def parse_args(argv=None):
     p.add_argument("--kl-estimator", choices=["k1", "k3"], default="k1", help="KL estimator (default k1)")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate (default 1e-3)")
     p.add_argument("--num-train", type=int, default=2000, help="training prompts of the sort task (default 2000)")
-    p.add_argument("--repeats", type=int, default=1, help="runs per side, order alternating; the median is reported")
-    p.add_argument("--threads", type=int, default=0, help="torch threads on both sides (default: torch's default)")
-    p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
-    p.add_argument("--ours-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra --set override for our engine (e.g. training.record_rollouts=0); "
-                        "makes the comparison unequal if it changes the work done")
-    p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds one side may take (default 1800)")
-    p.add_argument("--trl-verbose", action="store_true", help="print TRL's logged metrics of every step in trl.log")
-    # internal: the TRL child
-    p.add_argument("--side", choices=["trl"], help=argparse.SUPPRESS)
-    p.add_argument("--model-path", help=argparse.SUPPRESS)
-    p.add_argument("--reward-model", help=argparse.SUPPRESS)
-    p.add_argument("--work-dir", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if not 1 <= args.warmup < args.steps:
-        p.error("--warmup must be at least 1 (the first step carries one-off costs) and less than --steps")
+    add_run_options(p, child_paths=("--reward-model",))
+    args = parse_timed_args(p, argv)
     if args.batch_size % args.num_mini_batches:
         p.error("--batch-size must be a multiple of --num-mini-batches")
     return args

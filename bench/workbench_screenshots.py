@@ -19,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.camera import Camera  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -45,17 +47,8 @@ def main() -> None:
             app.processEvents()
             time.sleep(0.02)
 
-    def settle(seconds: float = 0.5) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
-
-    def shot(widget, name: str) -> None:
-        settle(0.4)
-        path = args.out / name
-        widget.grab().save(str(path), "PNG", 0)
-        print(f"{path}: {path.stat().st_size // 1024} KB")
+    camera = Camera(app, args.out, settle_s=0.4)
+    settle, shot = camera.settle, camera.shot
 
     window = MainWindow(Settings(runs_folder=str(runs_folder)), settings_path=runs_folder / "config" / "settings.json")
     window.ask = lambda title, text, choices: "Discard" if "Discard" in choices else choices[0]

@@ -12,12 +12,10 @@ same knob, so what users know carries over.
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -29,10 +27,13 @@ from pydantic import (
     model_validator,
 )
 
+from engine.preset_errors import PresetError, format_errors
+from engine.preset_io import (  # noqa: F401  (re-exported: engine.preset is where callers import them)
+    apply_overrides, preset_to_dict, preset_to_yaml, read_preset_dict, save_preset,
+)
 from engine.preset_limits import (
     MAX_BATCH, MAX_COEF, MAX_COUNT, MAX_GRAD_NORM, MAX_LEARNING_RATE, MAX_LORA_ALPHA, MAX_REPEATS,
-    MAX_FILE_BYTES, MAX_REWARD_SCALE, MAX_SEED, MAX_TEMPERATURE, MAX_TOKENS, LimitError, decode_preset_bytes,
-    one_line, parse_yaml, path_text, range_text, short_repr, structure_problem,
+    MAX_REWARD_SCALE, MAX_SEED, MAX_TEMPERATURE, MAX_TOKENS, structure_problem,
 )
 
 BUILTIN_MODEL = "builtin:tiny"
@@ -428,112 +429,9 @@ class Preset(Section):
         return self.training.batch_size // self.group_size
 
 
-# ---------------------------------------------------------------- loading, saving
-
-
-class PresetError(ValueError):
-    """A preset that cannot be used; `str()` is a readable list of problems."""
-
-    def __init__(self, problems: list[str], source: str = "preset"):
-        self.problems = problems
-        self.source = source
-        super().__init__(f"{source} is invalid:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
-def _field_at(raw_loc: tuple) -> tuple[type[BaseModel] | None, Any]:
-    """The section holding the field at pydantic's `raw_loc` (with the algorithm's tag,
-    so a DPO preset's fields are DPO's), and the field's FieldInfo (None if unknown)."""
-    models = ALGORITHM_CONFIGS
-    cls, info = Preset, None
-    for i, part in enumerate(raw_loc):
-        if isinstance(part, int):
-            continue
-        if i == 1 and raw_loc[0] == "algorithm" and part in models:
-            cls = models[part]
-            continue
-        if i == len(raw_loc) - 1 or cls is None:
-            return cls, cls.model_fields.get(part) if cls is not None else None
-        info = cls.model_fields.get(part)
-        cls = _first_model(info.annotation) if info is not None else None
-    return cls, None
-
-
-def _allowed_keys(raw_loc: tuple) -> list[str]:
-    cls, _ = _field_at(raw_loc)
-    return list(cls.model_fields) if cls is not None else []
-
-
-def _first_model(ann) -> type[BaseModel] | None:
-    import typing
-
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    for arg in typing.get_args(ann):
-        found = _first_model(arg)
-        if found is not None:
-            return found
-    return None
-
-
-def _allowed_range(raw_loc: tuple) -> str:
-    """The bounds of the number field at `raw_loc`, as `0 < value <= 100`; "" when the
-    field has none or is not found."""
-    _, info = _field_at(raw_loc)
-    return range_text(info.metadata) if info is not None else ""
-
-
-_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
-
-
-def _format_errors(exc: ValidationError) -> list[str]:
-    problems = []
-    for err in exc.errors():
-        # The algorithm's discriminator tag (algorithm.grpo.beta) is noise to a reader.
-        loc = tuple(p for i, p in enumerate(err["loc"]) if not (i == 1 and err["loc"][0] == "algorithm"
-                                                                and p in ALGORITHM_NAMES))
-        path = path_text(loc)
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            allowed = _allowed_keys(err["loc"])
-            near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            hint = f" (did you mean `{near[0]}`?)" if near else ""
-            problems.append(f"{path}: unknown field{hint}; allowed: {', '.join(allowed)}")
-            continue
-        if err["type"] == "missing":
-            problems.append(f"{path}: required field is missing")
-            continue
-        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            # The algorithm's `name` is missing or unknown: nothing else in the section
-            # is checked, so name that field, and any key no algorithm has (a typo of
-            # `name` itself is the usual cause of a missing name).
-            given = err["input"].get("name") if isinstance(err["input"], dict) else None
-            what = "required field is missing" if given is None else f"unknown algorithm {short_repr(given)}"
-            problems.append(f"{path}.name: {what}; one of: {', '.join(ALGORITHM_NAMES)}")
-            known = {key for cls in (GRPOConfig, PPOConfig, DPOConfig) for key in cls.model_fields}
-            for key in err["input"] if isinstance(err["input"], dict) else ():
-                if key not in known:
-                    near = difflib.get_close_matches(str(key), sorted(known), n=1)
-                    hint = f" (did you mean `{near[0]}`?)" if near else ""
-                    problems.append(f"{path_text(loc + (key,))}: unknown field{hint}")
-            continue
-        got = err.get("input")
-        shown = "" if isinstance(got, (dict, list)) else f" (got {short_repr(got)})"
-        if err["type"] in _RANGE_ERRORS:
-            # Name what is allowed, not only the bound that was crossed.
-            allowed = _allowed_range(err["loc"])
-            if err["type"] == "finite_number":
-                msg, shown = f"must be a finite number, got {short_repr(got)} (.inf and .nan are never allowed)", ""
-            problems.append(f"{path}: {msg}{shown}" + (f"; allowed: {allowed}" if allowed else ""))
-            continue
-        relative = re.match(r"^([\w.]+): ", msg)
-        if relative and err["type"] == "value_error":
-            # A section validator names a field relative to its section.
-            problems.append(f"{'.'.join([*map(str, loc), relative.group(1)])}: {msg[relative.end():]}")
-        elif loc:
-            problems.append(f"{path}: {msg}{shown}")
-        else:
-            problems.append(msg)
-    return problems
+# ---------------------------------------------------------------- validating, loading
+# The errors' wording is engine.preset_errors'; reading, --set overrides and saving are
+# engine.preset_io's (re-exported here, where callers have always found them).
 
 
 def preset_from_dict(data: Any, source: str = "preset") -> Preset:
@@ -547,26 +445,9 @@ def preset_from_dict(data: Any, source: str = "preset") -> Preset:
     try:
         return Preset.model_validate(data)
     except ValidationError as exc:
-        raise PresetError(_format_errors(exc), source) from None
+        raise PresetError(format_errors(exc, Preset, ALGORITHM_CONFIGS), source) from None
     except RecursionError:  # belt and braces: structure_problem bounds the depth
         raise PresetError(["nested too deeply to check; a preset's values are a few levels deep"], source) from None
-
-
-def read_preset_dict(path: str | Path) -> Any:
-    """The YAML data of a preset file, unvalidated ({} for an empty file). Anything that
-    is not a readable, plain-YAML file of sane size and depth is a one-line PresetError
-    naming the file: no traceback for binary junk, a YAML bomb or a Python tag."""
-    path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)  # no more: a huge file (or /dev/zero) is refused unread
-    except (OSError, ValueError) as exc:
-        raise PresetError([f"cannot read file: {one_line(getattr(exc, 'strerror', None) or exc)}"], str(path)) from None
-    try:
-        data = parse_yaml(decode_preset_bytes(raw))
-    except LimitError as exc:
-        raise PresetError([str(exc)], str(path)) from None
-    return {} if data is None else data
 
 
 def load_preset(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Preset:
@@ -575,66 +456,3 @@ def load_preset(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if overrides:
         data = apply_overrides(data, overrides, source=str(path))
     return preset_from_dict(data, str(path))
-
-
-def apply_overrides(data: dict, overrides, source: str = "--set") -> dict:
-    """Return a copy of `data` with each `a.b.c=value` applied; values parse as YAML.
-
-    input:  {"training": {"seed": 0}}, ["training.seed=3", "rewards.0.weight=0.5"]
-    output: {"training": {"seed": 3}, "rewards": [{"weight": 0.5}]}  (list items must exist)
-    """
-    import copy
-
-    data = copy.deepcopy(data)
-    problems = []
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(f"--set {item!r}: expected dotted.key=value")
-            continue
-        try:
-            value = parse_yaml(raw) if raw.strip() else ""
-        except LimitError as exc:
-            if "not valid YAML" not in str(exc):
-                # Too deep, an alias bomb, a Python tag: refused as in a file.
-                problems.append(f"--set {short_repr(item, 80)}: {exc}")
-                continue
-            value = raw  # not YAML syntax (`a: b`): the text as written
-        parts = key.strip().split(".")
-        node = data
-        try:
-            for part in parts[:-1]:
-                if isinstance(node, list):
-                    node = node[int(part)]
-                elif isinstance(node, dict):
-                    node = node.setdefault(part, {})
-                else:  # inside a number or a text: `name.x.y=1`
-                    raise TypeError
-            last = parts[-1]
-            if isinstance(node, list):
-                node[int(last)] = value
-            elif isinstance(node, dict):
-                node[last] = value
-            else:
-                raise TypeError
-        except (ValueError, IndexError, TypeError):
-            problems.append(f"--set {item!r}: {key} does not name a field that can be set")
-    if problems:
-        raise PresetError(problems, source)
-    return data
-
-
-def preset_to_dict(preset: Preset) -> dict:
-    return preset.model_dump(mode="json")
-
-
-def preset_to_yaml(preset: Preset) -> str:
-    return yaml.safe_dump(preset_to_dict(preset), sort_keys=False, allow_unicode=True)
-
-
-def save_preset(preset: Preset, path: str | Path) -> None:
-    """Write the preset as YAML, atomically (write a temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(preset_to_yaml(preset), encoding="utf-8")
-    tmp.replace(path)

@@ -50,7 +50,7 @@ def metrics_events(run):
 
 
 def plot_keys(run, algorithm):
-    from workbench.plotspec import EVAL, METRICS, choose_plots
+    from workbench.dashboard.plotspec import EVAL, METRICS, choose_plots
 
     events = rundir.read_events(run)
     names = {METRICS: {k for e in events if e["type"] == "metrics" for k, v in e.items() if isinstance(v, (int, float))},

@@ -22,10 +22,11 @@ import engine
 ENGINE_MODULES = sorted(m.name for m in pkgutil.walk_packages(engine.__path__, "engine.")
                         if m.name != "engine.__main__")  # __main__ runs the CLI on import
 # Qt-free workbench modules with examples that no other test file runs.
-# (inspector.colors and inspector.records: tests/test_inspector_data.py; schema, document,
-# rundata, runs, smoothing, plotspec: tests/test_workbench_models.py; the Qt modules:
+# (inspector.colors and inspector.records: tests/test_inspector_data.py; setup.schema, setup.document,
+# runs.rundata, runs.metric_table, runs.process, runs.status, runs.summaries, smoothing,
+# plotspec: tests/test_workbench_models.py; the Qt modules:
 # tests/test_workbench.py and tests/test_workbench_rewards.py.)
-WORKBENCH_MODULES = ["workbench.signals"]
+WORKBENCH_MODULES = ["workbench.signals", "workbench.run_declaration"]
 
 
 def holds_examples(module) -> bool:

@@ -6,6 +6,8 @@
   where it needs them: see test_boundaries.py for what a window's import pulls in);
 * the engine never imports the workbench or Qt;
 * the inspector's Qt-free models never import PySide6 or pyqtgraph, even inside a function.
+* nor do the runs' Qt-free models (the runs folder, run data and status).
+* nor do the set-up form's Qt-free models (the preset document, its schema, the checks).
 
 An edge goes to the module an import names (``from engine.rewards import x`` is an edge to
 ``engine.rewards``, and to ``engine.rewards.x`` too when ``x`` is a submodule), not to the
@@ -181,5 +183,61 @@ def test_the_inspector_models_import_no_qt():
         reached.add(name)
         found = imports(modules[name], name)
         todo += [t for t in found if t in modules and t != "workbench.inspector.view"]
+        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
+        assert not offenders, f"{name} imports {', '.join(offenders)}"
+
+
+SETUP_MODELS = ["workbench.setup", "workbench.setup.document", "workbench.setup.schema", "workbench.setup.checks"]
+
+
+def test_the_setup_models_import_no_qt():
+    modules = package_modules("workbench")
+    assert set(SETUP_MODELS) <= set(modules)
+    reached, todo = set(), list(SETUP_MODELS)
+    while todo:  # what they import from the workbench too, transitively
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        found = imports(modules[name], name)
+        todo += [t for t in found if t in modules]
+        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
+        assert not offenders, f"{name} imports {', '.join(offenders)}"
+
+
+RUNS_MODELS = ["workbench.runs", "workbench.runs.process", "workbench.runs.status", "workbench.runs.summaries",
+               "workbench.runs.rundata", "workbench.runs.metric_table", "workbench.runs.samples_store"]
+
+
+def test_the_runs_models_import_no_qt():
+    modules = package_modules("workbench")
+    assert set(RUNS_MODELS) <= set(modules)
+    reached, todo = set(), list(RUNS_MODELS)
+    while todo:  # what they import from the workbench too, transitively
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        found = imports(modules[name], name)
+        todo += [t for t in found if t in modules]
+        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
+        assert not offenders, f"{name} imports {', '.join(offenders)}"
+
+
+DASHBOARD_MODELS = ["workbench.dashboard", "workbench.dashboard.plotspec", "workbench.dashboard.smoothing",
+                    "workbench.run_declaration"]
+
+
+def test_the_dashboard_models_import_no_qt():
+    modules = package_modules("workbench")
+    assert set(DASHBOARD_MODELS) <= set(modules)
+    reached, todo = set(), list(DASHBOARD_MODELS)
+    while todo:  # what they import from the workbench too, transitively
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        found = imports(modules[name], name)
+        todo += [t for t in found if t in modules]
         offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
         assert not offenders, f"{name} imports {', '.join(offenders)}"

@@ -20,7 +20,7 @@ from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, wri
 from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE, InspectorView
 from workbench.inspector.colors import DIVERGING_STOPS, hex_to_rgb, text_hex
 from workbench.inspector.records import token_display
-from workbench.rundata import RunData
+from workbench.runs.rundata import RunData
 from workbench_helpers import write_run
 
 NEUTRAL = DIVERGING_STOPS[len(DIVERGING_STOPS) // 2]

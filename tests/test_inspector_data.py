@@ -19,7 +19,7 @@ from workbench.inspector.export import export_html, export_json, tooltip_html
 from workbench.inspector.index import TrajectoryIndex, build_group, prompt_history
 from workbench.inspector.quantities import DPO, GRPO, PPO, step_scale, trajectory_scale
 from workbench.inspector.records import Trajectory, token_display, token_segments
-from workbench.rundata import RunData
+from workbench.runs.rundata import RunData
 from workbench_helpers import write_run
 
 

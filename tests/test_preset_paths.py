@@ -13,7 +13,7 @@ import yaml
 from engine import cli
 from engine.preset import preset_from_dict
 from engine.preset_paths import absolute_preset_paths, resolve_data_path
-from workbench import main_window
+from workbench.window import run_control
 from workbench_helpers import small_preset
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)
 
@@ -92,7 +92,7 @@ def test_the_cli_and_the_window_resolve_a_preset_the_same_way(preset_folder, win
             launched.append(yaml.safe_load(Path(self.launch).read_text()))
             raise OSError("not started in this test")
 
-    monkeypatch.setattr(main_window, "EngineProcess", NoEngine)
+    monkeypatch.setattr(run_control, "EngineProcess", NoEngine)
     assert window.open_preset(preset_folder / "p.yaml")
     assert window.run() is None
     by_window = launched[0]

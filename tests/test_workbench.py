@@ -15,13 +15,15 @@ from PySide6.QtCore import Qt
 
 from engine import rundir
 from engine.preset import PresetError, preset_from_dict
-from workbench import runs, schema
+from workbench import runs
 from workbench.app import classify_target, create_window
-from workbench.fields import BoolEditor, ChoiceEditor, NamesEditor, OptionsEditor
-from workbench.launcher import AttachedEngine, EngineProcess
+from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.main_window import CANCEL, DISCARD, LEAVE_RUNNING, LOG, RUNS, SAMPLES, SAVE, SETUP
-from workbench.schema import format_value
 from workbench.settings import Settings
+from workbench.setup import schema
+from workbench.setup.editors import BoolEditor, ChoiceEditor, NamesEditor
+from workbench.setup.options_editor import OptionsEditor
+from workbench.setup.schema import format_value
 from workbench_helpers import small_preset, write_run
 from window_fixtures import Asked, click, click_run, collect_in_main_thread, make_window, window  # noqa: F401 (fixtures)
 
@@ -463,8 +465,8 @@ def test_launch_with_a_preset_or_a_run_folder(qtbot, tmp_path, monkeypatch):
     collect_in_main_thread()
 
 
-@pytest.mark.parametrize("name", ["workbench.fields", "workbench.runs_view", "workbench.main_window",
-                                  "workbench.log_view", "workbench.xcb_check"])
+@pytest.mark.parametrize("name", ["workbench.setup.editors", "workbench.setup.options_editor", "workbench.runs.runs_view", "workbench.window.run_control",
+                                  "workbench.runs.log_view", "workbench.xcb_check"])
 def test_doctests_of_the_qt_modules(name):
     import doctest
     import importlib

@@ -1,4 +1,4 @@
-"""workbench.background: no garbage collection on a worker thread (it would free Qt
+"""workbench.setup.background: no garbage collection on a worker thread (it would free Qt
 objects there and hang the window), collection back on once the jobs are done, and no
 callback to an owner deleted meanwhile."""
 
@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from PySide6.QtWidgets import QWidget
 
-from workbench import background
+from workbench.setup import background
 
 
 def test_collection_is_off_while_a_job_runs_and_back_on_after(qtbot):

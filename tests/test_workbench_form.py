@@ -15,10 +15,10 @@ import yaml
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from workbench.document import PresetDocument
+from workbench.setup.document import PresetDocument
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
-from workbench.setup_panel import SetupPanel
+from workbench.setup.panel import SetupPanel
 from workbench_helpers import small_preset, type_text
 
 
@@ -315,7 +315,7 @@ def test_an_unknown_key_in_a_reward_component_is_shown_on_it(window, qtbot, tmp_
 
 
 def test_renaming_onto_a_field_the_file_sets_asks_first(window, qtbot, tmp_path, monkeypatch):
-    from workbench import unknown_keys as unknown_keys_module
+    from workbench.setup import unknown_keys as unknown_keys_module
 
     def both(data):
         data["training"]["learnin_rate"] = 0.5  # and learning_rate 0.01 stays
@@ -350,7 +350,7 @@ def test_renaming_onto_a_field_the_file_sets_asks_first(window, qtbot, tmp_path,
 def test_doctests_of_the_unknown_keys_banner():
     import doctest
 
-    from workbench import unknown_keys
+    from workbench.setup import unknown_keys
 
     result = doctest.testmod(unknown_keys)
     assert result.failed == 0 and result.attempted >= 1

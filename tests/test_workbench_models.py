@@ -16,15 +16,19 @@ import yaml
 
 from engine import rundir
 from engine.preset import Preset, PresetError, preset_from_dict
-from workbench import checks, document, plotspec, rundata, runs, schema, smoothing
-from workbench.document import PresetDocument, split_problem
-from workbench.rundata import MetricTable, RunData
+from workbench import runs
+from workbench.dashboard import plotspec, smoothing
+from workbench.runs import metric_table, process, rundata, status, summaries
+from workbench.runs.rundata import MetricTable, RunData
+from workbench.setup import checks, document, schema
+from workbench.setup.document import PresetDocument, split_problem
 from workbench_helpers import write_run
 
 
 # Only modules that hold examples (checks and settings have none: a run of them attempts
 # nothing and cannot fail).
-@pytest.mark.parametrize("module", [schema, document, rundata, runs, smoothing, plotspec])
+@pytest.mark.parametrize("module", [schema, document, rundata, metric_table, process, status, summaries, smoothing,
+                                    plotspec])
 def test_doctests(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0

@@ -13,9 +13,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout
 
 from engine.preset import preset_from_dict
-from workbench import setup_panel
-from workbench.document import PresetDocument
-from workbench.setup_panel import ADD_CUSTOM, ADD_REWARD_MODEL, SetupPanel
+from workbench.setup import rewards_editor
+from workbench.setup.document import PresetDocument
+from workbench.setup.panel import SetupPanel
+from workbench.setup.rewards_editor import ADD_CUSTOM, ADD_REWARD_MODEL
 from workbench_helpers import small_preset, type_text
 
 REWARDS_PY = '''\
@@ -141,7 +142,7 @@ def test_a_second_reward_model_gets_its_own_label(panel, folder, qtbot):
 
 
 def test_adding_a_python_function_from_the_file_dialog(panel, folder, monkeypatch, qtbot):
-    monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName",
+    monkeypatch.setattr(rewards_editor.QFileDialog, "getOpenFileName",
                         lambda *args, **kwargs: (str(folder / "my_rewards.py"), ""))
     add(panel, qtbot, ADD_CUSTOM)
     row = panel.rewards.items[-1]
@@ -161,7 +162,7 @@ def test_adding_a_python_function_from_the_file_dialog(panel, folder, monkeypatc
 
 
 def test_a_cancelled_file_dialog_adds_nothing(panel, monkeypatch, qtbot):
-    monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName", lambda *args, **kwargs: ("", ""))
+    monkeypatch.setattr(rewards_editor.QFileDialog, "getOpenFileName", lambda *args, **kwargs: ("", ""))
     before = rewards(panel)
     add(panel, qtbot, ADD_CUSTOM)
     assert rewards(panel) == before
@@ -214,7 +215,7 @@ def test_browse_writes_a_path_relative_to_the_preset(panel, folder, monkeypatch,
     (folder / "lib" / "more.py").write_text("def shorter(prompts, completions, **fields):\n    return [0.0]\n")
     panel.rewards.add_custom(str(folder / "my_rewards.py"))
     row = panel.rewards.items[-1]
-    monkeypatch.setattr(setup_panel.QFileDialog, "getOpenFileName",
+    monkeypatch.setattr(rewards_editor.QFileDialog, "getOpenFileName",
                         lambda *args, **kwargs: (str(folder / "lib" / "more.py"), ""))
     qtbot.mouseClick(row.file.browse, Qt.LeftButton)
     assert rewards(panel)[-1]["name"] == "lib/more.py:shorter"  # the new file's function
@@ -257,7 +258,7 @@ def test_rewards_of_every_kind_round_trip_through_a_preset_file(panel, folder, q
 def test_doctests_of_the_rewards_editor():
     import doctest
 
-    from workbench import reward_fields
+    from workbench.setup import reward_fields
 
     result = doctest.testmod(reward_fields)
     assert result.failed == 0 and result.attempted >= 3

@@ -26,7 +26,7 @@ from engine import rundir
 from engine.preset import preset_from_dict
 from workbench import app, runs, xcb_check
 from workbench.dashboard import run_colour
-from workbench.launcher import AttachedEngine
+from workbench.runs.launcher import AttachedEngine
 from workbench.main_window import DISCARD, RUNS, MainWindow
 from workbench_helpers import small_preset, write_run
 from window_fixtures import Asked, click, click_run, make_window, window  # noqa: F401 (fixtures)

@@ -9,9 +9,9 @@ import time
 
 from engine import rundir
 from workbench.dashboard import Dashboard
-from workbench.run_header import RunHeader
-from workbench.rundata import RunData
-from workbench.samples_view import SamplesView
+from workbench.runs.run_header import RunHeader
+from workbench.runs.rundata import RunData
+from workbench.runs.samples_view import SamplesView
 from workbench_helpers import write_run
 
 

@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from workbench import runs
-from workbench.launcher import AttachedEngine, EngineProcess
+from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
 

@@ -5,6 +5,10 @@ One timer drives everything live: it polls the events of the runs on show (a few
 milliseconds when nothing is new); a run model that read something new announces it
 (RunData.updated) and the views that show it (dashboard, samples, header) redraw
 themselves. Nothing the window does waits on the engine.
+
+The preset actions (workbench/window/presets.py) and Run / Stop / Kill
+(workbench/window/run_control.py) are mixins of MainWindow; the tab and answer names
+are in workbench/window/names.py.
 """
 
 from __future__ import annotations
@@ -12,8 +16,6 @@ from __future__ import annotations
 from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
 
 import html
-import re
-import shutil
 import time
 from pathlib import Path
 
@@ -31,42 +33,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import yaml
-
 from engine import rundir
-from engine.preset import PresetError
-from engine.preset_paths import absolute_preset_paths
 from workbench import runs
 from workbench.dashboard import Dashboard, run_colour
-from workbench.document import PresetDocument
 from workbench.inspector import InspectorView
-from workbench.launcher import AttachedEngine, EngineHandle, EngineProcess
-from workbench.log_view import LogView
-from workbench.run_header import RunHeader
-from workbench.rundata import RunData
-from workbench.runs_view import DifferencesTable, RunsView
-from workbench.samples_view import SamplesView
-from workbench.settings import Settings, bundled_presets
-from workbench.setup_panel import SetupPanel
-
-# Tab positions. (The inspector would sit best after Samples; it is last so that the
-# positions of the first five stay as they were.)
-SETUP, DASHBOARD, SAMPLES, INSPECTOR, RUNS, LOG = range(6)
-SAVE, DISCARD, CANCEL = "Save", "Discard", "Cancel"
-STOP_RUN, LEAVE_RUNNING = "Stop the run", "Leave it running"
+from workbench.runs.launcher import AttachedEngine, EngineHandle
+from workbench.runs.log_view import LogView
+from workbench.runs.run_header import RunHeader
+from workbench.runs.rundata import RunData
+from workbench.runs.runs_view import DifferencesTable, RunsView
+from workbench.runs.samples_view import SamplesView
+from workbench.settings import Settings
+from workbench.setup import PresetDocument, SetupPanel
+from workbench.window.names import (CANCEL, DASHBOARD, DISCARD, INSPECTOR, LEAVE_RUNNING, LOG,  # noqa: F401
+                                    RUNS, SAMPLES, SAVE, SETUP, STOP_RUN)
+from workbench.window.presets import PresetsMixin
+from workbench.window.run_control import RunControlMixin, run_dir_name  # noqa: F401
 
 
-def run_dir_name(preset_name: str, now: float | None = None) -> str:
-    """`NAME-YYYYmmdd-HHMMSS` as the engine names runs, the name made safe for a folder.
-
-    >>> run_dir_name("grpo sort/v2", 0.0).startswith("grpo-sort-v2-19")
-    True
-    """
-    safe = re.sub(r"[^\w.-]+", "-", preset_name).strip("-.") or "run"
-    return f"{safe}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
-
-
-class MainWindow(QMainWindow):
+class MainWindow(PresetsMixin, RunControlMixin, QMainWindow):
     """Signals: `run_launched(path)`, `engine_finished(exit code)` (tests wait on them)."""
 
     run_launched = Signal(Path)
@@ -215,26 +200,6 @@ class MainWindow(QMainWindow):
         widget = bar.widgetForAction(act)
         menu.popup(widget.mapToGlobal(widget.rect().bottomLeft()))
 
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
-        paths = [p for p in self.settings.recent_presets]
-        if not paths:
-            self.recent_menu.addAction("(none yet)").setEnabled(False)
-        for path in paths:
-            act = self.recent_menu.addAction(path)
-            act.setEnabled(Path(path).exists())
-            act.triggered.connect(lambda _c=False, p=path: self.open_preset(p))
-
-    def _fill_bundled(self) -> None:
-        self.bundled_menu.clear()
-        presets = bundled_presets()
-        if not presets:
-            self.bundled_menu.addAction("(no presets/ folder found)").setEnabled(False)
-        for path in presets:
-            act = self.bundled_menu.addAction(path.stem)
-            act.setToolTip(str(path))
-            act.triggered.connect(lambda _c=False, p=path: self.open_bundled(p))
-
     # ================================================================ dialogs
 
     def ask(self, title: str, text: str, choices: list[str]) -> str:
@@ -271,254 +236,6 @@ class MainWindow(QMainWindow):
         if not kinds or self._message_kind in kinds:
             self._message_kind = None
             self.run_message.setText("")
-
-    # ================================================================ presets
-
-    def _update_title(self) -> None:
-        self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
-        self.setWindowModified(self.doc.dirty)
-
-    def confirm_discard(self) -> bool:
-        """True when the current preset may be replaced: no unsaved changes, or the user
-        saved them or chose to discard them."""
-        if not self.doc.dirty:
-            return True
-        answer = self.ask("Unsaved changes", f"Save the changes to {self.doc.title}?", [SAVE, DISCARD, CANCEL])
-        if answer == SAVE:
-            return self.save()
-        return answer == DISCARD
-
-    def new_preset(self) -> None:
-        if self.confirm_discard():
-            self.doc.new()
-            self.clear_message("error", "problems")
-            self.tabs.setCurrentIndex(SETUP)
-
-    def open_preset_dialog(self) -> None:
-        if not self.confirm_discard():
-            return
-        start = str(self.doc.base_dir or Path.cwd())
-        path, _ = QFileDialog.getOpenFileName(self, "Open preset", start, "Presets (*.yaml *.yml);;All files (*)")
-        if path:
-            self.open_preset(path, confirmed=True)
-
-    def open_preset(self, path: str | Path, confirmed: bool = False) -> bool:
-        if not confirmed and not self.confirm_discard():
-            return False
-        try:
-            self.doc.open(path)
-        except PresetError as exc:
-            self.tell("Cannot open preset", str(exc))
-            return False
-        self.settings.add_recent(path)
-        self._save_settings()
-        self.show_message(f"Opened {path}")
-        self.tabs.setCurrentIndex(SETUP)
-        return True
-
-    def open_bundled(self, path: Path) -> bool:
-        """A bundled preset opens as a new, untitled preset (Save writes a copy, so the
-        shipped file is not overwritten by accident)."""
-        if not self.confirm_discard():
-            return False
-        try:
-            data = self._read_preset(path)
-        except PresetError as exc:
-            self.tell("Cannot open preset", str(exc))
-            return False
-        self.doc.new(data, clean=True)
-        self.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
-        self.tabs.setCurrentIndex(SETUP)
-        return True
-
-    @staticmethod
-    def _read_preset(path: Path) -> dict:
-        from engine.preset import read_preset_dict
-
-        data = read_preset_dict(path)
-        if not isinstance(data, dict):
-            raise PresetError(["the top level must be a mapping of sections"], str(path))
-        return data
-
-    def save(self) -> bool:
-        if self.doc.path is None:
-            return self.save_as_dialog()
-        return self.save_as(self.doc.path)
-
-    def save_as_dialog(self) -> bool:
-        start = str(self.doc.path or (Path.cwd() / f"{self.doc.get('name') or 'preset'}.yaml"))
-        path, _ = QFileDialog.getSaveFileName(self, "Save preset as", start, "Presets (*.yaml *.yml)")
-        return self.save_as(path) if path else False
-
-    def save_as(self, path: str | Path) -> bool:
-        _, problems = self.doc.validate()
-        if problems:
-            answer = self.ask("The preset has problems",
-                              f"{len(problems)} field(s) are not valid yet; the engine will refuse this preset "
-                              "until they are fixed. Save it anyway, as it is?", ["Save anyway", CANCEL])
-            if answer != "Save anyway":
-                return False
-        try:
-            self.doc.save(path)
-        except OSError as exc:
-            self.tell("Cannot save preset", f"{path}: {exc.strerror or exc}")
-            return False
-        self.settings.add_recent(path)
-        self._save_settings()
-        self.show_message(f"Saved {path}")
-        return True
-
-    def load_run_preset(self, run_dir: Path) -> None:
-        """Start a new preset from a run's resolved preset (to run a variation)."""
-        if not self.confirm_discard():
-            return
-        run = self._run_data(run_dir)
-        if not run.preset:
-            self.tell("No preset", f"{run_dir} has no preset.yaml")
-            return
-        self.doc.new(run.preset)
-        self.tabs.setCurrentIndex(SETUP)
-
-    def _save_settings(self) -> None:
-        self.settings.smoothing = self.dashboard.smoothing_weight
-        self.settings.save(self._settings_path)
-
-    # ================================================================ running
-
-    def _validated(self, problems: list) -> None:
-        if problems:
-            path, message = problems[0]
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            self.act_run.setToolTip(f"Cannot run yet: {path + ': ' if path else ''}{message}{more}")
-            if self._message_kind == "problems":  # a refused Run: say what is left to fix
-                self.show_message(self._problems_text(problems), "problems")
-        else:
-            self.act_run.setToolTip("Start the engine on this preset, in a new run folder")
-            self.clear_message("problems")
-
-    @staticmethod
-    def _problems_text(problems: list) -> str:
-        path, message = problems[0]
-        return (f"Cannot run: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the preset. "
-                f"First: {path + ': ' if path else ''}{message}")
-
-    def run(self) -> Path | None:
-        """Launch the engine on the form's preset (saved or not). Refused, with the
-        reason shown, while the preset has problems or a run is in progress."""
-        problems = self.setup.validate_now()
-        if problems:
-            path, message = problems[0]
-            self.show_message(self._problems_text(problems), "problems")
-            self.tabs.setCurrentIndex(SETUP)
-            self.setup.focus_field(path)
-            return None
-        if self.engine is not None and self.engine.running:
-            self.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before starting another.")
-            return None
-        preset, _ = self.doc.validate()
-        folder = self.settings.runs_path
-        run_dir: Path | None = None
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            run_dir = folder / run_dir_name(preset.name)
-            suffix = 2
-            while run_dir.exists():
-                run_dir = folder / f"{run_dir_name(preset.name)}-{suffix}"
-                suffix += 1
-            launch = runs.workbench_dir(run_dir) / runs.LAUNCH_PRESET
-            launch.parent.mkdir(parents=True)
-            # The launch preset lives in the run folder: a relative prompt file, custom
-            # reward file or reward-model folder is made absolute (the engine's one rule).
-            data = absolute_preset_paths(preset, self.doc.base_dir).model_dump(mode="json")
-            launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-            engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self)
-            engine.start()
-        except OSError as exc:
-            self.show_message(f"Cannot start the engine: {exc}", "error")
-            if run_dir is not None and not (run_dir / rundir.EVENTS_FILE).exists():
-                # Only what this method wrote is there; a folder with no engine behind
-                # it would list as a run forever.
-                shutil.rmtree(run_dir, ignore_errors=True)
-            return None
-        self._attach(engine, run_dir)
-        self.show_message(f"Started {run_dir}", "engine")
-        self.open_run(run_dir)
-        self.run_launched.emit(run_dir)
-        return run_dir
-
-    def refuse(self, reason: str) -> None:
-        self.show_message(reason, "refused")
-
-    def _attach(self, engine: EngineHandle, run_dir: Path) -> None:
-        self.engine = engine
-        self.engine_dir = Path(run_dir)
-        engine.finished.connect(self._engine_finished)
-        engine.stopping.connect(lambda: self._update_actions())
-        engine.escalated.connect(lambda text: self.show_message(f"{engine.run_dir.name}: {text}", "engine"))
-        self._update_actions()
-
-    def stop(self) -> None:
-        if self.engine is not None and self.engine.running:
-            self.engine.stop()
-            how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to pid {self.engine.pid})"
-            self.show_message(f"Stopping{how}: the engine finishes its current step and saves a checkpoint…",
-                              "engine")
-            self._update_actions()
-
-    def kill(self) -> None:
-        if self.engine is not None and self.engine.running:
-            self.engine.kill()
-
-    def _engine_finished(self, code) -> None:
-        run_dir = self.engine_dir
-        run = self._cache.get(run_dir) if run_dir else None
-        if run is not None:
-            run.poll()
-        how = runs.describe_exit(code, bool(self.engine and self.engine.killed))
-        name = run_dir.name if run_dir else "the engine"
-        outcome = ""
-        if run is not None:
-            status, _ = self._status(run)
-            outcome = f"; the run is {status}"
-        self.show_message(f"{name}: the engine {how}{outcome}", "engine")
-        self._update_actions()
-        self._update_header()
-        self.runs_view.refresh()
-        self.engine_finished.emit(code)
-
-    def _update_actions(self) -> None:
-        running = self.engine is not None and self.engine.running
-        self.act_stop.setEnabled(running and not self.engine.stop_requested)
-        self.act_kill.setEnabled(running)
-        self.act_run.setEnabled(not running)
-        if running:  # the run Stop acts on, which need not be the one on show
-            name = self.engine.run_dir.name
-            how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to its pid {self.engine.pid})"
-            self.act_stop.setToolTip(f"Ask {name} to stop after its current step{how}; it saves a checkpoint")
-            if self.engine.stop_requested:
-                self.act_stop.setToolTip(f"{name} is stopping: it finishes its step and saves a checkpoint")
-            self.act_kill.setToolTip(f"Kill {name} now (SIGKILL to pid {self.engine.pid}): the step in progress "
-                                     "is lost")
-        else:
-            reason = self._why_no_stop()
-            self.act_stop.setToolTip(f"Stop is not available: {reason}")
-            self.act_kill.setToolTip(f"Kill is not available: {reason}")
-        for act in (self.act_stop, self.act_kill):
-            act.setStatusTip(act.toolTip())
-
-    def _why_no_stop(self) -> str:
-        """Why Stop and Kill are greyed out, in words (their tool tips)."""
-        run = self.shown[0] if len(self.shown) == 1 else None
-        if run is None or self._status(run)[0] not in ("running", "starting", "stale"):
-            return "no run of this window is in progress"
-        ref = runs.find_engine(run.run_dir, run.started)
-        if ref is None:
-            return (f"{run.name} was started outside this window and its events name no process id: stop it "
-                    "with Ctrl-C in the terminal that runs it (or kill its engine process)")
-        if not runs.can_signal(ref.pid):
-            return (f"{run.name} runs as pid {ref.pid}, a process of another user: stop it with Ctrl-C in its "
-                    f"terminal, or as that user: kill -TERM {ref.pid}")
-        return f"{run.name} (pid {ref.pid}) is not attached to this window"
 
     # =================================================================== runs
 

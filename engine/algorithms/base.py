@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from engine import rundir
+from engine.algorithms.declaration import Declares
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.forward import completion_logits
 from engine.losses import selective_log_softmax
@@ -103,7 +104,7 @@ def _discard_checkpoint(folder: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-class Trainer:
+class Trainer(Declares):
     """What every algorithm shares. A subclass implements `train_step` (returns the step's
     metrics) and `write_step_outputs` (samples events and trajectory records)."""
 
@@ -430,7 +431,7 @@ class Trainer:
                       "context_length": self.loaded.context_length},
             "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
-            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples),
+            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples), **self.declaration(),
         }
 
     def run(self, on_step=None, resume_from: Path | None = None) -> str:

@@ -20,6 +20,7 @@ from engine.data import Example, load_splits, preference_pairs
 from engine.losses import dpo_loss, entropy_from_logits, selective_log_softmax, sequence_logps
 from engine.rollout import Rollout
 from engine.algorithms.base import Trainer, set_update_mode
+from engine.algorithms.declaration import plot
 from engine.trajectories import token_fields
 
 PAIR = 2  # rows per preference pair: chosen, rejected
@@ -41,6 +42,23 @@ class DPOStepOutputs:
 
 
 class DPOTrainer(Trainer):
+    # Metric names as TRL's DPO trainer logs them.
+    PLOTS = (
+        plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
+        plot("loss", "Loss", "loss"),
+        plot("grad_norm", "Gradient norm", "grad_norm"),
+        plot("lr", "Learning rate", "learning_rate"),
+        plot("timing", "Step time", "step_time"),
+        plot("dpo_margins", "Reward margins", "rewards/margins", "rewards/chosen", "rewards/rejected"),
+        plot("dpo_logps", "Sequence logprobs", "logps/chosen", "logps/rejected"),
+        plot("dpo_eval", "Held-out preference accuracy", eval=("preference_accuracy",)),
+        plot("dpo_accuracy", "Preference accuracy", "rewards/accuracies"),
+    )
+    # One record per preference pair: a chosen and a rejected side.
+    RECORDS = {"layout": "pair", "sides": ["chosen", "rejected"],
+               "token_values": ["implicit_reward", "logprob", "ref_logprob"],
+               "preferred": ["implicit_reward", "advantage"]}
+
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
         train, held_out = load_splits(self.preset.data, self.cfg.seed, preset_dir)
         if self.preset.data.task is not None:

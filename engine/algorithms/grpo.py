@@ -15,7 +15,10 @@ from dataclasses import dataclass
 import torch
 
 from engine.advantages import GRPO_ESTIMATORS, group_reward_std
-from engine.algorithms.base import RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode
+from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.algorithms.base import (
+    RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode,
+)
 from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
 from engine.rewards import combine_rewards
 from engine.rollout import Rollout
@@ -35,6 +38,16 @@ class GRPOStepOutputs(RolloutStepOutputs):
 class GRPOTrainer(Trainer):
     """GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
     completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL."""
+
+    PLOTS = ROLLOUT_PLOTS + (
+        plot("clip", "Clip ratio", "clip_ratio/region_mean"),
+        plot("truncated", "Truncated completions", "completions/clipped_ratio"),
+        plot("zero_std", "Groups with no signal", "frac_reward_zero_std"),
+        plot("throughput", "Throughput", "throughput/tokens_per_second"),
+    )
+    # One record per completion; the completions of a prompt form a group.
+    RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],
+               "preferred": ["advantage"]}
 
     def updates_per_step(self) -> int:
         return self.algo.num_iterations

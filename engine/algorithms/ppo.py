@@ -26,6 +26,7 @@ from engine.losses import (
 )
 from engine.rewards import combine_rewards
 from engine.rollout import Rollout
+from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import RolloutStepOutputs, Trainer, set_update_mode
 from engine.trajectories import trajectory_records
 
@@ -47,6 +48,20 @@ class PPOStepOutputs(RolloutStepOutputs):
 
 
 class PPOTrainer(Trainer):
+    # Metric names as TRL's PPO trainer logs them.
+    PLOTS = ROLLOUT_PLOTS + (
+        plot("ppo_objective", "RLHF objective", "objective/rlhf_reward", "objective/scores",
+             "objective/non_score_reward"),
+        plot("value_loss", "Value loss", "loss/value_avg", "loss/policy_avg"),
+        plot("explained_variance", "Explained variance", "val/explained_variance"),
+        plot("ppo_clip", "Clipped fraction", "policy/clipfrac_avg", "val/clipfrac_avg"),
+        plot("ppo_approxkl", "Policy change per update", "policy/approxkl_avg", "val/ratio"),
+    )
+    # One record per completion (one per prompt by default), with the critic's numbers per token.
+    RECORDS = {"layout": "single", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio",
+                                                    "value", "return", "kl_reward", "reward_per_token"],
+               "preferred": ["advantage"]}
+
     # ------------------------------------------------------------------ critic
 
     def setup_modules(self) -> None:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.inspector.colors import Scale, text_hex
-from workbench.inspector.quantities import DPO, GRPO, PPO, QUANTITIES, _num, quantity
+from workbench.inspector.quantities import QUANTITIES, _num, quantity
+from workbench.run_declaration import GROUP, PAIR, SINGLE
 from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
 
 # ===================================================================== summary
@@ -50,13 +51,13 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     plain summary and its HTML."""
     t = trajectory
     parts = [SummaryPart(f"step {t.step}", heading=True)]
-    if t.algorithm == DPO:
+    if t.layout == PAIR:
         parts.append(SummaryPart(f"pair {t.index}"))
         parts += [SummaryPart(key, _num(t.record.get(key))) for key in ("margin", "beta") if key in t.record]
         parts += [SummaryPart(f"{side.name} reward", _num(side.reward), f"({len(side)} tokens)") for side in t.sides]
         return parts
     parts.append(SummaryPart(f"rollout {t.index}"))
-    if t.algorithm == GRPO or t.group != t.index:
+    if t.layout == GROUP or t.group != t.index:
         parts.append(SummaryPart(f"group {t.group}"))
     parts.append(SummaryPart("reward", _num(t.reward)))
     rewards = t.record.get("rewards")
@@ -66,7 +67,7 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
         parts.append(SummaryPart("score", _num(t.record.get("score"))))
     adv = t.advantage
     if adv is not None:
-        parts.append(SummaryPart("mean advantage" if t.algorithm == PPO else "advantage", f"{adv:+.4g}"))
+        parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", f"{adv:+.4g}"))
     parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
     if t.record.get("truncated"):
         parts.append(SummaryPart("truncated (no EOS)", warn=True))
@@ -128,7 +129,7 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
         return ""
     token = side.tokens[i]
     token_id = side.token_ids[i] if i < len(side.token_ids) else None
-    where = f"{side.name} " if trajectory.algorithm == DPO else ""
+    where = f"{side.name} " if trajectory.layout == PAIR else ""
     rows = "".join(f"<tr><td>{html.escape(name)}</td><td align='right'><b>{html.escape(value)}</b></td></tr>"
                    for name, value in token_numbers(side, i))
     head = (f"<b style='font-family:monospace'>{html.escape(token_display(token))}</b> "
@@ -156,8 +157,8 @@ def token_title(side: Side, i: int) -> str:
 
 
 def export_name(run_name: str, trajectory: Trajectory | None, suffix: str) -> str:
-    """The file name an export suggests: run-stepN-rolloutK.suffix (pairK for DPO)."""
-    what = "pair" if trajectory and trajectory.algorithm == DPO else "rollout"
+    """The file name an export suggests: run-stepN-rolloutK.suffix (pairK for a pair)."""
+    what = "pair" if trajectory and trajectory.layout == PAIR else "rollout"
     step = trajectory.step if trajectory else None
     return f"{run_name or 'run'}-step{step}-{what}{trajectory.index if trajectory else 0}.{suffix}"
 
@@ -209,7 +210,7 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
     legend of the scale."""
     q = quantity(key, trajectory.values(key))
     title = f"{run_name + ' · ' if run_name else ''}step {trajectory.step} · " + (
-        f"pair {trajectory.index}" if trajectory.algorithm == DPO else f"rollout {trajectory.index}")
+        f"pair {trajectory.index}" if trajectory.layout == PAIR else f"rollout {trajectory.index}")
     gradient = ", ".join(scale.gradient(11))
     low, high = scale.low, scale.high
     legend = (f"<div class='legend'><b>{html.escape(q.label)}</b> <span>{_num(low)}</span>"
@@ -222,7 +223,7 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
     for side, values in zip(trajectory.sides, trajectory.values(key)):
         colours = [scale.hex(v) for v in values.tolist()]
         text = _side_html(side, colours, show_marks)
-        head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>" if trajectory.algorithm == DPO else ""
+        head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>" if trajectory.layout == PAIR else ""
         body.append(f"<div>{head}<div class='t'><span class='p'>{prompt}</span>{text}</div></div>")
     content = f"<div class='sides'>{''.join(body)}</div>" if len(body) > 1 else body[0]
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

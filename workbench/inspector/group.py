@@ -40,7 +40,7 @@ from workbench.inspector.colors import Scale, diverging_hex, text_hex
 from workbench.inspector.export import tooltip_html
 from workbench.inspector.index import Group, HistoryRow, TrajectoryIndex, prompt_history
 from workbench.inspector.navigation import PromptChoice
-from workbench.inspector.quantities import PPO, _num
+from workbench.inspector.quantities import _num
 from workbench.inspector.records import text_display
 from workbench.inspector.plot import IntegerAxis
 from workbench.inspector.text import TokenTextView, token_colours
@@ -159,9 +159,10 @@ class GroupView(QWidget):
         layout.addWidget(scroll, 1)
 
     def show_group(self, group: Group | None, current: int | None, key: str, scale: Scale,
-                   algorithm: str = "", adv_scale: float | None = None) -> None:
+                   single: bool = False, adv_scale: float | None = None) -> None:
         """`adv_scale`: the half-width of the advantage colours (the step's, so the
-        chips match the tokens when colouring by advantage); default the group's."""
+        chips match the tokens when colouring by advantage); default the group's.
+        `single`: the run's records are one completion per prompt (layout "single")."""
         self.group = group
         for row in self.rows:
             row.setParent(None)
@@ -179,8 +180,8 @@ class GroupView(QWidget):
             stats = (f" · reward mean <b>{_num(float(np.mean(rewards)))}</b>, spread "
                      f"<b>{_num(max(rewards) - min(rewards))}</b>")
         note = ""
-        if algorithm == PPO and len(group.rows) == 1:
-            note = ("<br><span style='color:#666'>PPO samples one completion per prompt here "
+        if single and len(group.rows) == 1:
+            note = ("<br><span style='color:#666'>This run samples one completion per prompt "
                     "(num_generations 1): the group has this one.</span>")
         self.title.setText(
             f"<b>step {group.step} · group {group.group}</b> · {len(group.rows)}{size} completions "

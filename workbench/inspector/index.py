@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from engine import rundir
-from workbench.inspector.quantities import DPO, _int, _num
+from workbench.inspector.quantities import _int, _num
 from workbench.inspector.records import Trajectory, parse_records
+from workbench.run_declaration import PAIR, declared_records
 
 # ================================================================ on disk
 
@@ -37,8 +38,10 @@ class TrajectoryIndex:
     `cache_size` steps kept, and which steps recorded a given prompt (`scan_prompts`
     reads the files a few at a time, picking the prompts out of the raw lines)."""
 
-    def __init__(self, run_dir: str | Path, cache_size: int = 48):
+    def __init__(self, run_dir: str | Path, cache_size: int = 48, declared: dict | None = None):
+        """`declared`: the run's record declaration (None: each record's old default)."""
         self.run_dir = Path(run_dir)
+        self.declared = declared
         self.folder = self.run_dir / rundir.TRAJECTORIES_DIR
         self.steps: list[int] = []
         self._stamp: int | None = None
@@ -46,6 +49,12 @@ class TrajectoryIndex:
         self._cache: OrderedDict[int, tuple[tuple, list[Trajectory]]] = OrderedDict()
         self.cache_size = cache_size
         self._prompts: dict[int, tuple[tuple, list[tuple[int, str]]]] = {}  # step -> (stamp, [(index, prompt)])
+
+    @classmethod
+    def of_run(cls, run) -> "TrajectoryIndex | None":
+        """The index of a run (RunData, or None), reading its records in the layout the
+        run declared."""
+        return cls(run.run_dir, declared=declared_records(run.started)) if run is not None else None
 
     def poll(self) -> bool:
         """Re-list the folder if it changed (its mtime moves when a step file is renamed
@@ -96,7 +105,7 @@ class TrajectoryIndex:
             data = rundir.trajectory_path(self.run_dir, step).read_bytes()
         except OSError:
             return []
-        records = parse_records(data)
+        records = parse_records(data, self.declared)
         self._cache[step] = (stamp, records)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -240,7 +249,7 @@ def build_group(records: list[Trajectory], samples: list[dict], step: int, group
                                advantage=_float(sample.get("advantage")),
                                completion=str(sample.get("completion", "")))
     for record in records:
-        if record.group != group or record.algorithm == DPO:
+        if record.group != group or record.layout == PAIR:
             continue
         prompt = record.prompt or prompt
         rewards = record.record.get("rewards")
@@ -282,9 +291,9 @@ def prompt_history(prompt: str, index: TrajectoryIndex | None, samples=None,
             if t is None:
                 continue
             seen.add((step, i))
-            completion = t.sides[0].completion if t.algorithm != DPO else \
-                f"chosen: {t.sides[0].completion} | rejected: {t.sides[1].completion}"
-            rows.append(HistoryRow(step, "rollout", i, completion, t.reward if t.algorithm != DPO
+            completion = t.sides[0].completion if t.layout != PAIR else \
+                " | ".join(f"{s.name}: {s.completion}" for s in t.sides)
+            rows.append(HistoryRow(step, "rollout", i, completion, t.reward if t.layout != PAIR
                                    else t.sides[0].reward, t.advantage, True))
     if samples is not None:
         n = len(samples)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from workbench.inspector.quantities import DPO
+from workbench.run_declaration import declaration_of
 from workbench.inspector.records import text_display
 
 if TYPE_CHECKING:
@@ -183,12 +183,13 @@ class Navigation:
 
     # -------------------------------------------------------------- quantity
 
-    def fit_quantity(self, keys: list[str], algorithm: str) -> str:
+    def fit_quantity(self, keys: list[str], preferred) -> str:
         """Keep the quantity when the shown record has it, else pick the first of the
-        preferred ones it has (a DPO pair: implicit reward), else its first ('' when
-        it has none). Returns the key."""
+        `preferred` ones it has (the record's declared ones; a string: an old run's
+        algorithm), else its first ('' when it has none). Returns the key."""
         if self.key not in keys:
-            preferred = ("implicit_reward", "advantage") if algorithm == DPO else ("advantage",)
+            if isinstance(preferred, str):
+                preferred = declaration_of({"algorithm": preferred})["records"].get("preferred") or ()
             self.key = next((k for k in preferred if k in keys), keys[0] if keys else "")
         return self.key
 

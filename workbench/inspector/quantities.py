@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from workbench.inspector.colors import Scale, symmetric_scale
+from workbench.run_declaration import DPO, GRPO, PAIR, PPO  # noqa: F401  (GRPO, PPO, DPO: re-exported)
 
 if TYPE_CHECKING:
     from workbench.inspector.records import Trajectory
 
-GRPO, PPO, DPO = "grpo", "ppo", "dpo"
 MARKS = {"clipped"}  # per-token flags: shown as marks and in the tooltip, not in the picker
 
 
@@ -130,7 +130,7 @@ def step_scale(records: list[Trajectory], key: str, scope_step: int | None = Non
     arrays = [a for r in records for a in r.values(key)]
     q = quantity(key, arrays)
     n = len(records)
-    what = "pairs" if records and records[0].algorithm == DPO else "rollouts"
+    what = "pairs" if records and records[0].layout == PAIR else "rollouts"
     scope = f"the {n} recorded {what} of step {scope_step}" if scope_step is not None else f"{n} {what}"
     return make_scale(q, arrays, scope)
 
@@ -138,7 +138,7 @@ def step_scale(records: list[Trajectory], key: str, scope_step: int | None = Non
 def trajectory_scale(trajectory: Trajectory, key: str) -> Scale:
     arrays = trajectory.values(key)
     q = quantity(key, arrays)
-    what = "this pair" if trajectory.algorithm == DPO else "this rollout"
+    what = "this pair" if trajectory.layout == PAIR else "this rollout"
     return make_scale(q, arrays, what)
 
 

@@ -1,8 +1,9 @@
 """Trajectory records and how their tokens are drawn. No Qt.
 
 A trajectory record (docs/run-directory.md, `trajectories/step_NNNNNN.jsonl`) is one
-rollout (GRPO, PPO) or one preference pair (DPO). Here each becomes a `Trajectory`
-with one `Side` (GRPO, PPO: the completion) or two (DPO: chosen and rejected); a side
+rollout or one preference pair, as the run's declared record layout says
+(workbench/run_declaration.py: "group", "single" or "pair"). Here each becomes a
+`Trajectory` with one `Side` (the completion) or two (a pair's sides); a side
 holds the tokens and every per-token number as a numpy array (NaN for null), whatever
 the keys are, so a quantity the engine adds later shows up in the tooltip and the
 picker without a change here.
@@ -10,13 +11,14 @@ picker without a change here.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from workbench.inspector.quantities import DPO, GRPO, MARKS, PPO, QUANTITIES, _int, _num
+from engine import rundir
+from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
+from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
 
 # Per-token lists that are not numbers to colour by.
 _NOT_NUMBERS = {"tokens", "token_ids", "top_ids", "top_tokens", "top_probs"}
@@ -81,20 +83,26 @@ class Trajectory:
     group: int
     prompt: str
     sides: list[Side]
+    layout: str = GROUP  # "group", "single" or "pair" (workbench/run_declaration.py)
+    preferred: tuple[str, ...] = ("advantage",)  # the quantities to colour by first
 
     @classmethod
-    def from_record(cls, record: dict) -> "Trajectory":
-        algorithm = str(record.get("algorithm") or GRPO).lower()
+    def from_record(cls, record: dict, declared: dict | None = None) -> "Trajectory":
+        """`declared`: the run's record declaration (None: the old default for the
+        record's algorithm)."""
+        layout_of = records_of(record, declared)
+        layout = str(layout_of.get("layout") or SINGLE)
         step, index = _int(record.get("step")), _int(record.get("index"))
         group = _int(record.get("group"), index)
-        if algorithm == DPO or ("chosen" in record and "rejected" in record):
-            algorithm = DPO
-            sides = [Side.from_mapping(name, record.get(name) if isinstance(record.get(name), dict) else {})
-                     for name in ("chosen", "rejected")]
+        if layout == PAIR:
+            names = layout_of.get("sides") or ["chosen", "rejected"]
+            sides = [Side.from_mapping(str(name), record.get(name) if isinstance(record.get(name), dict) else {})
+                     for name in names]
         else:
             sides = [Side.from_mapping("completion", record)]
-        return cls(record=record, algorithm=algorithm, step=step, index=index, group=group,
-                   prompt=str(record.get("prompt", "")), sides=sides)
+        preferred = tuple(str(k) for k in layout_of.get("preferred") or ("advantage",))
+        return cls(record=record, algorithm=algorithm_of(record, layout), step=step, index=index, group=group,
+                   prompt=str(record.get("prompt", "")), sides=sides, layout=layout, preferred=preferred)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -107,9 +115,9 @@ class Trajectory:
 
     @property
     def advantage(self) -> float | None:
-        """The rollout's advantage: GRPO's (the same on every token), PPO's mean over
-        tokens; a DPO pair's margin."""
-        if self.algorithm == DPO:
+        """The rollout's advantage (the mean over tokens where it varies per token); a
+        pair's margin."""
+        if self.layout == PAIR:
             value = self.record.get("margin")
             return float(value) if isinstance(value, (int, float)) else None
         adv = self.sides[0].numbers.get("advantage")
@@ -132,18 +140,18 @@ class Trajectory:
 
     def label(self) -> str:
         """One line for the rollout picker."""
-        if self.algorithm == DPO:
+        if self.layout == PAIR:
             return (f"pair {self.index} · margin {_num(self.record.get('margin'))} · "
-                    f"chosen {_num(self.sides[0].reward)} / rejected {_num(self.sides[1].reward)}")
+                    + " / ".join(f"{s.name} {_num(s.reward)}" for s in self.sides))
         parts = [f"#{self.index}"]
-        if self.group != self.index or self.algorithm == GRPO:
+        if self.group != self.index or self.layout == GROUP:
             parts.append(f"group {self.group}")
         parts.append(f"reward {_num(self.reward)}")
-        if self.algorithm == PPO and "score" in self.record:
+        if "score" in self.record:
             parts.append(f"score {_num(self.record.get('score'))}")
         adv = self.advantage
         if adv is not None:
-            parts.append(f"{'mean adv' if self.algorithm == PPO else 'adv'} {adv:+.3g}")
+            parts.append(f"{'mean adv' if self.layout == SINGLE else 'adv'} {adv:+.3g}")
         parts.append(f"{len(self.sides[0])} tok")
         if self.record.get("truncated"):
             parts.append("truncated")
@@ -229,16 +237,11 @@ def token_display(token: str) -> str:
 
 # ================================================================ tooltip, export
 
-def parse_records(data: bytes) -> list[Trajectory]:
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(Trajectory.from_record(record))
-    return out
+def parse_records(data: bytes, declared: dict | None = None) -> list[Trajectory]:
+    """The records of a step file; `declared`: the run's record declaration."""
+    # The whole file: a step file is written at once (atomically), so its last line
+    # is complete even without a newline; a line that does not parse is skipped.
+    lines = [line for line in data.splitlines() if line.strip()]
+    return [Trajectory.from_record(record, declared) for record in rundir.parse_lines(lines)
+            if isinstance(record, dict)]
 

@@ -13,7 +13,8 @@ from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter
 
 from workbench.inspector.colors import Scale
 from workbench.inspector.export import tooltip_html
-from workbench.inspector.quantities import DPO, _num, quantity
+from workbench.inspector.quantities import _num, quantity
+from workbench.run_declaration import PAIR
 from workbench.inspector.records import Trajectory
 from workbench.inspector.plot import QuantityPlot
 from workbench.inspector.text import token_colours
@@ -87,7 +88,7 @@ class TrajectoryPage(QSplitter):
     def show_trajectory(self, trajectory: Trajectory, show_prompt: bool) -> None:
         """Draw a record's text (uncoloured until `colour`), no token selected."""
         self.trajectory = trajectory
-        pair = trajectory.algorithm == DPO
+        pair = trajectory.layout == PAIR
         self.sides[1].setVisible(pair)
         for k, panel in enumerate(self.sides):
             if k < len(trajectory.sides):

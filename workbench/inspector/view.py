@@ -49,7 +49,8 @@ from workbench.inspector.index import (
     step_samples,
 )
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP, Navigation
-from workbench.inspector.quantities import DPO, quantity, step_scale, trajectory_scale
+from workbench.inspector.quantities import quantity, step_scale, trajectory_scale
+from workbench.run_declaration import PAIR, SINGLE
 from workbench.inspector.records import Trajectory
 from workbench.inspector.trajectory_page import TrajectoryPage
 from workbench.inspector.widgets import ControlBar, Legend, checked_box
@@ -184,7 +185,7 @@ class InspectorView(QWidget):
     def set_run(self, run) -> None:
         """Show a run's trajectories (RunData, or None); nothing is read until shown."""
         self.run = run
-        self.nav.reset(TrajectoryIndex(run.run_dir) if run is not None else None)
+        self.nav.reset(TrajectoryIndex.of_run(run))
         self.follow_check.setChecked(True)
         self.history_view.set_sources(self.index, run)
         self._clear()
@@ -342,7 +343,7 @@ class InspectorView(QWidget):
             self._clear()
             return
         self._say("")
-        pair = trajectory.algorithm == DPO
+        pair = trajectory.layout == PAIR
         self.summary.setText(summary_html(trajectory))
         self.trajectory_page.show_trajectory(trajectory, self.prompt_check.isChecked())
         self._fill_quantities(trajectory)
@@ -351,7 +352,7 @@ class InspectorView(QWidget):
         if self.pages.currentIndex() == GROUP_PAGE:
             self._update_group()
         self.pages.setTabEnabled(GROUP_PAGE, not pair)
-        self.pages.setTabToolTip(GROUP_PAGE, "DPO records are pairs: chosen and rejected are side by side on the "
+        self.pages.setTabToolTip(GROUP_PAGE, "These records are pairs: their sides are side by side on the "
                                  "Trajectory page" if pair else "Every completion of this rollout's prompt group")
         self.history_view.follow_prompt(trajectory.prompt)
         self._update_controls()
@@ -359,7 +360,7 @@ class InspectorView(QWidget):
 
     def _fill_quantities(self, trajectory: Trajectory) -> None:
         keys = trajectory.quantities()
-        self.nav.fit_quantity(keys, trajectory.algorithm)
+        self.nav.fit_quantity(keys, trajectory.preferred)
         current = [self.quantity_box.itemData(i) for i in range(self.quantity_box.count())]
         if current != keys:
             self.quantity_box.blockSignals(True)
@@ -426,7 +427,7 @@ class InspectorView(QWidget):
 
     def current_group(self):
         trajectory = self.current
-        if trajectory is None or trajectory.algorithm == DPO:
+        if trajectory is None or trajectory.layout == PAIR:
             return None
         return build_group(self.records, step_samples(self.run, self.step), self.step, trajectory.group,
                            group_size(self.run))
@@ -441,7 +442,7 @@ class InspectorView(QWidget):
             self._group_key = key
             adv = step_scale(self.records, "advantage", self.step).scale if self.records else None
             self.group_view.show_group(self.current_group(), trajectory.index if trajectory else None, self.key,
-                                       self._group_scale(), trajectory.algorithm if trajectory else "", adv)
+                                       self._group_scale(), bool(trajectory) and trajectory.layout == SINGLE, adv)
             self._group_quantity = (self.key, self.scope)
             return
         if self._group_quantity != (self.key, self.scope):

@@ -163,7 +163,7 @@ def field_spec(model: type[BaseModel], name: str, prefix: str = "") -> FieldSpec
         words = tuple(w for a in args if typing.get_origin(a) is Literal for w in typing.get_args(a))
         if any(typing.get_origin(a) is list for a in args):
             return FieldSpec(kind=NAMES, choices=words, **common)
-    raise TypeError(f"the form cannot edit {path} of type {info.annotation!r}; add a kind to workbench/schema.py")
+    raise TypeError(f"the form cannot edit {path} of type {info.annotation!r}; add a kind to workbench/setup/schema.py")
 
 
 def section_fields(model: type[BaseModel], prefix: str = "", skip: tuple[str, ...] = ()) -> list[FieldSpec]:

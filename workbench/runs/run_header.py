@@ -17,9 +17,9 @@ from typing import Callable
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from workbench.rundata import RunData, format_duration
-from workbench.runs import clean_output
-from workbench.runs_view import STATUS_COLOURS
+from workbench.runs.rundata import RunData, format_duration
+from workbench.runs.status import clean_output
+from workbench.runs.runs_view import STATUS_COLOURS
 
 BANNER_STYLES = {  # (background, border, title colour)
     "failed": ("#fdecea", "#b00020", "#b00020"),

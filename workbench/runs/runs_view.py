@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.runs import MISSING, RunIndex, RunSummary, differing_fields
-from workbench.schema import format_value
+from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
+from workbench.setup import format_value
 
 STATUS_COLOURS = {
     "running": "#1565c0", "starting": "#1565c0", "done": "#1e7e34", "stopped": "#8a6d00",

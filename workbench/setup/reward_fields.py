@@ -12,8 +12,8 @@ from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QWidget
 
 from engine.rewards.custom import find_reward_file, inspect_reward_file
 from engine.rewards import reward_kind
-from workbench import schema
-from workbench.fields import FieldEditor, PathEditor
+from workbench.setup import schema
+from workbench.setup.editors import FieldEditor, PathEditor
 
 
 def reward_row_kind(name: Any) -> str:

@@ -1,17 +1,19 @@
-"""Which plots the dashboard shows, chosen by the metric names a run logged and its
-algorithm. No Qt.
+"""Which plots the dashboard shows, chosen by the metric names a run logged and the
+plots its run_started declared (workbench/run_declaration.py). No Qt.
 
 Each `PlotSpec` names the metrics it draws (exact names or patterns such as
 `rewards/<name>/mean` for every reward component). A plot is shown when the run has any
-of its metrics, so an algorithm that logs new metric names (PPO's value loss, DPO's
-margins) gets its plots by logging them; metrics no plot claims are offered in the
-"other metric" plot, so nothing logged is out of reach.
+of its metrics; an algorithm's own plots (`declared_only`, and any plot the catalogue
+does not know, built from the declaration) only when the run declares them. Metrics no
+plot claims are offered in the "other metric" plot, so nothing logged is out of reach.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from workbench.run_declaration import declaration_of
 
 METRICS, EVAL = "metrics", "eval"
 
@@ -31,7 +33,7 @@ class PlotSpec:
     curves: tuple[CurveSpec, ...] = ()
     # Patterns whose matches each become a curve, e.g. r"rewards/(?P<label>[^/]+)/mean".
     patterns: tuple[tuple[str, str], ...] = ()  # (regex, source)
-    algorithms: tuple[str, ...] | None = None  # None: any algorithm that logs the metrics
+    declared_only: bool = False  # shown only when the run's declaration lists the key
     unit: str = ""
     note_when_empty: str = "no values logged (all null)"
 
@@ -47,8 +49,8 @@ class PlotSpec:
                     out.append(CurveSpec(name, label, source))
         return out
 
-    def applies(self, names: dict[str, set[str]], algorithm: str) -> bool:
-        if self.algorithms is not None and algorithm and algorithm not in self.algorithms:
+    def applies(self, names: dict[str, set[str]], declared_keys: set[str]) -> bool:
+        if self.declared_only and self.key not in declared_keys:
             return False
         return bool(self.resolve(names))
 
@@ -79,23 +81,23 @@ CATALOGUE: tuple[PlotSpec, ...] = (
     # PPO (names as TRL's PPO trainer logs them).
     PlotSpec("ppo_objective", "RLHF objective", (C("objective/rlhf_reward", "score + KL penalty"),
                                                  C("objective/scores", "score"),
-                                                 C("objective/non_score_reward", "KL penalty")), algorithms=("ppo",)),
+                                                 C("objective/non_score_reward", "KL penalty")), declared_only=True),
     PlotSpec("value_loss", "Value loss", (C("loss/value_avg", "value loss"), C("loss/policy_avg", "policy loss")),
-             algorithms=("ppo",)),
+             declared_only=True),
     PlotSpec("explained_variance", "Explained variance", (C("val/explained_variance", "explained variance"),),
-             algorithms=("ppo",)),
+             declared_only=True),
     PlotSpec("ppo_clip", "Clipped fraction", (C("policy/clipfrac_avg", "policy"), C("val/clipfrac_avg", "value")),
-             algorithms=("ppo",)),
+             declared_only=True),
     PlotSpec("ppo_approxkl", "Policy change per update", (C("policy/approxkl_avg", "approx. KL old → new"),
-                                                          C("val/ratio", "mean ratio")), algorithms=("ppo",)),
+                                                          C("val/ratio", "mean ratio")), declared_only=True),
     # DPO (TRL's DPO names).
     PlotSpec("dpo_margins", "Reward margins", (C("rewards/margins", "chosen − rejected"), C("rewards/chosen", "chosen"),
-                                              C("rewards/rejected", "rejected")), algorithms=("dpo",)),
+                                              C("rewards/rejected", "rejected")), declared_only=True),
     PlotSpec("dpo_logps", "Sequence logprobs", (C("logps/chosen", "chosen"), C("logps/rejected", "rejected")),
-             algorithms=("dpo",)),
+             declared_only=True),
     PlotSpec("dpo_eval", "Held-out preference accuracy", (C("preference_accuracy", "chosen above rejected", EVAL),),
-             algorithms=("dpo",)),
-    PlotSpec("dpo_accuracy", "Preference accuracy", (C("rewards/accuracies", "accuracy"),), algorithms=("dpo",)),
+             declared_only=True),
+    PlotSpec("dpo_accuracy", "Preference accuracy", (C("rewards/accuracies", "accuracy"),), declared_only=True),
 )
 
 # Every step carries these; they are not worth a plot of their own but stay reachable
@@ -109,18 +111,43 @@ class Layout:
     other: list[str] = field(default_factory=list)  # metrics no plot claims
 
 
-def choose_plots(names: dict[str, set[str]], algorithm: str) -> Layout:
-    """The plots for one run (or the union over runs being compared), in catalogue
-    order, and the metrics left for the "other metric" plot.
+Declared = "str | dict | list[dict]"
+
+
+def declared_plots(declared) -> list[dict]:
+    """The declared plot entries: `declared` is a declaration ({"plots": ...}), a list of
+    plot entries, or an old run's algorithm name."""
+    if isinstance(declared, str):
+        declared = declaration_of({"algorithm": declared})
+    if isinstance(declared, dict):
+        declared = declared.get("plots") or []
+    return [p for p in declared or [] if isinstance(p, dict) and p.get("key")]
+
+
+def _from_declaration(entry: dict) -> PlotSpec:
+    """A plot the catalogue does not know, as declared: one curve per metric."""
+    curves = [CurveSpec(str(m), str(m)) for m in entry.get("metrics") or []]
+    curves += [CurveSpec(str(m), str(m), EVAL) for m in entry.get("eval") or []]
+    return PlotSpec(str(entry["key"]), str(entry.get("title") or entry["key"]), tuple(curves))
+
+
+def choose_plots(names: dict[str, set[str]], declared) -> Layout:
+    """The plots for one run (or the union over runs being compared): the catalogue's,
+    in its order, then declared plots it does not know; and the metrics left for the
+    "other metric" plot. `declared`: see declared_plots.
 
     >>> layout = choose_plots({"metrics": {"reward", "reward_std", "rewards/exact/mean", "kl", "num_tokens"}}, "grpo")
     >>> [p.key for p, _ in layout.plots], layout.other
     (['reward', 'kl'], ['num_tokens'])
     """
+    entries = declared_plots(declared)
+    keys = {str(p["key"]) for p in entries}
+    known = {spec.key for spec in CATALOGUE}
+    specs = list(CATALOGUE) + [_from_declaration(p) for p in entries if p["key"] not in known]
     layout = Layout()
     claimed: set[tuple[str, str]] = set()
-    for spec in CATALOGUE:
-        if not spec.applies(names, algorithm):
+    for spec in specs:
+        if not spec.applies(names, keys):
             continue
         curves = spec.resolve(names)
         layout.plots.append((spec, curves))
@@ -134,18 +161,15 @@ def choose_plots(names: dict[str, set[str]], algorithm: str) -> Layout:
     return layout
 
 
-def expected_names(algorithm: str) -> dict[str, set[str]]:
-    """Before a run's first metrics arrive: the metrics its algorithm is known to log,
-    so the dashboard has its plots in place from the start."""
-    known = {
-        "grpo": {"reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/region_mean", "completions/mean_length",
-                 "completions/clipped_ratio", "frac_reward_zero_std", "grad_norm", "learning_rate",
-                 "throughput/tokens_per_second", "step_time"},
-        "ppo": {"reward", "reward_std", "kl", "entropy", "loss", "objective/rlhf_reward", "objective/scores",
-                "loss/value_avg", "val/explained_variance", "policy/clipfrac_avg", "policy/approxkl_avg",
-                "completions/mean_length", "grad_norm", "learning_rate", "step_time"},
-        "dpo": {"loss", "rewards/margins", "rewards/chosen", "rewards/rejected", "rewards/accuracies",
-                "logps/chosen", "logps/rejected", "grad_norm", "learning_rate", "step_time"},
-    }
-    evals = {"accuracy", "reward", "preference_accuracy"} if algorithm == "dpo" else {"accuracy", "reward"}
-    return {METRICS: known.get(algorithm, {"reward"}), EVAL: evals}
+def expected_names(declared) -> dict[str, set[str]]:
+    """Before a run's first metrics arrive: the metrics its declared plots expect, so
+    the dashboard has its plots in place from the start.
+
+    >>> sorted(expected_names([{"key": "x", "title": "X", "metrics": ["a"], "eval": ["b"]}])[EVAL])
+    ['b']
+    """
+    out: dict[str, set[str]] = {METRICS: set(), EVAL: set()}
+    for entry in declared_plots(declared):
+        out[METRICS].update(str(m) for m in entry.get("metrics") or [])
+        out[EVAL].update(str(m) for m in entry.get("eval") or [])
+    return out

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.rundata import RunData, Sample, SampleStore
+from workbench.runs.rundata import RunData, Sample, SampleStore
 
 STEP, PROMPT, COMPLETION, REWARD = "step", "prompt", "completion", "reward"
 ADVANTAGE = "advantage"

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from engine.preset import Preset, PresetError, preset_from_dict, preset_to_yaml, read_preset_dict
-from workbench import schema
+from workbench.setup import schema
 from workbench.signals import Signal
 
 _PROBLEM = re.compile(r"^(\S+): (.*)$", re.S)

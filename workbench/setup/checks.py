@@ -20,7 +20,7 @@ from engine.preset import BUILTIN_MODEL, Preset
 from engine.preset_paths import resolve_data_path
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # engine.builtin_model says where the built-in model lives, but importing it loads
 # torch; the location is part of the repository layout (docs/architecture.md).
 BUILTIN_MODEL_DIR = REPO_ROOT / "assets" / "tiny-model"

@@ -15,9 +15,9 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
-from workbench.document import PresetDocument, UnknownKey, get_path
-from workbench.fields import ERROR_STYLE
-from workbench.schema import format_value
+from workbench.setup.document import PresetDocument, UnknownKey, get_path
+from workbench.setup.editors import ERROR_STYLE
+from workbench.setup.schema import format_value
 
 BANNER_STYLE = "QFrame#unknown-keys { background: #fdecea; border: 1px solid #f5c2c0; border-radius: 3px; }"
 

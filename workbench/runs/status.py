@@ -1,0 +1,117 @@
+"""A run's one status (judge_status, describe_run), shown alike by the run header,
+the runs list and a comparison, and the cleaned engine output it quotes. No Qt."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from workbench.runs.process import (OUTPUT_FILE, STALE_AFTER_S, describe_exit, find_engine,
+                                    read_exit_record, workbench_dir)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-_]")
+_BAR = re.compile(r"\|[█▉▊▋▌▍▎▏ #]*\|")
+
+
+def clean_output(text: str) -> str:
+    """Terminal output as a person would have read it: ANSI escapes removed, and of a
+    line redrawn with carriage returns (a progress bar) only its last state, with the
+    bar's blocks left out; repeated lines once.
+
+    >>> clean_output("\\rLoading weights:   0%|          | 0/52\\rLoading weights: 100%|\\u2588\\u2588| 52/52\\n\\x1b[31mboom\\x1b[0m\\nboom\\n")
+    'Loading weights: 100% 52/52\\nboom'
+    """
+    lines: list[str] = []
+    for line in _ANSI.sub("", text).replace("\r\n", "\n").split("\n"):
+        if "\r" in line:  # a progress line: its last state, without the bar
+            parts = [p for p in line.split("\r") if p.strip()]
+            line = re.sub(r"  +", " ", _BAR.sub(" ", parts[-1] if parts else ""))
+        line = line.replace("\x08", "").rstrip()
+        if line.strip() and (not lines or lines[-1] != line):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def output_excerpt(run_dir: Path, lines: int = 12, max_bytes: int = 8000) -> str:
+    """The end of what the engine printed (the workbench's capture), cleaned."""
+    path = workbench_dir(run_dir) / OUTPUT_FILE
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    text = clean_output(data.decode("utf-8", "replace"))
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------- status
+
+
+_KILL_SIGNALS = {9, 15, 2, 1}  # SIGKILL, SIGTERM, SIGINT, SIGHUP: someone ended it (a crash is another signal)
+
+
+def judge_status(events_status: str, has_events: bool, alive: bool | None, last_event_age: float | None,
+                 exit: dict | None = None) -> tuple[str, str]:
+    """(status, note): the one status of a run, shown alike by the run header, the runs
+    list and a comparison.
+
+    events_status is rundir.run_status of the events (running/done/stopped/failed); a
+    run whose events end in running is checked against its process (`alive`, None when
+    unknown) and how it ended (`exit`, the window's exit record, if any). A run whose
+    engine ended without a final event is `killed` when a signal ended it (the Kill
+    button, kill -9), else `interrupted`; `failed` when it ended before its first event.
+
+    >>> judge_status("running", True, False, 5.0)[0]
+    'interrupted'
+    >>> judge_status("running", True, False, 5.0, {"code": -9})[0]
+    'killed'
+    >>> judge_status("running", True, None, 3600.0)[0]
+    'stale'
+    """
+    if has_events and events_status != "running":
+        return events_status, ""
+    if alive is True:
+        return ("running", "") if has_events else ("starting", "the engine is loading the model")
+    if alive is False or exit is not None:
+        code = exit.get("code") if exit else None
+        killed = bool(exit and (exit.get("killed") or (isinstance(code, int) and -code in _KILL_SIGNALS)))
+        how = describe_exit(code, bool(exit and exit.get("killed"))) if exit else None
+        if killed:
+            lost = ("; the step in progress was lost (rl-engine resume continues from the last checkpoint, if any)"
+                    if has_events else "")
+            return "killed", f"the engine {how} before it wrote a final event{lost}"
+        if not has_events:
+            return "failed", (f"the engine {how} before the run started" if how else
+                              "the engine exited before the run started") + "; its output is in the Log tab"
+        return "interrupted", (f"the engine {how} without writing run_finished or run_failed; "
+                               if how else "the engine process ended without writing run_finished or run_failed "
+                               "(killed, or the machine went down); ") + "engine.log may say more"
+    if not has_events:
+        return "starting", ""
+    if last_event_age is not None and last_event_age > STALE_AFTER_S:
+        return "stale", (f"no event for {int(last_event_age // 60)} min and no process id: the engine "
+                         "may have died without a final event, or a step is very slow")
+    return "running", ""
+
+
+def describe_run(run_dir: Path, events_status: str, has_events: bool, last_event_age: float | None,
+                 started: dict | None = None, alive: bool | None = None) -> tuple[str, str]:
+    """judge_status for a run directory: its engine found from the events or the process
+    record (`alive` given by a window that holds the process itself), its exit record,
+    and, for an engine that failed without an event, the end of what it printed."""
+    ref = find_engine(run_dir, started)
+    if alive is None and ref is not None:
+        alive = ref.alive()
+    exit = read_exit_record(run_dir, ref.pid if ref is not None else None) if alive is not True else None
+    status, note = judge_status(events_status, has_events, alive, last_event_age, exit)
+    if status in ("failed", "interrupted") and not (has_events and events_status != "running"):
+        excerpt = output_excerpt(run_dir)
+        if excerpt:
+            note = f"{note}\n{excerpt}"
+    return status, note
+
+
+# --------------------------------------------------------------------- summaries

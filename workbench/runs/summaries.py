@@ -1,0 +1,183 @@
+"""Summaries of the runs folder for the runs list, and which preset fields differ
+between runs. No Qt."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from engine import rundir
+from workbench.runs.process import EXIT_FILE, LAUNCH_PRESET, PROCESS_FILE, read_process_record, workbench_dir
+from workbench.runs.status import describe_run
+
+
+@dataclass
+class RunSummary:
+    """One row of the runs list."""
+
+    path: Path
+    name: str
+    algorithm: str = ""
+    model: str = ""
+    status: str = "starting"
+    note: str = ""
+    step: int = 0
+    max_steps: int | None = None
+    last_reward: float | None = None
+    started: float | None = None  # Unix time of run_started
+    preset: dict | None = None
+
+
+_TAIL_BYTES = 256 * 1024
+
+
+def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
+    """Summary of a run directory, reading only its first event and its last 256 KB (a
+    10,000-step run lists as fast as a short one). None when the folder is not a run."""
+    run_dir = Path(run_dir)
+    events_path = run_dir / rundir.EVENTS_FILE
+    has_preset = (run_dir / rundir.PRESET_FILE).exists()
+    if not events_path.exists() and not has_preset and not workbench_dir(run_dir).is_dir():
+        return None
+    now = time.time() if now is None else now
+    summary = RunSummary(path=run_dir, name=run_dir.name)
+    size = events_path.stat().st_size if events_path.exists() else 0
+    first = rundir.read_first_record(events_path) if size else None
+    tail = rundir.read_jsonl_tail(events_path, _TAIL_BYTES) if size else []
+    if first and first.get("type") in ("run_started", "run_resumed"):
+        summary.started = first.get("time")
+        summary.preset = first.get("preset") if isinstance(first.get("preset"), dict) else None
+        summary.algorithm = str(first.get("algorithm") or "")
+        summary.model = str((first.get("model") or {}).get("name_or_path") or "")
+        summary.max_steps = first.get("max_steps")
+    if summary.preset is None:
+        for path in (run_dir / rundir.PRESET_FILE, workbench_dir(run_dir) / LAUNCH_PRESET):
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(data, dict):
+                summary.preset = data
+                break
+    preset = summary.preset or {}
+    summary.algorithm = summary.algorithm or str((preset.get("algorithm") or {}).get("name") or "")
+    summary.model = summary.model or str((preset.get("model") or {}).get("name_or_path") or "")
+    if summary.max_steps is None:
+        summary.max_steps = (preset.get("training") or {}).get("max_steps")
+    # Lifecycle events only ever come after the last run_started in the file, and one is
+    # at most a resume away, so the tail holds the last one unless the run is still in
+    # its first (running) life, which is what "none found" then means.
+    lifecycle = [e for e in tail if e.get("type") in rundir.LIFECYCLE_EVENTS]
+    events_status = rundir.run_status(lifecycle)
+    for event in reversed(tail):
+        if event.get("type") == "metrics" and summary.last_reward is None and isinstance(event.get("reward"), (int, float)):
+            summary.last_reward = float(event["reward"])
+        if isinstance(event.get("step"), int) and not summary.step:
+            summary.step = event["step"]
+    if lifecycle and lifecycle[-1].get("type") == "run_failed":
+        summary.note = str(lifecycle[-1].get("message", ""))
+    last_time = tail[-1].get("time") if tail else None
+    age = now - last_time if isinstance(last_time, (int, float)) else None
+    started = None
+    for event in [first or {}] + tail:
+        if event.get("type") in ("run_started", "run_resumed"):
+            started = event
+    status, note = describe_run(run_dir, events_status, bool(size), age, started=started)
+    summary.status, summary.note = status, note or summary.note
+    if summary.started is None:
+        summary.started = (read_process_record(run_dir) or {}).get("started") or run_dir.stat().st_mtime
+    return summary
+
+
+class RunIndex:
+    """Summaries of every run in a folder, re-read only for runs whose events changed
+    (the runs list refreshes on a timer)."""
+
+    def __init__(self, folder: Path | str):
+        self.folder = Path(folder)
+        self._cache: dict[Path, tuple[tuple, RunSummary]] = {}
+
+    def _stamp(self, run_dir: Path) -> tuple:
+        stamps = []
+        for path in (run_dir / rundir.EVENTS_FILE, workbench_dir(run_dir) / PROCESS_FILE,
+                     workbench_dir(run_dir) / EXIT_FILE):
+            try:
+                st = path.stat()
+                stamps.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
+
+    def scan(self) -> list[RunSummary]:
+        """Every run, newest first. A `running` summary is always re-judged (its process
+        may have died, or it may have gone stale, without its files changing)."""
+        try:
+            folders = [p for p in self.folder.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        found = []
+        for folder in folders:
+            stamp = self._stamp(folder)
+            hit = self._cache.get(folder)
+            if hit is None or hit[0] != stamp or hit[1].status in ("running", "starting", "stale"):
+                summary = summarize_run(folder)
+                if summary is None:
+                    continue
+                self._cache[folder] = (stamp, summary)
+            found.append(self._cache[folder][1])
+        found.sort(key=lambda s: s.started or 0, reverse=True)
+        return found
+
+
+# ------------------------------------------------------------------- comparing
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted paths to leaf values. Lists of mappings with a unique `name` (reward
+    components) are keyed by name, so runs with components in another order compare
+    field by field.
+
+    >>> flatten({"a": {"b": 1}, "rewards": [{"name": "x", "weight": 2}]})
+    {'a.b': 1, 'rewards.x.weight': 2}
+    """
+    out: dict[str, Any] = {}
+    if isinstance(value, dict):
+        if not value and prefix:
+            out[prefix] = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value) \
+            and len({v["name"] for v in value}) == len(value):
+        for item in value:
+            rest = {k: v for k, v in item.items() if k != "name"}
+            key = f"{prefix}.{item['name']}"
+            out.update(flatten(rest, key) if rest else {key: "(on)"})
+    else:
+        out[prefix] = value
+    return out
+
+
+MISSING = "—"
+
+
+def differing_fields(presets: list[dict]) -> list[tuple[str, list[Any]]]:
+    """(field path, value in each preset) for every field that is not the same in all of
+    them; a field one preset lacks shows as "—" there.
+
+    >>> differing_fields([{"a": 1, "b": 2}, {"a": 1, "b": 3}])
+    [('b', [2, 3])]
+    """
+    flat = [flatten(p or {}) for p in presets]
+    keys: list[str] = []
+    for f in flat:
+        keys.extend(k for k in f if k not in keys)
+    rows = []
+    for key in keys:
+        values = [f.get(key, MISSING) for f in flat]
+        if any(v != values[0] for v in values[1:]):
+            rows.append((key, values))
+    return rows

@@ -1,0 +1,33 @@
+"""The set-up form: Qt-free models of the preset being edited beside the Qt views.
+
+Models (no Qt; tests/test_import_graph.py holds them to it):
+  schema    the preset schema read into `FieldSpec`s; the algorithms from the union
+  document  `PresetDocument`: the preset being edited, dirty tracking, problems, unknown keys
+  checks    the pre-launch checks beyond the schema (context length, data, reward options)
+Views (Qt): panel (`SetupPanel`, the whole form, problems and summary), section_form (a
+section's form, the algorithm chooser), rewards_editor (the rewards section), editors
+(single-field editors, a field's row), options_editor (a task's or reward's options),
+reward_fields (a custom reward's file and function), unknown_keys (the unknown-key
+banners), background (the pre-launch checks off the main thread, garbage collection off).
+
+The names below load on first use, so importing a model pulls in no Qt.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "SetupPanel": "panel",
+    "PresetDocument": "document",
+    "REPO_ROOT": "checks",
+    "format_value": "schema",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"workbench.setup.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'workbench.setup' has no attribute {name!r}")

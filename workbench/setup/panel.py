@@ -1,0 +1,376 @@
+"""The set-up panel: every preset field, generated from the schema, with the engine's
+own message next to each invalid field.
+
+The panel is a view of a `PresetDocument`: editors write what the user typed into the
+document, and the document's changes are drawn back into the editors. Validation (the
+schema, then the pre-launch checks of workbench.setup.checks) runs shortly after each change.
+The panel's parts: workbench.setup.section_form (a section's form, the algorithm chooser)
+and workbench.setup.rewards_editor (the rewards section).
+"""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import copy
+import html
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontDatabase
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QLabel,
+    QPlainTextEdit,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.data.tasks import TASKS, task_options
+from engine.preset import Preset
+from workbench.setup import schema
+from workbench.setup.background import submit as submit_in_background
+from workbench.setup.checks import prelaunch_checks, preview_prompts
+from workbench.setup.document import PresetDocument
+from workbench.setup.editors import ERROR_STYLE, FieldEditor, FieldRow, describe_model_source
+from workbench.setup.rewards_editor import RewardsEditor
+from workbench.setup.section_form import AlgorithmBox, SectionForm
+from workbench.setup.unknown_keys import UnknownKeysBanner
+
+def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir):
+    """The pre-launch checks (for a preset the schema accepts) and the data preview:
+    (problems, notes, (examples, reason)); notes None when the checks could not run.
+    Runs on a worker thread after edits."""
+    notes = None
+    if preset is not None:
+        check = prelaunch_checks(preset, base_dir)
+        problems, notes = check.problems, check.notes
+    return problems, notes, preview_prompts(data, seed, base_dir)
+
+
+SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training"}
+SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
+
+
+def _monospace() -> QFont:
+    return QFontDatabase.systemFont(QFontDatabase.FixedFont)
+
+
+
+class SetupPanel(QWidget):
+    """Every preset field; problems next to their fields; a summary on top.
+
+    `validated(problems)` is emitted after each validation with the (path, message)
+    pairs that block a run (empty when the preset can run).
+    """
+
+    validated = Signal(list)
+
+    def __init__(self, doc: PresetDocument, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.problems: list[tuple[str, str]] = []
+        self.notes: list[tuple[str, str]] = []
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(150)
+        self._timer.timeout.connect(self._validate)
+        self._generation = 0
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prelaunch-checks")
+
+        # The problems, in an area of fixed height (scrolled when they are many): the
+        # fields below must not move as problems come and go, or a click aimed at one
+        # field lands on another.
+        self.summary = QLabel(self)
+        self.summary.setObjectName("setup-summary")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.RichText)
+        self.summary.setAlignment(Qt.AlignLeft | Qt.AlignTop)
+        self.summary.linkActivated.connect(self.focus_field)
+        self.summary_area = QScrollArea(self)
+        self.summary_area.setObjectName("setup-summary-area")
+        self.summary_area.setWidgetResizable(True)
+        self.summary_area.setFrameShape(QFrame.NoFrame)
+        self.summary_area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.summary_area.setWidget(self.summary)
+        self.summary_area.setFixedHeight(SUMMARY_LINES * self.fontMetrics().lineSpacing() + 6)
+
+        # Sections: Experiment + Model + Data | Algorithm + Rewards | Training
+        self.forms: dict[str, SectionForm] = {}
+        top_specs = {s.name: s for s in schema.section_fields(Preset)}
+        experiment = QGroupBox("Experiment", self)
+        self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self, experiment, "")
+        QVBoxLayout(experiment).addWidget(self.forms["experiment"])
+        boxes: dict[str, QGroupBox] = {}
+        for key in ("model", "data", "training"):
+            box = QGroupBox(SECTION_TITLES[key], self)
+            box.setToolTip(top_specs[key].description)
+            form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self, box, key)
+            self.forms[key] = form
+            QVBoxLayout(box).addWidget(form)
+            boxes[key] = box
+        self.model_note = self.forms["model"].rows["model.name_or_path"]
+        self.preview = QPlainTextEdit(self)
+        self.preview.setObjectName("prompt-preview")
+        self.preview.setReadOnly(True)
+        self.preview.setFont(_monospace())
+        self.preview.setMaximumHeight(110)
+        self.preview.setToolTip("The first training prompts of this data, with the answer the rewards compare against")
+        boxes["data"].layout().addWidget(QLabel("Preview: first training prompts"))
+        boxes["data"].layout().addWidget(self.preview)
+        self.algorithm = AlgorithmBox(self)
+        self.rewards = RewardsEditor(self)
+
+        grid = QGridLayout()
+        columns = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards], [boxes["training"]]]
+        for col, widgets in enumerate(columns):
+            column = QVBoxLayout()
+            for widget in widgets:
+                column.addWidget(widget)
+            column.addStretch(1)
+            grid.addLayout(column, 0, col)
+            grid.setColumnStretch(col, 1)
+        inner = QWidget()
+        inner.setLayout(grid)
+        self.scroll = QScrollArea(self)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setWidget(inner)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.summary_area)
+        layout.addWidget(self.scroll, 1)
+
+        doc.changed.connect(self._doc_changed)
+        doc.replaced.connect(self._doc_replaced)
+        self.refresh()
+
+    # ------------------------------------------------------------ model -> view
+
+    def rows(self) -> dict[str, FieldRow]:
+        """Every field row by path (the current algorithm's included)."""
+        rows: dict[str, FieldRow] = {}
+        for form in self.forms.values():
+            rows.update(form.rows)
+        form = self.algorithm.form(self.doc.algorithm)
+        if form is not None:
+            rows.update(form.rows)
+        return rows
+
+    def editor(self, path: str) -> FieldEditor:
+        return self.rows()[path].editor
+
+    def banners(self) -> dict[str, UnknownKeysBanner]:
+        """The unknown-key banner of each section ("" the top level, model.lora, ...)."""
+        found: dict[str, UnknownKeysBanner] = {}
+        for form in [*self.forms.values(), self.algorithm.form(self.doc.algorithm)]:
+            if form is not None:
+                found.update(form.banners)
+        found.update({row.unknown.section: row.unknown for row in self.rewards.items})
+        return found
+
+    def refresh(self) -> None:
+        """Show the document's values in every editor (an editor the user is typing in
+        keeps its text: see FieldEditor.report)."""
+        self.algorithm.show_algorithm(self.doc.algorithm)
+        for path, row in self.rows().items():
+            row.editor.set_value(self.doc.get(path))
+        self.rewards.refresh()
+        unknown = self.doc.unknown_keys()
+        for banner in self.banners().values():
+            banner.show_keys(unknown)
+        self.schedule_validation()
+
+    def _doc_changed(self, path: str) -> None:
+        self.refresh()
+
+    def _doc_replaced(self) -> None:
+        self.notes = []  # about the preset that was open: not kept for this one (_kept_notes)
+        self.refresh()
+
+    # ------------------------------------------------------------ view -> model
+
+    def field_edited(self, path: str, value: Any) -> None:
+        # The data source is either a built-in task or a file: choosing one clears the other.
+        if path == "data.task":
+            changes = {"data.task": value, "data.task_options": {}}
+            if value is not None:
+                changes["data.path"] = None
+            self.doc.update(changes)
+        elif path == "data.path" and value:
+            self.doc.update({"data.path": value, "data.task": None, "data.task_options": {}})
+        else:
+            self.doc.set(path, value)
+
+    def task_option_defaults(self) -> dict:
+        task = self.doc.get("data.task")
+        return task_options(task) if task in TASKS else {}
+
+    # -------------------------------------------------------------- validation
+
+    def schedule_validation(self) -> None:
+        self._timer.start()
+
+    def validate_now(self) -> list[tuple[str, str]]:
+        """Validate the document now, pre-launch checks included, waiting for them (Run
+        does); show problems and notes; return the problems."""
+        return self._validate(background=False)
+
+    def _validate(self, background: bool = True) -> list[tuple[str, str]]:
+        # The schema check takes a millisecond and runs here. The pre-launch checks
+        # generate the data (seconds for 100,000 prompts) and count tokens: after an
+        # edit they run on a worker thread, so typing never waits on them.
+        self._timer.stop()
+        self._generation += 1
+        preset, problems = self.doc.validate()
+        data, seed, base_dir = copy.deepcopy(self.doc.get("data") or {}), self.doc.get("training.seed"), self.doc.base_dir
+        job = partial(_check_job, preset, problems, data, seed, base_dir)
+        if not background:
+            return self._finish(self._generation, *job())
+        if problems:
+            self._show(problems, self._kept_notes(problems))  # the schema's verdict at once; the preview follows
+        generation = self._generation
+        # Through workbench.setup.background: no garbage collection on the worker (it would
+        # free Qt objects there and hang the window), and no callback to a deleted panel.
+        submit_in_background(self._executor, job, self, partial(self._on_checked, generation))
+        return problems
+
+    def _on_checked(self, generation: int, future) -> None:
+        if generation != self._generation:
+            return  # the preset changed meanwhile; a newer check is coming
+        try:
+            result = future.result()
+        except Exception as exc:  # a bug in a check must not pass silently, nor block editing
+            result = ([("", f"the pre-launch check failed: {type(exc).__name__}: {exc}")], [], ([], ""))
+        self._finish(generation, *result)
+
+    def _finish(self, generation, problems, notes, preview):
+        if generation != self._generation:
+            return problems
+        if notes is None:
+            notes = self._kept_notes(problems)
+        self.problems, self.notes = problems, notes
+        self._show(problems, notes)
+        self._show_preview(*preview)
+        self.validated.emit(list(problems))
+        return problems
+
+    def _kept_notes(self, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """While the preset has problems the pre-launch checks cannot run: their last
+        notes stay (so rows do not shrink and grow under the user's pointer as problems
+        come and go elsewhere), except on a field that now has a problem."""
+        broken = {path for path, _ in problems}
+        return [(path, note) for path, note in self.notes if path not in broken]
+
+    def row_for(self, path: str) -> FieldRow | None:
+        """The row a problem about `path` belongs to: the field itself, or the closest
+        enclosing one (rewards.1.options.x -> reward component 1)."""
+        if path == "rewards" or path.startswith("rewards."):
+            return self.rewards.row_for(path)
+        if path == "algorithm" or path.startswith(f"algorithm.{schema.algorithm_tag()}"):
+            return self.algorithm.row
+        rows = self.rows()
+        parts = path.split(".")
+        while parts:
+            candidate = ".".join(parts)
+            if candidate in rows:
+                return rows[candidate]
+            parts.pop()
+        # A problem about a section as a whole (data: set exactly one of task or path)
+        # or an unknown field in it goes to the section's first field.
+        section = path.split(".")[0]
+        if section == "algorithm":
+            return self.algorithm.row
+        return next((row for p, row in rows.items() if p.startswith(section + ".")), None)
+
+    def _show(self, problems: list[tuple[str, str]], notes: list[tuple[str, str]]) -> None:
+        by_row: dict[int, tuple[FieldRow, list[str]]] = {}
+        unplaced: list[str] = []
+        all_rows = list(self.rows().values()) + [self.algorithm.row, self.rewards.list_row] + \
+            list(self.rewards.all_rows().values())
+        for row in all_rows:
+            by_row[id(row)] = (row, [])
+        unknown = {key.path for key in self.doc.unknown_keys()}
+        for path, message in problems:
+            if path in unknown:
+                continue  # on its section's banner, with Remove / Rename
+            row = self.row_for(path) if path else None
+            if row is None or id(row) not in by_row:
+                unplaced.append(f"{path}: {message}" if path else message)
+                continue
+            own = self._row_path(row)
+            prefix = path[len(own) + 1:] + ": " if own and path.startswith(own + ".") else ""
+            by_row[id(row)][1].append(prefix + message)
+        for row, messages in by_row.values():
+            row.show_problems(messages)
+        note_rows: dict[int, tuple[FieldRow, list[str]]] = {id(r): (r, []) for r in all_rows}
+        for path, message in notes:
+            row = self.row_for(path)
+            if row is not None and id(row) in note_rows:
+                note_rows[id(row)][1].append(message)
+        source = describe_model_source(str(self.doc.get("model.name_or_path") or ""))
+        if id(self.model_note) in note_rows and source:
+            note_rows[id(self.model_note)][1].insert(0, source)
+        for row, messages in note_rows.values():
+            row.show_notes(messages)
+        self._summarise(problems, unplaced)
+
+    def _row_path(self, row: FieldRow) -> str:
+        for path, candidate in self.rows().items():
+            if candidate is row:
+                return path
+        for path, candidate in self.rewards.all_rows().items():
+            if candidate is row:
+                return path
+        return ""
+
+    def _summarise(self, problems: list[tuple[str, str]], unplaced: list[str]) -> None:
+        if not problems:
+            self.summary.setText("<span style='color:#1e7e34'>✔ Ready to run.</span> "
+                                 "<span style='color:#5f6368'>Hover a field's name for its help.</span>")
+            return
+        items = []
+        unknown = {key.path: key for key in self.doc.unknown_keys()}
+        for path, message in problems:
+            if path in unknown:  # the engine's message lists every allowed key: too long here
+                key = unknown[path]
+                message = (f"unknown key (Rename to {key.suggestion} or Remove" if key.suggestion
+                           else "unknown key (Remove") + " at the top of its section)"
+            label = html.escape(path or "preset")
+            link = f"<a href='{html.escape(path)}'>{label}</a>" if path else label
+            items.append(f"{link}: {html.escape(message)}")
+        more = " (scroll for all)" if len(problems) >= SUMMARY_LINES else ""
+        self.summary.setText(
+            f"<span style='{ERROR_STYLE}'>✖ {len(problems)} problem{'s' if len(problems) > 1 else ''} "
+            f"to fix before running{more}:</span><br>" + "<br>".join(items)
+        )
+
+    def _show_preview(self, examples: list, reason: str) -> None:
+        if not examples:
+            self.preview.setPlainText(reason)
+            return
+        lines = []
+        for example in examples:
+            answer = example.fields.get("answer")
+            lines.append(example.prompt + (f"  →  {answer!r}" if answer is not None else ""))
+        self.preview.setPlainText("\n".join(lines))
+
+    def focus_field(self, path: str) -> None:
+        key = next((k for k in self.doc.unknown_keys() if k.path == path), None)
+        banner = self.banners().get(key.section) if key is not None else None
+        if banner is not None and key.key in banner.rows:
+            self.scroll.ensureWidgetVisible(banner)
+            banner.row(key.key).remove.setFocus(Qt.OtherFocusReason)
+            return
+        row = self.row_for(path)
+        if row is None:
+            return
+        self.scroll.ensureWidgetVisible(row)
+        editor = row.editor
+        target = editor.input_widget() if isinstance(editor, FieldEditor) else editor
+        target.setFocus(Qt.OtherFocusReason)

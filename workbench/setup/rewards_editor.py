@@ -1,0 +1,324 @@
+"""The rewards section of the set-up form: one row per reward component (a registry
+reward, a reward model, or a Python file and function) with its label, weight and
+options, and the Add component chooser.
+"""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.preset import Preset
+from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
+from engine.rewards.custom import function_options
+from workbench.setup import schema
+from workbench.setup.editors import NOTE_STYLE, ChoiceEditor, FieldRow, NumberEditor, PathEditor, TextEditor
+from workbench.setup.options_editor import OptionsEditor
+from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, functions_in, relative_to_preset, \
+    reward_row_kind, split_function_name
+from workbench.setup.unknown_keys import UnknownKeysBanner
+
+if TYPE_CHECKING:
+    from workbench.setup.panel import SetupPanel
+
+
+REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
+                     "prompt + completion is the reward. A hub id (org/name) or a local folder.")
+CUSTOM_HELP = ("Your own reward: a function reward(prompts, completions, **fields) -> list of floats in a Python "
+               "file (a relative path is found next to the preset). Its keyword parameters with defaults are its "
+               "options.")
+
+
+class RewardRow(QFrame):
+    """One reward component: what it is (a registry reward, a reward model, or a Python
+    file and function), its label, weight and options, and Remove.
+
+    `field_rows` maps a path inside the entry (``""``, ``options.model``, ``name``) to
+    the row that shows problems about it."""
+
+    def __init__(self, editor: "RewardsEditor", index: int, kind: str):
+        super().__init__(editor)
+        self.editor, self.index, self.kind = editor, index, kind
+        self._item: dict = {}  # the entry as last shown
+        self.setFrameShape(QFrame.StyledPanel)
+        self.setObjectName(f"reward:{index}")
+        prefix = f"rewards.{index}."
+        specs = {name: schema.field_spec(_reward_model(), name, prefix) for name in ("name", "label", "weight", "options")}
+        self.weight = NumberEditor(specs["weight"], self)
+        self.weight.line.setMaximumWidth(70)
+        self.label = TextEditor(specs["label"], self)
+        self.label.line.setMaximumWidth(130)
+        self.options = OptionsEditor(specs["options"], self._option_defaults, self)
+        self.remove = QPushButton("Remove", self)
+        self.remove.setToolTip("Remove this reward component")
+        self.problems = FieldRow(self.options, self)
+        self.field_rows: dict[str, FieldRow] = {"": self.problems}
+        self.name: ChoiceEditor | None = None
+        self.model: PathEditor | None = None
+        self.file: RewardFileEditor | None = None
+        self.function: FunctionEditor | None = None
+
+        top = QHBoxLayout()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
+        layout.addLayout(top)
+        self.unknown = UnknownKeysBanner(editor.panel.doc, f"rewards.{index}", self)
+        layout.addWidget(self.unknown)
+        if kind == "registry":
+            self.name = ChoiceEditor(schema.FieldSpec(specs["name"].path, "name", schema.CHOICE,
+                                                      specs["name"].description, choices=tuple(sorted(REWARDS))), self)
+            top.addWidget(self.name, 2)
+            self.name.edited.connect(lambda value: editor.set_item(self.index, {"name": value, "options": {}}))
+        elif kind == "reward_model":
+            title = QLabel("<b>reward model</b>", self)
+            title.setToolTip(REWARD_MODEL_HELP)
+            top.addWidget(title, 2)
+            model_spec = schema.FieldSpec(f"{prefix}options.model", "model", schema.TEXT, REWARD_MODEL_HELP)
+            self.model = PathEditor(model_spec, folder=True, parent=self)
+            self.model.line.setPlaceholderText("Hugging Face id (org/name) or a folder")
+            self.model.browse.setToolTip("Choose a local reward-model folder")
+            self.field_rows["options.model"] = FieldRow(self.model, self)
+            layout.addWidget(self.field_rows["options.model"])
+            self.model.edited.connect(self._model_edited)
+        else:
+            title = QLabel("<b>Python function</b>", self)
+            title.setToolTip(CUSTOM_HELP)
+            top.addWidget(title, 2)
+            file_spec = schema.FieldSpec(specs["name"].path, "file", schema.TEXT, CUSTOM_HELP)
+            self.file = RewardFileEditor(file_spec, lambda: editor.panel.doc.base_dir, self)
+            self.function = FunctionEditor(schema.FieldSpec(specs["name"].path, "function", schema.TEXT, CUSTOM_HELP),
+                                           self)
+            source = QWidget(self)
+            form = QFormLayout(source)
+            form.setContentsMargins(0, 0, 0, 0)
+            form.addRow("file", self.file)
+            form.addRow("function", self.function)
+            self.field_rows["name"] = FieldRow(source, self)
+            layout.addWidget(self.field_rows["name"])
+            self.file.edited.connect(self._file_edited)
+            self.function.edited.connect(lambda _value: self._source_edited())
+        top.addWidget(QLabel("label"))
+        top.addWidget(self.label)
+        top.addWidget(QLabel("weight"))
+        top.addWidget(self.weight)
+        top.addWidget(self.remove)
+        layout.addWidget(self.problems)
+        self.label.edited.connect(lambda value: editor.set_item(self.index, {"label": value or None}))
+        self.weight.edited.connect(lambda value: editor.set_item(self.index, {"weight": value}))
+        self.options.edited.connect(self._options_edited)
+        self.remove.clicked.connect(lambda: editor.remove_item(self.index))
+
+    # -------------------------------------------------------------- editing
+
+    def _options_edited(self, value: dict) -> None:
+        if self.kind == "reward_model":
+            # `model` has its own field; the options box holds the rest.
+            value = {"model": (self._item.get("options") or {}).get("model", ""), **value}
+        self.editor.set_item(self.index, {"options": value})
+
+    def _model_edited(self, value: Any) -> None:
+        options = dict(self._item.get("options") or {})
+        options["model"] = value or ""
+        self.editor.set_item(self.index, {"options": options})
+
+    def _file_edited(self, _value: Any) -> None:
+        functions = functions_in(self.file.value() or "", self.editor.panel.doc.base_dir)
+        self.function.set_choices(functions)
+        if functions and self.function.value() not in functions:
+            self.function.set_value(functions[0])  # a new file: its first reward-shaped function
+        self._source_edited()
+
+    def _source_edited(self) -> None:
+        name = f"{(self.file.value() or '').strip()}:{self.function.value()}"
+        old = self._item.get("options") or {}
+        # Options belong to the function: keep only those the new one takes.
+        keep = function_options(name, self.editor.panel.doc.base_dir)
+        self.editor.set_item(self.index, {"name": name, "options": {k: v for k, v in old.items() if k in keep}})
+
+    def _option_defaults(self) -> dict:
+        name = self._item.get("name") if self._item else None
+        if self.kind == "registry":
+            return reward_options(name) if name in REWARDS else {}
+        if self.kind == "reward_model":
+            return {k: v for k, v in reward_options(REWARD_MODEL).items() if k != "model"}
+        return function_options(name, self.editor.panel.doc.base_dir) if isinstance(name, str) else {}
+
+    # ------------------------------------------------------------- showing
+
+    def show_item(self, item: Any) -> None:
+        item = item if isinstance(item, dict) else {}
+        self._item = item
+        name = item.get("name")
+        options = item.get("options") if isinstance(item.get("options"), dict) else {}
+        if self.name is not None:
+            self.name.set_value(name)
+        if self.model is not None:
+            model = options.get("model")
+            self.model.set_value(model if isinstance(model, str) else ("" if model is None else str(model)))
+            options = {k: v for k, v in options.items() if k != "model"}
+        if self.file is not None:
+            file, function = split_function_name(name)
+            self.file.set_value(file)
+            self.function.set_choices(functions_in(file, self.editor.panel.doc.base_dir))
+            self.function.set_value(function)
+        label = item.get("label")
+        self.label.set_value(label)
+        try:
+            default = component_label(name if isinstance(name, str) else "")
+        except Exception:  # a half-typed name: no default to show
+            default = ""
+        self.label.line.setPlaceholderText(default or "label")
+        self.weight.set_value(item.get("weight"))
+        self.options.set_value(options)
+
+
+def _reward_model():
+    return schema.field_spec(Preset, "rewards").model
+
+
+ADD_REWARD_MODEL = "reward model (Hugging Face)…"
+ADD_CUSTOM = "Python function…"
+
+
+class RewardsEditor(QGroupBox):
+    """The reward components: registry rewards, reward models and custom Python
+    functions, each with label, weight and options."""
+
+    def __init__(self, panel: "SetupPanel"):
+        super().__init__("Rewards", panel)
+        self.panel = panel
+        self.items: list[RewardRow] = []
+        self.list_row = FieldRow(QLabel("total reward = Σ weight × component", self), self)
+        self.list_row.editor.setStyleSheet(NOTE_STYLE)
+        self.rows_box = QVBoxLayout()
+        self.rows_box.setSpacing(4)
+        self.adder = QComboBox(self)
+        self.adder.setObjectName("reward-adder")
+        self.adder.setToolTip("A reward from the registry, a learned reward model, or your own Python function")
+        self.add_button = QPushButton("Add component", self)
+        add = QHBoxLayout()
+        add.addWidget(self.adder, 1)
+        add.addWidget(self.add_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.list_row)
+        layout.addLayout(self.rows_box)
+        layout.addLayout(add)
+        self.add_button.clicked.connect(self._add)
+
+    def _items(self) -> list:
+        value = self.panel.doc.get("rewards")
+        return list(value) if isinstance(value, list) else []
+
+    def refresh(self) -> None:
+        items = self._items()
+        names = [i.get("name") if isinstance(i, dict) else None for i in items]
+        kinds = [reward_row_kind(n) for n in names]
+        if [row.kind for row in self.items] != kinds:
+            for row in self.items:
+                self.rows_box.removeWidget(row)
+                row.hide()  # at once: deleteLater waits for the event loop
+                row.setParent(None)
+                row.deleteLater()
+            self.items = [RewardRow(self, i, kind) for i, kind in enumerate(kinds)]
+            for row in self.items:
+                self.rows_box.addWidget(row)
+        for row, item in zip(self.items, items):
+            row.show_item(item)
+        self.adder.clear()
+        for name in sorted(REWARDS):
+            if name not in names:
+                self.adder.addItem(name)
+        self.adder.addItem(ADD_REWARD_MODEL)
+        self.adder.addItem(ADD_CUSTOM)
+
+    def set_item(self, index: int, changes: dict) -> None:
+        items = [dict(i) if isinstance(i, dict) else i for i in self._items()]
+        if 0 <= index < len(items) and isinstance(items[index], dict):
+            items[index].update(changes)
+            if items[index].get("label", "") is None:
+                del items[index]["label"]  # unset: the preset leaves it out
+            self.panel.doc.set("rewards", items)
+
+    def remove_item(self, index: int) -> None:
+        items = self._items()
+        del items[index]
+        self.panel.doc.set("rewards", items)
+
+    def _new_item(self, name: str, options: dict | None = None) -> dict:
+        defaults = {k: v for k, v in schema.item_defaults(_reward_model()).items() if v is not None}
+        item = {"name": name, **defaults, "options": options or {}}
+        # Two components may not share a label: number a second reward model, say.
+        taken = {component_label(i.get("name", ""), i.get("label")) for i in self._items()
+                 if isinstance(i, dict) and isinstance(i.get("name"), str)}
+        label, n = component_label(name), 2
+        while label in taken:
+            label, n = f"{component_label(name)}_{n}", n + 1
+        if label != component_label(name):
+            item["label"] = label
+        return item
+
+    def _add(self) -> None:
+        choice = self.adder.currentText()
+        if choice == ADD_REWARD_MODEL:
+            self.add_reward_model()
+        elif choice == ADD_CUSTOM:
+            self.add_custom()
+        elif choice:
+            self.panel.doc.set("rewards", self._items() + [self._new_item(choice)])
+
+    def add_reward_model(self, model: str = "") -> None:
+        """A reward-model component (the model field is then edited in its row)."""
+        self.panel.doc.set("rewards", self._items() + [self._new_item(REWARD_MODEL, {"model": model})])
+        if not model:
+            self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
+
+    def add_custom(self, path: str | None = None) -> None:
+        """A custom-function component from the Python file `path` (asked for when None),
+        naming its first function that takes (prompts, completions, ...)."""
+        base = self.panel.doc.base_dir
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self, "Python file with the reward function", str(base or Path.cwd()),
+                                                  "Python files (*.py);;All files (*)")
+            if not path:
+                return
+        file = relative_to_preset(path, base)
+        functions = functions_in(file, base)
+        name = f"{file}:{functions[0] if functions else 'reward'}"
+        self.panel.doc.set("rewards", self._items() + [self._new_item(name)])
+
+    def row_for(self, path: str) -> FieldRow | None:
+        parts = path.split(".")
+        if len(parts) >= 2 and parts[1].isdigit() and int(parts[1]) < len(self.items):
+            rows = self.items[int(parts[1])].field_rows
+            inner = ".".join(parts[2:])
+            while inner:
+                if inner in rows:
+                    return rows[inner]
+                inner = inner.rpartition(".")[0]
+            return rows[""]
+        return self.list_row
+
+    def all_rows(self) -> dict[str, FieldRow]:
+        """Every row that shows problems, by the path it is about (rewards.1.options.model)."""
+        found = {}
+        for index, item in enumerate(self.items):
+            for inner, row in item.field_rows.items():
+                found[f"rewards.{index}" + (f".{inner}" if inner else "")] = row
+        return found

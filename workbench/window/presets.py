@@ -1,0 +1,145 @@
+"""The window's presets: New, Open, Save, Save as, the recent and bundled menus, a run's
+preset as a new one. A mixin of MainWindow (which holds doc, settings, tabs, dashboard)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtWidgets import QFileDialog
+
+from engine.preset import PresetError
+from workbench.settings import bundled_presets
+from workbench.window.names import CANCEL, DISCARD, SAVE, SETUP
+
+
+class PresetsMixin:
+    """The preset actions of MainWindow."""
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        paths = [p for p in self.settings.recent_presets]
+        if not paths:
+            self.recent_menu.addAction("(none yet)").setEnabled(False)
+        for path in paths:
+            act = self.recent_menu.addAction(path)
+            act.setEnabled(Path(path).exists())
+            act.triggered.connect(lambda _c=False, p=path: self.open_preset(p))
+
+    def _fill_bundled(self) -> None:
+        self.bundled_menu.clear()
+        presets = bundled_presets()
+        if not presets:
+            self.bundled_menu.addAction("(no presets/ folder found)").setEnabled(False)
+        for path in presets:
+            act = self.bundled_menu.addAction(path.stem)
+            act.setToolTip(str(path))
+            act.triggered.connect(lambda _c=False, p=path: self.open_bundled(p))
+
+    def _update_title(self) -> None:
+        self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
+        self.setWindowModified(self.doc.dirty)
+
+    def confirm_discard(self) -> bool:
+        """True when the current preset may be replaced: no unsaved changes, or the user
+        saved them or chose to discard them."""
+        if not self.doc.dirty:
+            return True
+        answer = self.ask("Unsaved changes", f"Save the changes to {self.doc.title}?", [SAVE, DISCARD, CANCEL])
+        if answer == SAVE:
+            return self.save()
+        return answer == DISCARD
+
+    def new_preset(self) -> None:
+        if self.confirm_discard():
+            self.doc.new()
+            self.clear_message("error", "problems")
+            self.tabs.setCurrentIndex(SETUP)
+
+    def open_preset_dialog(self) -> None:
+        if not self.confirm_discard():
+            return
+        start = str(self.doc.base_dir or Path.cwd())
+        path, _ = QFileDialog.getOpenFileName(self, "Open preset", start, "Presets (*.yaml *.yml);;All files (*)")
+        if path:
+            self.open_preset(path, confirmed=True)
+
+    def open_preset(self, path: str | Path, confirmed: bool = False) -> bool:
+        if not confirmed and not self.confirm_discard():
+            return False
+        try:
+            self.doc.open(path)
+        except PresetError as exc:
+            self.tell("Cannot open preset", str(exc))
+            return False
+        self.settings.add_recent(path)
+        self._save_settings()
+        self.show_message(f"Opened {path}")
+        self.tabs.setCurrentIndex(SETUP)
+        return True
+
+    def open_bundled(self, path: Path) -> bool:
+        """A bundled preset opens as a new, untitled preset (Save writes a copy, so the
+        shipped file is not overwritten by accident)."""
+        if not self.confirm_discard():
+            return False
+        try:
+            data = self._read_preset(path)
+        except PresetError as exc:
+            self.tell("Cannot open preset", str(exc))
+            return False
+        self.doc.new(data, clean=True)
+        self.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
+        self.tabs.setCurrentIndex(SETUP)
+        return True
+
+    @staticmethod
+    def _read_preset(path: Path) -> dict:
+        from engine.preset import read_preset_dict
+
+        data = read_preset_dict(path)
+        if not isinstance(data, dict):
+            raise PresetError(["the top level must be a mapping of sections"], str(path))
+        return data
+
+    def save(self) -> bool:
+        if self.doc.path is None:
+            return self.save_as_dialog()
+        return self.save_as(self.doc.path)
+
+    def save_as_dialog(self) -> bool:
+        start = str(self.doc.path or (Path.cwd() / f"{self.doc.get('name') or 'preset'}.yaml"))
+        path, _ = QFileDialog.getSaveFileName(self, "Save preset as", start, "Presets (*.yaml *.yml)")
+        return self.save_as(path) if path else False
+
+    def save_as(self, path: str | Path) -> bool:
+        _, problems = self.doc.validate()
+        if problems:
+            answer = self.ask("The preset has problems",
+                              f"{len(problems)} field(s) are not valid yet; the engine will refuse this preset "
+                              "until they are fixed. Save it anyway, as it is?", ["Save anyway", CANCEL])
+            if answer != "Save anyway":
+                return False
+        try:
+            self.doc.save(path)
+        except OSError as exc:
+            self.tell("Cannot save preset", f"{path}: {exc.strerror or exc}")
+            return False
+        self.settings.add_recent(path)
+        self._save_settings()
+        self.show_message(f"Saved {path}")
+        return True
+
+    def load_run_preset(self, run_dir: Path) -> None:
+        """Start a new preset from a run's resolved preset (to run a variation)."""
+        if not self.confirm_discard():
+            return
+        run = self._run_data(run_dir)
+        if not run.preset:
+            self.tell("No preset", f"{run_dir} has no preset.yaml")
+            return
+        self.doc.new(run.preset)
+        self.tabs.setCurrentIndex(SETUP)
+
+    def _save_settings(self) -> None:
+        self.settings.smoothing = self.dashboard.smoothing_weight
+        self.settings.save(self._settings_path)
