@@ -26,70 +26,13 @@ import traceback
 from pathlib import Path
 
 from engine import rundir
+from engine.failures import failure_location, failure_message, user_code_location  # noqa: F401 (re-exported)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
 from engine.rewards import reward_source_problems
 from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
-_ENGINE_ROOT = Path(__file__).resolve().parent
-
-
-def user_code_location(exc: BaseException) -> tuple[str, int] | None:
-    """File and line of the innermost traceback frame outside the engine, the standard
-    library and installed packages: where a fault in the user's own code (a custom
-    reward function) happened. None when the fault is not in user code."""
-    skip = {_ENGINE_ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
-    found = None
-    chain = []
-    while exc is not None and exc not in chain:  # the engine re-raises user errors with context
-        chain.append(exc)
-        exc = exc.__cause__ or exc.__context__
-
-    def user_file(filename: str | None) -> Path | None:
-        if not filename or filename.startswith("<"):  # <frozen importlib...>, <string>
-            return None
-        path = Path(filename).resolve()
-        if "site-packages" in path.parts or any(root in path.parents for root in skip):
-            return None
-        return path
-
-    for error in chain:
-        for frame, line in traceback.walk_tb(error.__traceback__):
-            path = user_file(frame.f_code.co_filename)
-            if path is not None:
-                found = (str(path), line)
-        if isinstance(error, SyntaxError) and error.lineno:
-            # A syntax error in the user's file has no frame there: it was never run.
-            path = user_file(error.filename)
-            if path is not None:
-                found = (str(path), error.lineno)
-    return found
-
-
-def failure_location(exc: BaseException) -> tuple[str, int] | None:
-    """Where a failure points in the user's code: a ``user_location`` the engine set
-    (a reward function that timed out, or returned bad values: its line), else
-    user_code_location."""
-    seen, error = [], exc
-    while error is not None and error not in seen:
-        seen.append(error)
-        location = getattr(error, "user_location", None)
-        if location:
-            return str(location[0]), int(location[1])
-        error = error.__cause__ or error.__context__
-    return user_code_location(exc)
-
-
-def failure_message(exc: BaseException, during_setup: bool = False) -> str:
-    if isinstance(exc, KeyboardInterrupt):
-        if during_setup:
-            return "aborted by a second Ctrl-C during set-up; nothing was trained"
-        return "aborted by a second Ctrl-C before the step finished; the last checkpoint is intact"
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
-        return text
-    return f"{type(exc).__name__}: {text}"
 
 
 def default_run_dir(preset_name: str) -> Path:

@@ -5,9 +5,9 @@
 * the workbench never imports torch, transformers or peft at module level (a function may,
   where it needs them: see test_boundaries.py for what a window's import pulls in);
 * the engine never imports the workbench or Qt;
-* the inspector's Qt-free models never import PySide6 or pyqtgraph, even inside a function.
-* nor do the runs' Qt-free models (the runs folder, run data and status).
-* nor do the set-up form's Qt-free models (the preset document, its schema, the checks).
+
+The workbench's Qt-free models (inspector, set-up, runs, dashboard) are kept free of Qt
+by an import-linter contract in pyproject.toml (tests/test_layers.py runs it).
 
 An edge goes to the module an import names (``from engine.rewards import x`` is an edge to
 ``engine.rewards``, and to ``engine.rewards.x`` too when ``x`` is a submodule), not to the
@@ -165,79 +165,3 @@ def test_layering(package, forbidden, top_level_only):
         if target.split(".")[0] in forbidden
     ]
     assert not offenders, "\n".join(offenders)
-
-
-INSPECTOR_MODELS = ["workbench.inspector", "workbench.inspector.colors", "workbench.inspector.quantities",
-                    "workbench.inspector.records", "workbench.inspector.export", "workbench.inspector.index",
-                    "workbench.inspector.navigation"]
-
-
-def test_the_inspector_models_import_no_qt():
-    modules = package_modules("workbench")
-    assert set(INSPECTOR_MODELS) <= set(modules)
-    reached, todo = set(), list(INSPECTOR_MODELS)
-    while todo:  # what they import from the workbench too, transitively
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        found = imports(modules[name], name)
-        todo += [t for t in found if t in modules and t != "workbench.inspector.view"]
-        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
-        assert not offenders, f"{name} imports {', '.join(offenders)}"
-
-
-SETUP_MODELS = ["workbench.setup", "workbench.setup.document", "workbench.setup.schema", "workbench.setup.checks"]
-
-
-def test_the_setup_models_import_no_qt():
-    modules = package_modules("workbench")
-    assert set(SETUP_MODELS) <= set(modules)
-    reached, todo = set(), list(SETUP_MODELS)
-    while todo:  # what they import from the workbench too, transitively
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        found = imports(modules[name], name)
-        todo += [t for t in found if t in modules]
-        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
-        assert not offenders, f"{name} imports {', '.join(offenders)}"
-
-
-RUNS_MODELS = ["workbench.runs", "workbench.runs.process", "workbench.runs.status", "workbench.runs.summaries",
-               "workbench.runs.rundata", "workbench.runs.metric_table", "workbench.runs.samples_store"]
-
-
-def test_the_runs_models_import_no_qt():
-    modules = package_modules("workbench")
-    assert set(RUNS_MODELS) <= set(modules)
-    reached, todo = set(), list(RUNS_MODELS)
-    while todo:  # what they import from the workbench too, transitively
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        found = imports(modules[name], name)
-        todo += [t for t in found if t in modules]
-        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
-        assert not offenders, f"{name} imports {', '.join(offenders)}"
-
-
-DASHBOARD_MODELS = ["workbench.dashboard", "workbench.dashboard.plotspec", "workbench.dashboard.smoothing",
-                    "workbench.run_declaration"]
-
-
-def test_the_dashboard_models_import_no_qt():
-    modules = package_modules("workbench")
-    assert set(DASHBOARD_MODELS) <= set(modules)
-    reached, todo = set(), list(DASHBOARD_MODELS)
-    while todo:  # what they import from the workbench too, transitively
-        name = todo.pop()
-        if name in reached:
-            continue
-        reached.add(name)
-        found = imports(modules[name], name)
-        todo += [t for t in found if t in modules]
-        offenders = sorted(t for t in found if t.split(".")[0] in ("PySide6", "pyqtgraph"))
-        assert not offenders, f"{name} imports {', '.join(offenders)}"
