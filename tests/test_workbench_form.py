@@ -15,24 +15,16 @@ import yaml
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from workbench.setup.document import PresetDocument
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
-from workbench.setup.panel import SetupPanel
 from workbench_helpers import small_preset, type_text
+from window_fixtures import show_setup_panel
 
 
 @pytest.fixture
 def panel(qtbot, tmp_path):
     """The set-up panel on the tests' small preset, opened from a file, shown and active."""
-    path = tmp_path / "preset.yaml"
-    path.write_text(yaml.safe_dump(small_preset()))
-    doc = PresetDocument()
-    doc.open(path)
-    widget = SetupPanel(doc)
-    qtbot.addWidget(widget)
-    widget.resize(1400, 900)
-    widget.show()
+    widget = show_setup_panel(qtbot, tmp_path, size=(1400, 900))
     qtbot.waitExposed(widget)
     widget.activateWindow()
     return widget

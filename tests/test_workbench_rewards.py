@@ -17,7 +17,8 @@ from workbench.setup import rewards_editor
 from workbench.setup.document import PresetDocument
 from workbench.setup.panel import SetupPanel
 from workbench.setup.rewards_editor import ADD_CUSTOM, ADD_REWARD_MODEL
-from workbench_helpers import small_preset, type_text
+from workbench_helpers import type_text
+from window_fixtures import show_setup_panel
 
 REWARDS_PY = '''\
 def brevity(prompts, completions, target=10, *, scale=1.0, **fields):
@@ -42,14 +43,7 @@ def folder(tmp_path):
 @pytest.fixture
 def panel(qtbot, folder):
     """The set-up panel on the tests' small preset, saved in `folder` (its base_dir)."""
-    path = folder / "preset.yaml"
-    path.write_text(yaml.safe_dump(small_preset()))
-    doc = PresetDocument()
-    doc.open(path)
-    widget = SetupPanel(doc)
-    qtbot.addWidget(widget)
-    widget.show()
-    return widget
+    return show_setup_panel(qtbot, folder)
 
 
 def rewards(panel) -> list[dict]:

@@ -12,10 +12,15 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
+import yaml
+
 from workbench import runs
 from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
+from workbench.setup.document import PresetDocument
+from workbench.setup.panel import SetupPanel
+from workbench_helpers import small_preset
 
 
 class Asked:
@@ -91,3 +96,17 @@ def click_run(qtbot, window: MainWindow) -> Path:
     with qtbot.waitSignal(window.run_launched, timeout=30_000) as launched:
         click(qtbot, window, window.act_run)
     return launched.args[0]
+
+
+def show_setup_panel(qtbot, folder: Path, size: tuple[int, int] | None = None) -> SetupPanel:
+    """The set-up panel on the tests' small preset, saved in `folder` (its base_dir), shown."""
+    path = folder / "preset.yaml"
+    path.write_text(yaml.safe_dump(small_preset()))
+    doc = PresetDocument()
+    doc.open(path)
+    widget = SetupPanel(doc)
+    qtbot.addWidget(widget)
+    if size is not None:
+        widget.resize(*size)
+    widget.show()
+    return widget

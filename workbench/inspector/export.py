@@ -47,8 +47,7 @@ class SummaryPart:
 
 
 def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
-    """Every per-rollout number of the record, in order: the one source of both the
-    plain summary and its HTML."""
+    """Every per-rollout number of the record, in order (what summary_html shows)."""
     t = trajectory
     parts = [SummaryPart(f"step {t.step}", heading=True)]
     if t.layout == PAIR:
@@ -75,11 +74,6 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     if clipped is not None and np.nansum(clipped) > 0:
         parts.append(SummaryPart(f"{int(np.nansum(clipped))} clipped"))
     return parts
-
-
-def summary_text(trajectory: Trajectory) -> str:
-    """The summary line as plain text."""
-    return " · ".join(part.text() for part in summary_parts(trajectory))
 
 
 def summary_html(trajectory: Trajectory) -> str:

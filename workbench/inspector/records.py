@@ -235,7 +235,7 @@ def token_display(token: str) -> str:
     return "".join(text for text, kind in token_segments(token) if kind != BREAK)
 
 
-# ================================================================ tooltip, export
+# ================================================================ a step file
 
 def parse_records(data: bytes, declared: dict | None = None) -> list[Trajectory]:
     """The records of a step file; `declared`: the run's record declaration."""
