@@ -29,7 +29,6 @@ from engine import rundir
 from engine.failures import failure_location, failure_message, user_code_location  # noqa: F401 (re-exported)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
-from engine.rewards import reward_source_problems
 from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -253,6 +252,9 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             from engine.preset import save_preset
 
             save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+        from engine.hub_access import go_offline_if_unreachable, hub_ids_of
+
+        go_offline_if_unreachable(hub_ids_of(preset, preset_dir))  # before the hub libraries load
         from engine.algorithms import build_trainer
 
         trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
@@ -318,33 +320,11 @@ def cmd_resume(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    """Check the preset, and where the model and data are at hand, that they load and fit.
-    Writes nothing."""
-    try:
-        preset = load_preset(args.preset, args.set)
-    except PresetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    problems = reward_source_problems(preset.rewards, Path(args.preset).resolve().parent)
-    if problems:
-        print(f"error: {args.preset} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
-        return EXIT_INVALID
-    try:
-        from transformers import AutoConfig
+    """Check the preset, and where the model and data are at hand, that they load and fit
+    (engine/validate.py). Writes nothing."""
+    from engine.validate import validate
 
-        from engine.data import load_splits
-        from engine.models import check_context_fits, context_length, load_tokenizer, resolve_model_path
-        train_examples, eval_examples = load_splits(preset.data, preset.training.seed, Path(args.preset).resolve().parent)
-        path = resolve_model_path(preset.model.name_or_path)
-        longest = check_context_fits(
-            load_tokenizer(path), [e.prompt for e in train_examples + eval_examples],
-            preset.algorithm.max_completion_length, context_length(AutoConfig.from_pretrained(path)))
-    except Exception as exc:
-        print(f"error: {args.preset} is invalid:\n  - {failure_message(exc)}", file=sys.stderr)
-        return EXIT_INVALID
-    print(f"{args.preset}: valid ({preset.algorithm.name}, {len(train_examples)} train / "
-          f"{len(eval_examples)} held-out prompts, longest prompt {longest} tokens)")
-    return EXIT_OK
+    return validate(args.preset, args.set)
 
 
 def parse_fields(items: list[str]) -> dict[str, str]:

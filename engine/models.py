@@ -53,6 +53,10 @@ class LoadedModel:
     context_length: int | None
 
     @property
+    def tokenizer_chat_template(self) -> str | None:
+        return tokenizer_chat_template(self.tokenizer)
+
+    @property
     def eos_token_ids(self) -> list[int]:
         return eos_token_ids(self.model, self.tokenizer)
 
@@ -158,11 +162,20 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
-def load_tokenizer(path: str):
+def tokenizer_chat_template(tokenizer) -> str | None:
+    """The tokenizer's chat template text, or None. Some tokenizers hold several named
+    templates (a dict): the `default` one is the chat template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template or None
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
         raise ModelLoadError(_load_hint(path, "tokenizer", exc)) from exc
     # Prompts are left-padded so every row's completion starts at the same column.
@@ -175,13 +188,23 @@ def load_tokenizer(path: str):
 
 
 def _load_hint(path: str, what: str, exc: Exception) -> str:
+    if "trust_remote_code" in str(exc):
+        return (
+            f"model.trust_remote_code: {path} needs the Python code it ships (a custom architecture or "
+            f"{what}), and that code would run with your rights on this machine; it is refused unless the "
+            "preset sets model.trust_remote_code: true. Set it only for a model whose code you have read or trust."
+        )
     local = Path(path).expanduser()
     if local.exists():
         return f"model.name_or_path: could not load the {what} from folder {local}: {exc}"
+    from engine.hub_access import download_hint, hub_offline
+
+    where = ("this machine is offline (HF_HUB_OFFLINE), so it must be in the local Hugging Face cache and is not"
+             if hub_offline() else "loading it from the Hugging Face hub failed")
     return (
-        f"model.name_or_path: could not load the {what} {path!r}: it is not a local folder, "
-        f"and loading it from the Hugging Face hub failed ({type(exc).__name__}: {str(exc)[:300]}). "
-        "Check the id, your network, or download it and give the folder's path."
+        f"model.name_or_path: could not load the {what} {path!r}: it is not a local folder, and {where} "
+        f"({type(exc).__name__}: {str(exc)[:300]}). Check the id; fetch it with {download_hint(path, 'model')}, "
+        "or give the path of a folder that holds it."
     )
 
 
@@ -193,9 +216,9 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     path = resolve_model_path(cfg.name_or_path)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    tokenizer = load_tokenizer(path)
+    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
     try:
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
     except Exception as exc:
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
     base.to(device)

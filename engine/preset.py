@@ -100,6 +100,16 @@ class ModelConfig(Section):
         "auto", description="`auto` (CUDA if available, else CPU), `cpu`, `cuda`, `cuda:N` or `mps`."
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapter settings.")
+    chat_template: str = Field(
+        "auto", min_length=1,
+        description="`auto`: prompts go through the tokenizer's chat template when it has one (a plain "
+        "prompt becomes one user message, the generation prompt is added); `none`: prompts are fed as "
+        "plain text; or a Jinja template file (.jinja, found next to the preset) used instead of the tokenizer's.",
+    )
+    trust_remote_code: bool = Field(
+        False, description="Run the Python code a hub model ships with its weights. Off: such a model is "
+        "refused, since its code runs with your rights; turn it on only for a model whose code you trust.",
+    )
 
     @field_validator("device")
     @classmethod
@@ -247,29 +257,75 @@ ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
 class DataConfig(Section):
     task: Union[Literal["sort", "arithmetic"], None] = Field(
-        "sort", description="Built-in task generated offline from the seed; null when `path` is set."
+        "sort", description="Built-in task generated offline from the seed; null when `path` or `dataset` is set."
     )
     task_options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the built-in task (e.g. min_len, max_len for sort)."
     )
     path: Union[str, None] = Field(
-        None, description="Prompt file (JSONL or CSV) with a prompt column; other columns go to the rewards."
+        None, description="Prompt file (JSONL, CSV or parquet) with a prompt column; other columns go to the rewards."
     )
-    prompt_field: str = Field("prompt", min_length=1, description="Column of the prompt file that holds the prompt.")
-    num_train: int = Field(5000, ge=1, le=MAX_COUNT, description="Training prompts generated for a built-in task.")
-    num_eval: int = Field(200, ge=0, le=MAX_COUNT, description="Held-out prompts for evaluation (built-in task or file).")
+    dataset: Union[str, None] = Field(
+        None, min_length=1,
+        description="A Hugging Face data set, read with the `datasets` library: a hub id (openai/gsm8k; "
+        "from the local cache when offline), a folder saved with save_to_disk, a folder of data files, "
+        "or one data file. Only the rows a run uses are read.",
+    )
+    subset: Union[str, None] = Field(
+        None, min_length=1, description="The data set's subset (configuration), e.g. `main` for openai/gsm8k."
+    )
+    split: str = Field("train", min_length=1, description="Split of `dataset` to train on.")
+    eval_split: Union[str, None] = Field(
+        None, min_length=1,
+        description="Split of `dataset` for held-out evaluation (e.g. test); null holds out num_eval rows of `split`.",
+    )
+    prompt_field: str = Field(
+        "prompt", min_length=1,
+        description="Column holding the prompt: text, or a conversation (a list of {role, content} messages, "
+        "TRL's conversational format).",
+    )
+    answer_field: str = Field(
+        "answer", min_length=1,
+        description="Column holding the reference answer; the rewards see it as `answer`. Optional in the data.",
+    )
+    answer_pattern: Union[str, None] = Field(
+        None, min_length=1,
+        description="Regular expression that extracts the answer from the answer column: its first group "
+        "(or the whole match), e.g. `####\\s*(.+)` for GSM8K's `... #### 72`. A row it does not match is an error.",
+    )
+    chosen_field: str = Field("chosen", min_length=1, description="DPO: column with the preferred answer (text or messages).")
+    rejected_field: str = Field("rejected", min_length=1, description="DPO: column with the dispreferred answer (text or messages).")
+    system_prompt: Union[str, None] = Field(
+        None, description="System message put before every prompt (chat-templated models), unless the "
+        "prompt's conversation has its own."
+    )
+    num_train: int = Field(5000, ge=1, le=MAX_COUNT, description="Training prompts: generated for a built-in task; "
+                           "the most rows used of a data set (a seeded sample when it has more).")
+    num_eval: int = Field(200, ge=0, le=MAX_COUNT, description="Held-out prompts for evaluation (built-in task, file or data set).")
 
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.task is None) == (self.path is None):
-            raise ValueError("set exactly one of `task` (a built-in task) or `path` (a prompt file)")
-        if self.path is not None and self.task_options:
+        sources = [name for name in ("task", "path", "dataset") if getattr(self, name) is not None]
+        if len(sources) != 1:
+            said = f" (set: {', '.join(sources)})" if sources else ""
+            raise ValueError(
+                "set exactly one data source: `task` (a built-in task), `path` (a prompt file) or "
+                f"`dataset` (a Hugging Face data set){said}; set the others to null")
+        if self.task is None and self.task_options:
             raise ValueError("`task_options` apply to built-in tasks only; remove them or set `task`")
         if self.task is not None:
             from engine.data.tasks import check_task_options, check_task_size
 
             _named("task_options", check_task_options, self.task, self.task_options)
             check_task_size(self.task, self.task_options, self.num_train, self.num_eval)
+        if self.dataset is None:
+            for name in ("subset", "eval_split"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"`{name}` applies to `dataset` only; remove it or set `dataset`")
+        if self.answer_pattern is not None:
+            from engine.data.columns import compile_answer_pattern
+
+            compile_answer_pattern(self.answer_pattern)
         return self
 
 

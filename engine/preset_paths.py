@@ -1,6 +1,7 @@
 """Where a preset's relative files are: one rule for the CLI, the window and the engine.
 
-A relative prompt file, custom-reward file or reward-model folder is looked up against
+A relative prompt file, data set, chat template, custom-reward file or reward-model
+folder is looked up against
 the preset's folder first, then the current folder. :func:`absolute_preset_paths` fixes
 them in a copy of the preset, so the copy a run keeps (its preset.yaml, the window's
 launch preset) still finds them from anywhere. Torch-free.
@@ -23,7 +24,7 @@ from pathlib import Path
 from engine.preset import Preset
 from engine.rewards.paths import absolute_reward_paths
 
-__all__ = ["resolve_data_path", "absolute_preset_paths"]
+__all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths"]
 
 
 def resolve_data_path(path: str | Path, preset_dir: str | Path | None = None) -> Path:
@@ -46,14 +47,32 @@ def resolve_data_path(path: str | Path, preset_dir: str | Path | None = None) ->
     return Path(preset_dir) / path if preset_dir is not None else path
 
 
+def local_or_hub_id(name: str, preset_dir: str | Path | None = None) -> Path | str:
+    """A model's or data set's name: a local folder or file (relative ones found by the
+    rule above) when it exists, else the name unchanged, a hub id."""
+    local = resolve_data_path(name, preset_dir)
+    return local if local.exists() else name
+
+
+def _absolute(value: str | None, preset_dir, keep=()) -> str | None:
+    """A relative path made absolute where it exists; anything else (None, a hub id, a
+    keyword in `keep`, a path found nowhere) unchanged."""
+    if value is None or value in keep or Path(value).expanduser().is_absolute():
+        return value
+    found = resolve_data_path(value, preset_dir)
+    return str(found) if found.exists() and found.is_absolute() else value
+
+
 def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Preset:
-    """A copy of ``preset`` whose relative prompt file, custom-reward files and
-    reward-model folders are absolute where they exist (see the module's rule);
+    """A copy of ``preset`` whose relative prompt file, data set folder or file, chat
+    template file, custom-reward files and reward-model folders are absolute where they
+    exist (see the module's rule);
     ``preset_dir`` is the folder of the preset file (None: an unsaved preset).
     """
-    if preset.data.path is not None and not Path(preset.data.path).expanduser().is_absolute():
-        path = str(resolve_data_path(preset.data.path, preset_dir))
-        preset = preset.model_copy(update={"data": preset.data.model_copy(update={"path": path})})
+    data = {key: _absolute(getattr(preset.data, key), preset_dir) for key in ("path", "dataset")}
+    model = {"chat_template": _absolute(preset.model.chat_template, preset_dir, keep=("auto", "none"))}
+    preset = preset.model_copy(update={"data": preset.data.model_copy(update=data),
+                                       "model": preset.model.model_copy(update=model)})
     rewards = []
     for reward in preset.rewards:
         name, options = absolute_reward_paths(reward.name, reward.options, preset_dir)

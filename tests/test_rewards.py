@@ -133,6 +133,8 @@ def test_rewards_module_does_not_import_torch():
 
 def test_registry_contents():
     assert set(REWARDS) == {
+        "math_answer",
+        "think_answer_format",
         "exact_match",
         "numeric_match",
         "regex_format",

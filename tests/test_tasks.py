@@ -227,7 +227,7 @@ def test_jsonl_bad_json_names_file_and_line(tmp_path):
 def test_jsonl_missing_prompt_names_file_line_and_columns(tmp_path):
     path = tmp_path / "missing.jsonl"
     path.write_text('{"prompt": "ok"}\n\n{"question": "q", "answer": "a"}\n')
-    with pytest.raises(ValueError, match=r"missing\.jsonl line 3: missing prompt field 'prompt' \(found 'question', 'answer'\)"):
+    with pytest.raises(ValueError, match=r"missing\.jsonl line 3 has no column 'prompt' \(data\.prompt_field\); its columns are: 'question', 'answer'"):
         load_prompt_file(path)
 
 
@@ -241,7 +241,7 @@ def test_jsonl_non_object_line(tmp_path):
 def test_empty_prompt_is_rejected(tmp_path):
     path = tmp_path / "empty_prompt.jsonl"
     path.write_text('{"prompt": ""}\n')
-    with pytest.raises(ValueError, match=r"line 1: prompt field 'prompt' must be a non-empty string"):
+    with pytest.raises(ValueError, match=r"line 1: prompt column 'prompt' must be non-empty text or a list of \{role, content\} messages"):
         load_prompt_file(path)
 
 

@@ -24,6 +24,7 @@ import torch
 
 from engine import rundir
 from engine.algorithms.declaration import Declares
+from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.forward import completion_logits
 from engine.losses import selective_log_softmax
@@ -108,6 +109,8 @@ class Trainer(Declares):
     """What every algorithm shares. A subclass implements `train_step` (returns the step's
     metrics) and `write_step_outputs` (samples events and trajectory records)."""
 
+    TEMPLATED_PAIRS = False  # DPO: chosen/rejected answers go through the chat template too
+
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                  preset_dir: Path | None = None):
         self.preset = preset
@@ -126,14 +129,20 @@ class Trainer(Declares):
         # signal handler also raises at once; this catches a stop from stdin and one that
         # library code swallowed).
         self.stop.check_setup()
-        self.train_examples, self.eval_examples = self.load_examples(preset_dir)
-        self.stream = PromptStream(self.train_examples, self.cfg.seed)
-        self.accuracy_reward = accuracy_reward_name(preset.data, self.eval_examples)
+        train, held_out = self.load_examples(preset_dir)
+        self.accuracy_reward = accuracy_reward_name(preset.data, held_out, [r.name for r in preset.rewards])
         self.stop.check_setup()
         self.loaded: LoadedModel = load_model(preset.model)
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
+        # Prompts as the model sees them: through its chat template (engine/chat.py).
+        self.chat = chat_format(preset.model.chat_template, self.loaded.tokenizer_chat_template,
+                                preset.data.system_prompt, preset_dir)
+        self.train_examples, self.eval_examples = (
+            template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
+            for examples in (train, held_out))
+        self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.stop.check_setup()
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
         self.stop.check_setup()
@@ -188,7 +197,11 @@ class Trainer(Declares):
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
     def decode_completions(self, rollout: Rollout) -> list[str]:
+        """The completions' text for the rewards: the end token that stopped one is cut,
+        whether or not the tokenizer calls it special (`<|im_end|>` and the like)."""
+        eos = set(self.loaded.eos_token_ids)
         ids = [row[: int(n)].tolist() for row, n in zip(rollout.completion_ids, rollout.lengths)]
+        ids = [row[:-1] if row and row[-1] in eos else row for row in ids]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
     def generate(self, prompts: list[str], greedy: bool = False, group_size: int = 1) -> Rollout:
@@ -340,7 +353,10 @@ class Trainer(Declares):
         t0 = time.perf_counter()
         batch = max(self.cfg.batch_size, 32)
         totals, comps, correct, samples = [], {}, [], []
-        acc_fn = build_reward(self.accuracy_reward) if self.accuracy_reward else None
+        acc_fn = None
+        if self.accuracy_reward:  # with the options the preset gives that reward, if it has it
+            options = next((r.options for r in self.preset.rewards if r.name == self.accuracy_reward), {})
+            acc_fn = build_reward(self.accuracy_reward, **options)
         for i in range(0, len(self.eval_examples), batch):
             chunk = self.eval_examples[i: i + batch]
             prompts = [e.prompt for e in chunk]
@@ -428,7 +444,8 @@ class Trainer(Declares):
                       "architecture": type(self.model.get_base_model()).__name__,
                       "parameters": counts["total"], "trainable_parameters": counts["trainable"],
                       "lora_targets": self.loaded.target_modules,
-                      "context_length": self.loaded.context_length},
+                      "context_length": self.loaded.context_length,
+                      "chat_template": self.chat.source, "eos_token_ids": self.loaded.eos_token_ids},
             "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
             "num_train": len(self.train_examples), "num_eval": len(self.eval_examples), **self.declaration(),

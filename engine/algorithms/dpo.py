@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from engine.data import Example, load_splits, preference_pairs
+from engine.data.columns import is_conversation
 from engine.losses import dpo_loss, entropy_from_logits, selective_log_softmax, sequence_logps
 from engine.rollout import Rollout
 from engine.algorithms.base import Trainer, set_update_mode
@@ -42,6 +43,7 @@ class DPOStepOutputs:
 
 
 class DPOTrainer(Trainer):
+    TEMPLATED_PAIRS = True
     # Metric names as TRL's DPO trainer logs them.
     PLOTS = (
         plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
@@ -64,13 +66,17 @@ class DPOTrainer(Trainer):
         if self.preset.data.task is not None:
             task = self.preset.data.task
             return preference_pairs(train, self.cfg.seed, task), preference_pairs(held_out, self.cfg.seed + 1, task)
+        source = "data.dataset" if self.preset.data.dataset is not None else "data.path"
         for where, examples in (("training", train), ("held-out", held_out)):
             for number, e in enumerate(examples):
-                missing = [k for k in ("chosen", "rejected") if not isinstance(e.fields.get(k), str)]
+                missing = [k for k in ("chosen", "rejected")
+                           if not (isinstance(e.fields.get(k), str) or is_conversation(e.fields.get(k)))]
                 if missing:
                     raise ValueError(
-                        f"data.path: DPO needs text `chosen` and `rejected` columns beside the prompt; "
-                        f"{where} example {number} ({e.prompt[:40]!r}) lacks {', '.join(missing)}"
+                        f"{source}: DPO needs `chosen` and `rejected` answers (text, or assistant messages in "
+                        f"TRL's preference format) beside the prompt; {where} example {number} "
+                        f"({str(e.prompt)[:40]!r}) lacks {', '.join(missing)} (columns data.chosen_field / "
+                        "data.rejected_field name them)"
                     )
         return train, held_out
 
@@ -82,9 +88,13 @@ class DPOTrainer(Trainer):
     # -------------------------------------------------------------- batching
 
     def encode_answer(self, text: str) -> list[int]:
-        """An answer's tokens, ended by EOS (the model must learn to stop there), cut to
-        max_completion_length."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.loaded.eos_token_ids[0]]
+        """An answer's tokens up to its first end token (a chat template ends the answer
+        with its end-of-turn token), or with the tokenizer's EOS added (the model must
+        learn to stop there), cut to max_completion_length."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        eos = set(self.loaded.eos_token_ids)
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
         return ids[: self.algo.max_completion_length]
 
     def pair_rows(self, examples: list[Example]) -> Rollout:

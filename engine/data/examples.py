@@ -37,7 +37,7 @@ class Example:
         'sort 2 1 = 1 2'
     """
 
-    prompt: str
+    prompt: str | list[dict]  # text, or a conversation ({role, content} messages) before templating
     fields: dict = field(default_factory=dict)
 
 

@@ -10,29 +10,12 @@ import csv
 import json
 from pathlib import Path
 
+from engine.data.columns import Columns, row_to_example
 from engine.data.examples import Example
 
 __all__ = ["load_prompt_file"]
 
 _SUPPORTED_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".parquet")
-
-
-def _row_to_example(row: dict, prompt_field: str, where: str) -> Example:
-    """Turn one parsed record into an Example; ``where`` is 'file line N'."""
-    if prompt_field not in row:
-        found = ", ".join(repr(k) for k in row) or "no columns"
-        raise ValueError(
-            f"{where}: missing prompt field {prompt_field!r} (found {found}); "
-            f"add it or pass prompt_field= naming the column that holds the prompt."
-        )
-    prompt = row[prompt_field]
-    if not isinstance(prompt, str) or not prompt:
-        raise ValueError(
-            f"{where}: prompt field {prompt_field!r} must be a non-empty string, "
-            f"got {prompt!r}."
-        )
-    fields = {key: value for key, value in row.items() if key != prompt_field}
-    return Example(prompt, fields)
 
 
 def _load_json_records(path: Path, text: str) -> list[tuple[str, object]]:
@@ -97,12 +80,14 @@ def _load_parquet_records(path: Path) -> list[tuple[str, object]]:
     return [(f"{path} row {i}", row) for i, row in enumerate(rows, start=1)]
 
 
-def load_prompt_file(path: str | Path, prompt_field: str = "prompt") -> list[Example]:
+def load_prompt_file(path: str | Path, prompt_field: str = "prompt", columns: Columns | None = None) -> list[Example]:
     """Load prompts from a JSONL, CSV/TSV or parquet file.
 
     The ``prompt_field`` column becomes :attr:`Example.prompt`; every other
-    column goes into :attr:`Example.fields` for the reward functions.  CSV
-    values stay strings.  Errors name the file, the line and what is wrong.
+    column goes into :attr:`Example.fields` for the reward functions (``columns``,
+    when given, names the prompt, answer and DPO columns and the answer pattern, see
+    engine/data/columns.py).  CSV values stay strings.  Errors name the file, the line
+    and what is wrong.
 
     Example:
         >>> import tempfile, os
@@ -112,6 +97,8 @@ def load_prompt_file(path: str | Path, prompt_field: str = "prompt") -> list[Exa
         ...     load_prompt_file(p)
         [Example(prompt='2+2=', fields={'answer': '4'})]
     """
+    columns = columns or Columns(prompt=prompt_field)
+    prompt_field = columns.prompt
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in _SUPPORTED_SUFFIXES:
@@ -148,5 +135,5 @@ def load_prompt_file(path: str | Path, prompt_field: str = "prompt") -> list[Exa
                 f"{where}: expected a JSON object like {{\"{prompt_field}\": \"...\"}}, "
                 f"got {type(record).__name__}."
             )
-        examples.append(_row_to_example(record, prompt_field, where))
+        examples.append(row_to_example(record, columns, where))
     return examples

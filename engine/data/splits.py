@@ -8,8 +8,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from engine.data.columns import Columns
 from engine.data.examples import Example
 from engine.data.files import load_prompt_file
+from engine.data.hf_datasets import load_dataset_splits
 from engine.data.tasks import ACCURACY_REWARD, make_task
 from engine.preset import DataConfig
 from engine.preset_paths import resolve_data_path
@@ -21,12 +23,15 @@ def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tup
     """(train, eval) examples for the preset's data section.
 
     A prompt file is split deterministically by the seed: its last `num_eval` prompts
-    after a seeded shuffle are held out.
+    after a seeded shuffle are held out. A Hugging Face data set: see
+    engine/data/hf_datasets.py.
     """
     if cfg.task is not None:
         return make_task(cfg.task, seed=seed, num_train=cfg.num_train, num_eval=cfg.num_eval, **cfg.task_options)
+    if cfg.dataset is not None:
+        return load_dataset_splits(cfg, seed, base_dir)
     path = resolve_data_path(cfg.path, base_dir)
-    examples = load_prompt_file(path, prompt_field=cfg.prompt_field)
+    examples = load_prompt_file(path, columns=Columns.from_config(cfg))
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)
     num_eval = min(cfg.num_eval, len(examples) - 1)
@@ -41,13 +46,19 @@ def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tup
     return train, held_out
 
 
-def accuracy_reward_name(cfg: DataConfig, eval_examples: list[Example]) -> str | None:
+# Registry rewards that verify an answer, best judge first: the held-out accuracy of a
+# run whose rewards include one is judged by it.
+VERIFIERS = ("math_answer", "numeric_match", "exact_match")
+
+
+def accuracy_reward_name(cfg: DataConfig, eval_examples: list[Example], reward_names=()) -> str | None:
     """The reward that judges held-out accuracy: the task's own (registered with it); for
-    a prompt file with an `answer` column, exact match; else None."""
+    a file or data set with an `answer` column, the first verifier among the preset's
+    rewards (`reward_names`) in VERIFIERS' order, else exact match; else None."""
     if cfg.task is not None:
         return ACCURACY_REWARD[cfg.task]
     if eval_examples and all("answer" in e.fields for e in eval_examples):
-        return "exact_match"
+        return next((name for name in VERIFIERS if name in reward_names), "exact_match")
     return None
 
 

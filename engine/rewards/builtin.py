@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from typing import Callable
 
+import engine.rewards.math_parse as math_parse
 from engine.options import Registry
 from engine.rewards.base import MissingFieldError, RewardError, RewardFunc
 
@@ -31,6 +32,8 @@ __all__ = [
     "sort_position",
     "sort_inclusion_order",
     "length_penalty",
+    "math_answer",
+    "think_answer_format",
 ]
 
 
@@ -40,6 +43,10 @@ __all__ = [
 
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
 _DIGIT = re.compile(r"\d")
+# A block's inside: anything but a think or answer tag (each tag appears once).
+_BLOCK = r"(?:(?!</?(?:think|answer)>).)*"
+_THINK_ANSWER = re.compile(rf"\s*<think>{_BLOCK}</think>\s*<answer>{_BLOCK}</answer>\s*", re.S)
+_MAYBE_THINK_ANSWER = re.compile(rf"\s*(?:<think>{_BLOCK}</think>\s*)?<answer>{_BLOCK}</answer>\s*", re.S)
 
 
 def _column(reward: str, fields: dict, name: str, size: int) -> list:
@@ -276,6 +283,76 @@ def length_penalty(*, target: int = 16, per_char: float = 0.02) -> RewardFunc:
     return reward
 
 
+def math_answer(
+    *, answer_field: str = "answer", wrong: float = 0.0, unparsable: float = 0.0
+) -> RewardFunc:
+    """1.0 when the completion's final answer equals the reference mathematically.
+
+    math-verify (the ``math-verify`` package) reads the completion's answer: the
+    last ``<answer>...</answer>`` block if there is one, else a ``\\boxed{}`` or
+    the last expression; it compares it with the reference symbolically, so ``0.5``
+    equals ``\\frac{1}{2}`` and ``1,000`` equals ``1000`` (see
+    engine/rewards/math_parse.py).  A different answer scores ``wrong``; a
+    completion with no answer in it scores ``unparsable``.  A reference with no
+    answer in it is an error naming the field and the value.
+
+    Example:
+        >>> reward = build_reward("math_answer", unparsable=-1.0)
+        >>> reward(["p"] * 4, [r"so \\boxed{72}", "It is 0.5.", "I get -7", "no idea"],
+        ...        answer=["72", r"\\frac{1}{2}", 7, "8"])
+        [1.0, 1.0, 0.0, -1.0]
+    """
+    if not math_parse.available():
+        raise ValueError("reward 'math_answer' needs the math-verify package: pip install math-verify")
+
+    def reward(prompts: list[str], completions: list[str], **fields: list) -> list[float]:
+        answers = _column("math_answer", fields, answer_field, len(completions))
+        references: dict[str, list] = {}  # GRPO repeats each reference num_generations times
+        scores = []
+        for completion, answer in zip(completions, answers):
+            key = str(answer)
+            if key not in references:
+                references[key] = math_parse.parse_bare(answer)
+                if not references[key]:
+                    raise RewardError(
+                        f"reward 'math_answer': field {answer_field!r} holds {answer!r}, in which "
+                        f"math-verify finds no answer; give a number or an expression, e.g. '72' "
+                        f"or '\\frac{{1}}{{2}}'."
+                    )
+            found = math_parse.parse_completion(completion)
+            if not found:
+                scores.append(unparsable)
+            else:
+                scores.append(1.0 if math_parse.same_answer(references[key], found) else wrong)
+        return scores
+
+    return reward
+
+
+def think_answer_format(*, require_think: bool = True) -> RewardFunc:
+    """1.0 when the completion is a ``<think>...</think>`` block, then an
+    ``<answer>...</answer>`` block, and nothing else but whitespace.
+
+    Each tag appears exactly once, in that order: a tag inside a block, or text
+    before, between or after the blocks, scores 0.0.  ``require_think=False``
+    makes the think block optional (the answer block alone also scores 1.0).
+
+    Example:
+        >>> reward = build_reward("think_answer_format")
+        >>> reward(["p"] * 3, ["<think>2+2</think>\\n<answer>4</answer>\\n", "<answer>4</answer>",
+        ...                    "<think>2+2</think><answer>4</answer> so 4"])
+        [1.0, 0.0, 0.0]
+        >>> build_reward("think_answer_format", require_think=False)(["p"], [" <answer>4</answer>"])
+        [1.0]
+    """
+    pattern = _THINK_ANSWER if require_think else _MAYBE_THINK_ANSWER
+
+    def reward(prompts: list[str], completions: list[str], **fields: list) -> list[float]:
+        return [1.0 if pattern.fullmatch(c) else 0.0 for c in completions]
+
+    return reward
+
+
 REWARDS: dict[str, Callable[..., RewardFunc]] = {
     "exact_match": exact_match,
     "numeric_match": numeric_match,
@@ -283,6 +360,8 @@ REWARDS: dict[str, Callable[..., RewardFunc]] = {
     "sort_position": sort_position,
     "sort_inclusion_order": sort_inclusion_order,
     "length_penalty": length_penalty,
+    "math_answer": math_answer,
+    "think_answer_format": think_answer_format,
 }
 
 

@@ -354,6 +354,8 @@ def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
     """The editor for a field: a few fields get a richer one, the rest by kind."""
     if spec.path == "model.name_or_path":
         return ModelEditor(spec, parent)
+    if spec.path == "model.chat_template":
+        return SuggestEditor(spec, ["auto", "none"], parent)
     if spec.path == "model.device":
         return SuggestEditor(spec, ["auto", "cpu", "cuda", "cuda:0", "mps"], parent)
     if spec.path == "data.path":

@@ -38,6 +38,7 @@ from workbench.setup.background import submit as submit_in_background
 from workbench.setup.checks import prelaunch_checks, preview_prompts
 from workbench.setup.document import PresetDocument
 from workbench.setup.editors import ERROR_STYLE, FieldEditor, FieldRow, describe_model_source
+from workbench.setup.model_picker import CachePicker, DatasetPicker, ModelPicker, add_cache_button, type_into
 from workbench.setup.rewards_editor import RewardsEditor
 from workbench.setup.section_form import AlgorithmBox, SectionForm
 from workbench.setup.unknown_keys import UnknownKeysBanner
@@ -146,6 +147,16 @@ class SetupPanel(QWidget):
         layout.addWidget(self.summary_area)
         layout.addWidget(self.scroll, 1)
 
+        # "Cached…" beside the fields a hub id goes in: pick what is already downloaded.
+        self.cache_picker: CachePicker | None = None  # the picker open now (tests drive it)
+        self.cache_buttons = {}
+        for path, picker_class in (("model.name_or_path", ModelPicker), ("data.dataset", DatasetPicker)):
+            row = self.rows().get(path)  # data.dataset is newer than some engines: no field, no button
+            button = add_cache_button(row.editor, picker_class) if row is not None else None
+            if button is not None:
+                button.clicked.connect(partial(self.open_cache_picker, path, picker_class))
+                self.cache_buttons[path] = button
+
         doc.changed.connect(self._doc_changed)
         doc.replaced.connect(self._doc_replaced)
         self.refresh()
@@ -200,12 +211,26 @@ class SetupPanel(QWidget):
         if path == "data.task":
             changes = {"data.task": value, "data.task_options": {}}
             if value is not None:
-                changes["data.path"] = None
+                changes.update({"data.path": None, "data.dataset": None, "data.subset": None, "data.eval_split": None})
             self.doc.update(changes)
-        elif path == "data.path" and value:
-            self.doc.update({"data.path": value, "data.task": None, "data.task_options": {}})
+        elif path in ("data.path", "data.dataset") and value:
+            # A prompt file or a data set replaces the other sources.
+            changes = {"data.path": None, "data.dataset": None, "data.task": None, "data.task_options": {}}
+            if path == "data.path":
+                changes.update({"data.subset": None, "data.eval_split": None})
+            self.doc.update({**changes, path: value})
         else:
             self.doc.set(path, value)
+
+    def open_cache_picker(self, path: str, picker_class: type[CachePicker]) -> CachePicker:
+        """Open the picker for `path`; its choice is put in the field as if typed."""
+        picker = picker_class(self)
+        self.cache_picker = picker
+        # Put in the field as the user's typing would be, so validation and preview follow.
+        picker.accepted.connect(lambda: type_into(self.rows()[path].editor, picker.chosen()))
+        picker.finished.connect(picker.deleteLater)
+        picker.open()  # window-modal, without blocking: the scan's result arrives through the event loop
+        return picker
 
     def task_option_defaults(self) -> dict:
         task = self.doc.get("data.task")

@@ -1,0 +1,96 @@
+"""`rl-engine validate PRESET`: the preset's own checks, then, for what is at hand (a
+local folder, or a hub id in the local cache, or any hub id when the hub answers), that
+the data and the tokenizer load, the prompts as the chat template makes them, and that
+they fit the model's context. Loads no model weights and writes nothing.
+
+A hub id that is neither cached nor reachable is not an error here (the preset is fine;
+the machine lacks the files): it is a note saying how to fetch it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from engine.failures import failure_message
+from engine.hub_access import download_hint, go_offline_if_unreachable, hub_ids_of, hub_offline
+from engine.preset import BUILTIN_MODEL, PresetError, load_preset
+from engine.rewards import reward_source_problems
+
+__all__ = ["validate", "missing_offline"]
+
+
+def missing_offline(repo_id: str, repo_type: str) -> bool:
+    """Offline, and the hub id is not in the local Hugging Face cache."""
+    if not hub_offline():
+        return False
+    from engine.hub_cache import hub_cache_dir
+
+    folder = hub_cache_dir() / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    return not (folder / "snapshots").is_dir()
+
+
+def _unavailable(preset, base_dir: Path) -> list[tuple[str, str]]:
+    """(field, note) for each hub id this machine cannot load now."""
+    notes = []
+    for repo_id in hub_ids_of(preset, base_dir):
+        is_model = repo_id == preset.model.name_or_path
+        field, kind = ("model.name_or_path", "model") if is_model else ("data.dataset", "dataset")
+        if missing_offline(repo_id, kind):
+            notes.append((field, f"{repo_id!r} is not in the local Hugging Face cache and the hub cannot be "
+                                 f"reached: not checked. Fetch it with {download_hint(repo_id, kind)}"))
+    return notes
+
+
+def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
+    """Load the data and the tokenizer, template the prompts; (summary, longest prompt in
+    tokens, the first prompt as the model sees it)."""
+    from transformers import AutoConfig
+
+    from engine.chat import chat_format, template_examples
+    from engine.data import load_splits
+    from engine.models import (check_context_fits, context_length, load_tokenizer, resolve_model_path,
+                               tokenizer_chat_template)
+
+    train, held_out = load_splits(preset.data, preset.training.seed, base_dir)
+    path = resolve_model_path(preset.model.name_or_path)
+    tokenizer = load_tokenizer(path, preset.model.trust_remote_code)
+    fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), preset.data.system_prompt,
+                      base_dir)
+    pairs = preset.algorithm.name == "dpo" and preset.data.task is None
+    examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=preset.model.trust_remote_code)
+    longest = check_context_fits(tokenizer, [e.prompt for e in examples], preset.algorithm.max_completion_length,
+                                 context_length(config))
+    summary = f"{len(train)} train / {len(held_out)} held-out prompts, chat template: {fmt.source}"
+    return summary, longest, examples[0].prompt
+
+
+def validate(preset_path: str, overrides: list[str]) -> int:
+    """Exit status 0 when valid, 2 when not; what was checked on stdout, problems on stderr."""
+    try:
+        preset = load_preset(preset_path, overrides)
+    except PresetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    base_dir = Path(preset_path).resolve().parent
+    problems = reward_source_problems(preset.rewards, base_dir)
+    if problems:
+        print(f"error: {preset_path} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
+        return 2
+    go_offline_if_unreachable(hub_ids_of(preset, base_dir))
+    notes = _unavailable(preset, base_dir)
+    for field, note in notes:
+        print(f"note: {field}: {note}")
+    if notes:
+        print(f"{preset_path}: valid as a preset ({preset.algorithm.name}); data and prompt lengths not checked")
+        return 0
+    try:
+        summary, longest, first = _prompt_report(preset, base_dir)
+    except Exception as exc:  # every loading failure is a readable line, never a traceback
+        print(f"error: {preset_path} is invalid:\n  - {failure_message(exc)}", file=sys.stderr)
+        return 2
+    if preset.model.name_or_path != BUILTIN_MODEL:
+        print(f"first prompt as the model sees it:\n{first}")
+    print(f"{preset_path}: valid ({preset.algorithm.name}, {summary}, longest prompt {longest} tokens)")
+    return 0
