@@ -9,19 +9,24 @@ its own system message. Without one, a text prompt is fed as it is.
 DPO answers are templated too: the answer is what the template puts after the prompt
 for an assistant turn (its end-of-turn token included), as TRL does.
 
-Torch-free: the tokenizer is passed in (a transformers tokenizer in the engine).
+Torch-free: the tokenizer is passed in (a transformers tokenizer in the engine). For
+the set-up form's preview, which may not import transformers, `FolderTemplater` reads a
+model folder's template and renders it with Jinja as transformers does (its sandboxed
+environment and helpers); tests/test_chat_runs.py checks the two agree.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from engine.data.columns import is_conversation
 from engine.data.examples import Example
 from engine.preset_paths import resolve_data_path
 
-__all__ = ["ChatFormat", "chat_format", "conversation", "answer_text", "template_examples"]
+__all__ = ["ChatFormat", "chat_format", "conversation", "answer_text", "template_examples", "FolderTemplater"]
 
 AUTO, NONE = "auto", "none"
 
@@ -119,3 +124,47 @@ def template_examples(examples: list[Example], fmt: ChatFormat, tokenizer, pairs
             fields = {**fields, **{side: fmt.answer(tokenizer, e.prompt, fields[side]) for side in ("chosen", "rejected")}}
         out.append(Example(fmt.render(tokenizer, e.prompt), fields))
     return out
+
+
+# ------------------------------------------------ a preview without transformers
+
+
+def _token_text(value) -> str | None:
+    """A special token as tokenizer_config.json stores it: text, or {"content": text}."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class FolderTemplater:
+    """The chat template of a model folder, rendered with Jinja the way transformers'
+    `apply_chat_template` does (sandboxed, trim_blocks and lstrip_blocks, its `tojson`,
+    `raise_exception` and `strftime_now`, the special tokens as variables), for previews
+    that may not import transformers. The engine itself always uses the tokenizer."""
+
+    def __init__(self, folder: Path):
+        folder = Path(folder)
+        config_path = folder / "tokenizer_config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+        template = config.get("chat_template")
+        if isinstance(template, list):  # several named templates: the default one
+            template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+        jinja_file = folder / "chat_template.jinja"
+        self.chat_template = jinja_file.read_text(encoding="utf-8") if jinja_file.is_file() else template
+        self.special_tokens = {key: _token_text(config.get(key)) for key in
+                               ("bos_token", "eos_token", "pad_token", "unk_token") if config.get(key) is not None}
+
+    def apply_chat_template(self, messages, chat_template=None, tokenize=False, add_generation_prompt=False):
+        import jinja2
+        from jinja2.ext import loopcontrols
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message):
+            raise jinja2.exceptions.TemplateError(message)
+
+        def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+            return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = tojson
+        env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+        template = env.from_string(chat_template or self.chat_template)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens)

@@ -266,3 +266,19 @@ def cached_models(cache_dir: str | Path | None = None) -> list[CachedModel]:
 def cached_datasets(cache_dir: str | Path | None = None) -> list[CachedDataset]:
     """Every data set in the hub cache, sorted by repo id; [] when there is no cache."""
     return _scan(cache_dir, "dataset", describe_dataset, CachedDataset)
+
+
+def cached_snapshot(repo_id: str, repo_type: str = "model") -> Path | None:
+    """The folder of a hub repository's cached snapshot (the one `refs/main` names, else
+    the newest), or None when it is not in the cache. No scan: one repository's folder."""
+    repo = hub_cache_dir() / f"{repo_type}s--{repo_id.replace('/', '--')}"
+    snapshots = repo / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        named = snapshots / ref.read_text(encoding="utf-8").strip()
+        if named.is_dir():
+            return named
+    folders = [p for p in snapshots.iterdir() if p.is_dir()]
+    return max(folders, key=lambda p: p.stat().st_mtime) if folders else None

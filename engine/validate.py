@@ -22,12 +22,9 @@ __all__ = ["validate", "missing_offline"]
 
 def missing_offline(repo_id: str, repo_type: str) -> bool:
     """Offline, and the hub id is not in the local Hugging Face cache."""
-    if not hub_offline():
-        return False
-    from engine.hub_cache import hub_cache_dir
+    from engine.hub_cache import cached_snapshot
 
-    folder = hub_cache_dir() / f"{repo_type}s--{repo_id.replace('/', '--')}"
-    return not (folder / "snapshots").is_dir()
+    return hub_offline() and cached_snapshot(repo_id, repo_type) is None
 
 
 def _unavailable(preset, base_dir: Path) -> list[tuple[str, str]]:

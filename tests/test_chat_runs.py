@@ -215,3 +215,22 @@ def test_a_cached_hub_model_loads_by_its_id_offline(chat_model, tmp_path, engine
     result, events = _run(preset, tmp_path, env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert events[0]["model"]["architecture"] == "Qwen2ForCausalLM"
+
+
+@pytest.mark.parametrize("make", [hf.make_tiny_chat_model, hf.make_llama_chat_model], ids=["qwen", "llama"])
+def test_the_preview_renders_templates_as_transformers_does(make, tmp_path):
+    """The set-up form's preview (FolderTemplater, no transformers) gives the engine's
+    templated text (the tokenizer's apply_chat_template) for text prompts, conversations
+    and a system prompt."""
+    from transformers import AutoTokenizer
+
+    from engine.chat import FolderTemplater
+
+    folder = make(tmp_path / "model")
+    tokenizer, preview = AutoTokenizer.from_pretrained(folder), FolderTemplater(folder)
+    conversation_ = [{"role": "system", "content": "Think."}, {"role": "user", "content": QUESTION},
+                     {"role": "assistant", "content": "7"}, {"role": "user", "content": "And twice that?"}]
+    for system in (None, "Be brief."):
+        fmt = chat_format("auto", preview.chat_template, system)
+        for prompt in (QUESTION, conversation_):
+            assert fmt.render(preview, prompt) == fmt.render(tokenizer, prompt)

@@ -149,7 +149,7 @@ def test_choosing_a_cached_model_fills_the_model_field(qtbot, panel):
     assert panel.doc.get("model.name_or_path") == "test-org/tiny-chat"
     assert panel.doc.dirty  # an edit like typing: the preset has unsaved changes
     panel.validate_now()
-    assert "Hugging Face hub id" in panel.model_note.note.text()
+    assert panel.model_note.note.text().startswith("Hugging Face hub id, in the local cache: Qwen2ForCausalLM")
 
 
 def test_cancel_leaves_the_model_field_as_it_was(qtbot, panel):

@@ -15,9 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.data import load_splits
+from engine.chat import FolderTemplater, chat_format, template_examples
+from engine.data import Example, load_splits
+from engine.hub_access import download_hint
+from engine.hub_cache import cached_snapshot
 from engine.preset import BUILTIN_MODEL, Preset
-from engine.preset_paths import resolve_data_path
+from engine.preset_paths import local_or_hub_id, resolve_data_path
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,11 +39,55 @@ class CheckResult:
 
 
 def model_folder(name_or_path: str) -> Path | None:
-    """The local folder of a model, or None for a hub id that is not a folder here."""
+    """The local folder of a model: the built-in one, a folder, or a hub id's snapshot in
+    the local Hugging Face cache; None for a hub id that is not here."""
     if name_or_path == BUILTIN_MODEL:
         return BUILTIN_MODEL_DIR
     path = Path(name_or_path).expanduser()
-    return path if path.is_dir() else None
+    if path.is_dir():
+        return path
+    return None if looks_like_local_path(name_or_path) else cached_snapshot(name_or_path, "model")
+
+
+class NotAtHand(ValueError):
+    """A hub data set that is neither a local folder nor in the local cache: the form
+    does not download it (the engine does, when the run starts)."""
+
+
+def _dataset_at_hand(data, base_dir: Path | None):
+    """The data section with a cached hub data set replaced by its snapshot folder (read
+    offline, no network from the window); NotAtHand when it is not cached."""
+    if data.dataset is None or isinstance(local_or_hub_id(data.dataset, base_dir), Path):
+        return data
+    snapshot = cached_snapshot(data.dataset, "dataset")
+    if snapshot is None:
+        raise NotAtHand(f"{data.dataset!r} is not in the local Hugging Face cache: no preview here; the engine "
+                        f"fetches it when the run starts, or fetch it now with {download_hint(data.dataset)}")
+    return data.model_copy(update={"dataset": str(snapshot)})
+
+
+def templated(examples: list, model: dict, system_prompt: str | None, base_dir: Path | None) -> tuple[list, str]:
+    """The examples' prompts as the model will see them (its chat template, read from its
+    folder), and a note on what was done; plain text when the model is not at hand."""
+    name, setting = model.get("name_or_path"), model.get("chat_template", "auto")
+    folder = model_folder(name) if isinstance(name, str) and name else None
+    if folder is None or not isinstance(setting, str):
+        return [Example(_as_text(e.prompt), e.fields) for e in examples], ""
+    try:
+        preview = FolderTemplater(folder)
+        fmt = chat_format(setting, preview.chat_template, system_prompt, base_dir)
+        note = f"as the model sees them: chat template from {fmt.source}" if fmt.template is not None else ""
+        return template_examples(examples, fmt, preview), note
+    except Exception as exc:  # a template that fails to render: say so, show the raw prompts
+        return ([Example(_as_text(e.prompt), e.fields) for e in examples],
+                f"the chat template could not be previewed ({type(exc).__name__}: {exc})")
+
+
+def _as_text(prompt) -> str:
+    """A conversation shown as 'role: content' lines (no template at hand)."""
+    if isinstance(prompt, list):
+        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in prompt)
+    return prompt
 
 
 @dataclass(frozen=True)
@@ -92,7 +139,7 @@ def _splits(preset: Preset, base_dir: Path | None):
     hit = _splits_cache.get(key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    result = load_splits(preset.data, preset.training.seed, base_dir)
+    result = load_splits(_dataset_at_hand(preset.data, base_dir), preset.training.seed, base_dir)
     if len(_splits_cache) > 16:
         _splits_cache.clear()
     _splits_cache[key] = (stamp, result)
@@ -119,9 +166,13 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
 
     try:
         train, held_out = _splits(preset, base_dir)
+    except NotAtHand as exc:
+        result.notes.append(("data.dataset", str(exc)))
+        return result
     except (ValueError, OSError, KeyError, TypeError) as exc:
-        where = "data.task_options" if preset.data.task is not None else "data.path"
-        text = str(exc)
+        where = ("data.task_options" if preset.data.task is not None
+                 else "data.dataset" if preset.data.dataset is not None else "data.path")
+        text = str(exc).removeprefix("data.dataset: ")
         if text.startswith("data.num_eval:"):
             where, text = "data.num_eval", text.removeprefix("data.num_eval:").strip()
         result.problems.append((where, text))
@@ -156,8 +207,8 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
         result.notes.append(("algorithm.max_completion_length",
                              f"{folder} has no tokenizer.json; prompt lengths not checked against the context ({info.context_length})"))
         return result
-    prompts = [e.prompt for e in train + held_out]
-    longest = longest_prompt_tokens(folder, prompts)
+    examples, _ = templated(train + held_out, preset.model.model_dump(), preset.data.system_prompt, base_dir)
+    longest = longest_prompt_tokens(folder, [e.prompt for e in examples])
     need = longest + preset.algorithm.max_completion_length
     if need > info.context_length:
         # The engine's own message (engine/models.py check_context_fits).
@@ -175,9 +226,11 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
     return result
 
 
-def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6) -> tuple[list, str]:
+def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6,
+                    model: dict | None = None) -> tuple[list, str]:
     """A few training examples of the data section, even while other sections of the
-    preset are invalid. Returns (examples, "") or ([], the reason there are none)."""
+    preset are invalid, their prompts as `model` (the preset's model section) will see
+    them. Returns (examples, a note or "") or ([], the reason there are none)."""
     from engine.preset import DataConfig, PresetError
     from pydantic import ValidationError
 
@@ -189,7 +242,8 @@ def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6
         train, _ = _splits_for(cfg, seed if isinstance(seed, int) else 0, base_dir)
     except (ValueError, OSError, KeyError, TypeError, PresetError) as exc:
         return [], str(exc)
-    return train[:count], ""
+    examples, note = templated(train[:count], model or {}, cfg.system_prompt, base_dir)
+    return examples, note
 
 
 def _splits_for(cfg, seed: int, base_dir: Path | None):

@@ -336,8 +336,10 @@ def describe_model_source(name: str) -> str:
 
     if name == BUILTIN_MODEL:
         kind = "built-in model"
-    elif model_folder(name) is not None:
+    elif Path(name).expanduser().is_dir():
         kind = "local folder"
+    elif model_folder(name) is not None:
+        kind = "Hugging Face hub id, in the local cache"
     elif looks_like_local_path(name) or name.startswith("builtin:"):
         return ""
     else:

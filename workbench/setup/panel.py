@@ -43,7 +43,7 @@ from workbench.setup.rewards_editor import RewardsEditor
 from workbench.setup.section_form import AlgorithmBox, SectionForm
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
-def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir):
+def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir, model: dict):
     """The pre-launch checks (for a preset the schema accepts) and the data preview:
     (problems, notes, (examples, reason)); notes None when the checks could not run.
     Runs on a worker thread after edits."""
@@ -51,7 +51,7 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
     if preset is not None:
         check = prelaunch_checks(preset, base_dir)
         problems, notes = check.problems, check.notes
-    return problems, notes, preview_prompts(data, seed, base_dir)
+    return problems, notes, preview_prompts(data, seed, base_dir, model=model)
 
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training"}
@@ -254,7 +254,8 @@ class SetupPanel(QWidget):
         self._generation += 1
         preset, problems = self.doc.validate()
         data, seed, base_dir = copy.deepcopy(self.doc.get("data") or {}), self.doc.get("training.seed"), self.doc.base_dir
-        job = partial(_check_job, preset, problems, data, seed, base_dir)
+        model = copy.deepcopy(self.doc.get("model") or {})
+        job = partial(_check_job, preset, problems, data, seed, base_dir, model)
         if not background:
             return self._finish(self._generation, *job())
         if problems:
@@ -383,7 +384,9 @@ class SetupPanel(QWidget):
         for example in examples:
             answer = example.fields.get("answer")
             lines.append(example.prompt + (f"  →  {answer!r}" if answer is not None else ""))
-        self.preview.setPlainText("\n".join(lines))
+        # Templated prompts run over several lines: a rule between them, the note first.
+        separator = "\n" + "─" * 24 + "\n" if any("\n" in line for line in lines) else "\n"
+        self.preview.setPlainText((f"[{reason}]\n" if reason else "") + separator.join(lines))
 
     def focus_field(self, path: str) -> None:
         key = next((k for k in self.doc.unknown_keys() if k.path == path), None)
