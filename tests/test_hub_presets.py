@@ -85,3 +85,19 @@ def test_gsm8k_preset_validates_in_full_from_the_cache(tmp_path, engine_env):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "first prompt as the model sees it:\n<|im_start|>system\nSolve the problem." in result.stdout
     assert "chat template: tokenizer" in result.stdout and "32 train / 4 held-out prompts" in result.stdout
+
+
+def test_gsm8k_preset_runs_from_the_cache_by_its_hub_ids(tmp_path, engine_env):
+    """Model and data set already in the user's Hugging Face cache, no network: the preset
+    runs as written (only sizes changed), by its hub ids."""
+    preset = ROOT / "presets" / "hub" / "grpo-gsm8k-qwen2.5-0.5b.yaml"
+    _stand_ins(preset, tmp_path, hf_home=tmp_path / "hf_home")
+    env = {**engine_env, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
+    run = tmp_path / "run"
+    result = subprocess.run([*rl_engine(), "run", str(preset), "--run-dir", str(run), *_sets(QUICK)],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    events = rundir.read_events(run)
+    assert events[0]["preset"]["model"]["name_or_path"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert events[0]["preset"]["data"]["dataset"] == "openai/gsm8k"
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done"

@@ -10,12 +10,10 @@ engine.rundir.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from pathlib import Path
 import torch
 
 from engine import rundir
+from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
 from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
@@ -94,15 +93,6 @@ def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
         for name, module in model.named_modules():
             if name.endswith("lora_dropout"):
                 module.train()
-
-
-def _discard_checkpoint(folder: Path) -> None:
-    """Delete a checkpoint folder so that no moment of it looks like a complete,
-    half-deleted checkpoint: renamed to a .tmp name first (resume ignores those)."""
-    doomed = folder.with_name(folder.name + ".old.tmp")
-    shutil.rmtree(doomed, ignore_errors=True)
-    folder.rename(doomed)
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 class Trainer(Declares):
@@ -385,54 +375,12 @@ class Trainer(Declares):
     # ------------------------------------------------------------- checkpoints
 
     def save_checkpoint(self) -> Path:
-        """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
-        Written to step_N.tmp, then renamed: a checkpoint on disk is always complete.
-        A checkpoint is deleted (replaced, or pruned past save_total_limit) by renaming
-        it to a .tmp name first, so a kill at any moment leaves every checkpoint folder
-        either complete or named .tmp (which resume ignores, and the next save removes)."""
-        final = rundir.checkpoint_dir(self.run_dir, self.step)
-        tmp = final.with_name(final.name + ".tmp")
-        for stale in final.parent.glob("step_*.tmp"):  # left by a killed engine
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp)
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            "python_rng": random.getstate(),
-            "generator": self.generator.get_state(),
-            "extra": self.extra_state(),
-        }, tmp / "trainer_state.pt")
-        state = {"step": self.step, "data_position": self.stream.position,
-                 "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
-        (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
-        if final.exists():
-            _discard_checkpoint(final)
-        tmp.rename(final)
-        for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
-            _discard_checkpoint(old)
-        return final
+        """Adapter, optimizer, scheduler, RNG, step and data position, written so that a
+        checkpoint on disk is always complete (engine/algorithms/checkpoints.py)."""
+        return save_checkpoint(self)
 
     def load_checkpoint(self, folder: Path) -> None:
-        from peft import set_peft_model_state_dict
-        from peft.utils import load_peft_weights
-
-        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
-        state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
-        random.setstate(state["python_rng"])
-        self.generator.set_state(state["generator"])
-        self.load_extra_state(state.get("extra", {}))
-        info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
-        self.step = info["step"]
-        self.stream.position = info["data_position"]
-        self.nonfinite_steps = info["nonfinite_steps"]
+        load_checkpoint(self, folder)
 
     # -------------------------------------------------------------------- run
 

@@ -139,7 +139,14 @@ def _splits(preset: Preset, base_dir: Path | None):
     hit = _splits_cache.get(key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    result = load_splits(_dataset_at_hand(preset.data, base_dir), preset.training.seed, base_dir)
+    data = _dataset_at_hand(preset.data, base_dir)
+    try:
+        result = load_splits(data, preset.training.seed, base_dir)
+    except ValueError as exc:
+        if data.dataset == preset.data.dataset:
+            raise
+        # Read from its cached snapshot, but named as the user wrote it.
+        raise ValueError(str(exc).replace(data.dataset, repr(preset.data.dataset))) from None
     if len(_splits_cache) > 16:
         _splits_cache.clear()
     _splits_cache[key] = (stamp, result)

@@ -368,7 +368,7 @@ def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
     if spec.kind == schema.BOOL:
         return BoolEditor(spec, parent)
     if spec.path == "data.task":
-        return ChoiceEditor(spec, parent, none_label="(none: a prompt file)")
+        return ChoiceEditor(spec, parent, none_label="(none: a file or data set)")
     if spec.kind == schema.CHOICE:
         return ChoiceEditor(spec, parent)
     if spec.kind == schema.NAMES:

@@ -156,7 +156,8 @@ class CachePicker(QDialog):
             return (f"No {self.KIND} in the Hugging Face cache. Looked in {self.cache_dir} "
                     f"(set HF_HOME or HF_HUB_CACHE to look elsewhere).\n{self.DOWNLOAD_HINT}")
         unusable = sum(1 for entry in self.entries if self.why_not(entry) is not None)
-        text = f"{len(self.entries)} {self.KIND} in {self.cache_dir}."
+        kind = self.KIND if len(self.entries) != 1 else self.KIND.removesuffix("s")
+        text = f"{len(self.entries)} {kind} in {self.cache_dir}."
         if unusable:
             text += f" {unusable} greyed out cannot be chosen: hover one to see why."
         return text

@@ -120,7 +120,7 @@ class SetupPanel(QWidget):
         self.preview.setObjectName("prompt-preview")
         self.preview.setReadOnly(True)
         self.preview.setFont(_monospace())
-        self.preview.setMaximumHeight(110)
+        self.preview.setMaximumHeight(170)  # templated prompts run over several lines
         self.preview.setToolTip("The first training prompts of this data, with the answer the rewards compare against")
         boxes["data"].layout().addWidget(QLabel("Preview: first training prompts"))
         boxes["data"].layout().addWidget(self.preview)
