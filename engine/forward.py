@@ -5,13 +5,17 @@ rows is the same computation repeated, so it is run once per distinct prompt and
 key/value cache is expanded to the rows (an index_select, so gradients from every copy
 add up in the one prompt pass). The result is the same logits and the same gradients
 as the plain pass over every row, for roughly half the tokens on short-answer tasks.
+
+The passes return last hidden states, not logits: engine/token_logits.py turns them into
+logprobs chunk by chunk, so no (B, T, V) logit tensor is ever whole.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.rollout import encode_prompts_once, positions_from_mask
+from engine.rollout import positions_from_mask
+from engine.token_logits import TokenLogits, output_head
 
 
 def group_index(rows: slice, group_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,57 +32,63 @@ def group_index(rows: slice, group_size: int, device) -> tuple[torch.Tensor, tor
     return firsts, inverse
 
 
-def plain_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden=False):
-    """Logits that predict each completion token, from one pass over every row. (b, T, V)
-    With `with_hidden`, also the last layer's hidden states at those positions (b, T, H)."""
+def backbone(model):
+    """The decoder under the output head (a causal LM's `model` or `transformer`), with
+    the LoRA layers in it: calling it gives hidden states without computing logits."""
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(lm, lm.base_model_prefix)
+
+
+def plain_completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    """Last hidden states at the positions that predict each completion token, from one
+    pass over every row. (b, T, H)"""
     attention = torch.cat([prompt_mask, completion_mask.long()], dim=1)
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     T = completion_ids.shape[1]
-    out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions_from_mask(attention),
-                logits_to_keep=T + 1, use_cache=False, output_hidden_states=with_hidden)
-    if with_hidden:
-        return out.logits[:, :-1, :], out.hidden_states[-1][:, -T - 1:-1, :]
-    return out.logits[:, :-1, :]
+    out = backbone(model)(input_ids=input_ids, attention_mask=attention,
+                          position_ids=positions_from_mask(attention), use_cache=False)
+    return out.last_hidden_state[:, -T - 1:-1, :]
 
 
-def shared_prefix_completion_logits(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                    firsts, inverse, with_hidden=False):
-    """As plain_completion_logits, running each distinct prompt once. `firsts` index the
+def shared_prefix_completion_hidden(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                    firsts, inverse):
+    """As plain_completion_hidden, running each distinct prompt once. `firsts` index the
     rows (of the given tensors) that hold each distinct prompt, `inverse` maps every row
-    to its prompt. (b, T, V)"""
-    first = encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse, with_hidden=with_hidden)
-    first_logits, cache, positions = first[:3]
+    to its prompt. (b, T, H)"""
+    body = backbone(model)
+    mask = prompt_mask[firsts].long()
+    positions = positions_from_mask(mask)
+    out = body(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions, use_cache=True)
+    cache = out.past_key_values
+    cache.reorder_cache(inverse)  # (u, ...) -> (b, ...): an index_select, gradients add up
+    first = out.last_hidden_state[:, -1:][inverse]  # (b, 1, H): predicts completion token 0
     T = completion_ids.shape[1]
     if T == 1:
-        # (b, 1, V): predicts completion token 0
-        return (first_logits, first[3]) if with_hidden else first_logits
+        return first
     # The last completion token predicts nothing we score, so it is not fed in.
     inputs = completion_ids[:, :-1]
     attention = torch.cat([prompt_mask, completion_mask[:, :-1].long()], dim=1)
-    start = positions[:, -1:] + 1  # (b, 1)
+    start = positions[inverse][:, -1:] + 1  # (b, 1)
     steps = torch.arange(T - 1, device=inputs.device)[None, :]
-    out = model(input_ids=inputs, attention_mask=attention, position_ids=start + steps,
-                past_key_values=cache, use_cache=True, output_hidden_states=with_hidden)
-    logits = torch.cat([first_logits, out.logits], dim=1)
-    if with_hidden:
-        return logits, torch.cat([first[3], out.hidden_states[-1]], dim=1)
-    return logits
+    out = body(input_ids=inputs, attention_mask=attention, position_ids=start + steps,
+               past_key_values=cache, use_cache=True)
+    return torch.cat([first, out.last_hidden_state], dim=1)
 
 
 def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefix: bool = True,
-                      with_hidden: bool = False):
-    """Logits (float32) predicting the completion tokens of `rollout`'s rows. (b, T, V)
-    With `with_hidden`, a pair: the logits and the last layer's hidden states at the
-    same positions (b, T, H), which a value head reads."""
+                      temperature: float = 1.0) -> TokenLogits:
+    """The temperature-scaled logits predicting the completion tokens of `rollout`'s
+    rows, as a TokenLogits (b, T, V): computed in chunks as quantities are asked for;
+    its `hidden` (b, T, H) is what a value head reads. `shared_prefix=False` runs every
+    row in full (needed under gradient checkpointing, which keeps no KV cache)."""
     args = (rollout.prompt_ids[rows], rollout.prompt_mask[rows],
             rollout.completion_ids[rows], rollout.completion_mask[rows])
-    out = None
+    hidden = None
     if shared_prefix and group_size > 1:
         firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)
         if len(firsts) < rows.stop - rows.start:
-            out = shared_prefix_completion_logits(model, *args, firsts - rows.start, inverse, with_hidden=with_hidden)
-    if out is None:
-        out = plain_completion_logits(model, *args, with_hidden=with_hidden)
-    if with_hidden:
-        return out[0].float(), out[1]
-    return out.float()
+            hidden = shared_prefix_completion_hidden(model, *args, firsts - rows.start, inverse)
+    if hidden is None:
+        hidden = plain_completion_hidden(model, *args)
+    lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return TokenLogits(hidden, output_head(lm), lm.get_output_embeddings().weight.shape[0], temperature)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from engine.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
 from engine.preset import BUILTIN_MODEL, ModelConfig
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class LoadedModel:
     dtype: torch.dtype
     target_modules: list[str]
     context_length: int | None
+    gradient_checkpointing: bool = False
 
     @property
     def tokenizer_chat_template(self) -> str | None:
@@ -208,20 +210,72 @@ def _load_hint(path: str, what: str, exc: Exception) -> str:
     )
 
 
-def load_model(cfg: ModelConfig) -> LoadedModel:
-    """Load tokenizer, base model and a fresh LoRA adapter as the preset says."""
+def enable_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer in the backward pass (transformers' layers, non-
+    reentrant torch.utils.checkpoint). Layers checkpoint only while their `training`
+    flag is on: set_update_mode turns it on for updates, with dropout still off."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers 5's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def attention_implementation(device: torch.device, dtype: torch.dtype) -> str:
+    """FlashAttention 2 on a CUDA GPU in half precision when the flash-attn package is
+    installed, else PyTorch's scaled_dot_product_attention (which picks its own fused
+    kernel, flash or memory-efficient, where it can)."""
+    import importlib.util
+
+    if device.type == "cuda" and dtype in (torch.bfloat16, torch.float16) and importlib.util.find_spec("flash_attn"):
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def four_bit_config(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> dict:
+    """from_pretrained's arguments for QLoRA (model.load_in_4bit): NF4 weights with
+    double quantisation, computing in the run's dtype; {} when not asked for. Refused
+    with the reason on a CPU, or without bitsandbytes."""
+    if not cfg.load_in_4bit:
+        return {}
+    if device.type != "cuda":
+        raise ModelLoadError(f"model.load_in_4bit: 4-bit weights (bitsandbytes) need a CUDA GPU; this run is on "
+                             f"{device.type}. Set load_in_4bit: false (on a CPU the weights are fp32)")
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError("model.load_in_4bit: needs the bitsandbytes package, which is not installed: "
+                             "`pip install bitsandbytes` (or set load_in_4bit: false)")
+    from transformers import BitsAndBytesConfig
+
+    compute = dtype if dtype != torch.float32 else torch.bfloat16
+    return {"quantization_config": BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute), "device_map": {"": device.index or 0}}
+
+
+def load_model(cfg: ModelConfig, gradient_checkpointing="auto") -> LoadedModel:
+    """Load tokenizer, base model and a fresh LoRA adapter as the preset says
+    (`gradient_checkpointing`: training.gradient_checkpointing)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(cfg.name_or_path)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
+    quantization = four_bit_config(cfg, device, dtype)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
     try:
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code)
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
+                                                    attn_implementation=attention_implementation(device, dtype),
+                                                    **quantization)
     except Exception as exc:
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
-    base.to(device)
+    if not quantization:  # a 4-bit model is placed on its GPU as it loads
+        base.to(device)
+    checkpointing = wants_checkpointing(gradient_checkpointing, sum(p.numel() for p in base.parameters()))
+    if checkpointing:
+        enable_checkpointing(base)
     if base.generation_config is not None and base.generation_config.pad_token_id is None:
         base.generation_config.pad_token_id = tokenizer.pad_token_id
 
@@ -235,7 +289,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     except ValueError as exc:
         raise ModelLoadError(f"model.lora.target_modules: {exc}") from exc
     log.info("loaded %s on %s (%s); LoRA targets %s", path, device, dtype, targets)
-    return LoadedModel(model, tokenizer, device, dtype, targets, context_length(base.config))
+    return LoadedModel(model, tokenizer, device, dtype, targets, context_length(base.config), checkpointing)
 
 
 @contextlib.contextmanager

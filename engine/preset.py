@@ -106,6 +106,10 @@ class ModelConfig(Section):
         "prompt becomes one user message, the generation prompt is added); `none`: prompts are fed as "
         "plain text; or a Jinja template file (.jinja, found next to the preset) used instead of the tokenizer's.",
     )
+    load_in_4bit: bool = Field(
+        False, description="QLoRA: the base model's weights in 4 bit (bitsandbytes NF4, CUDA only), the adapter "
+        "in fp32; for GPUs too small for the bf16 weights. The reference is still the adapter switched off.",
+    )
     trust_remote_code: bool = Field(
         False, description="Run the Python code a hub model ships with its weights. Off: such a model is "
         "refused, since its code runs with your rights; turn it on only for a model whose code you trust.",
@@ -406,8 +410,13 @@ class TrainingConfig(Section):
         64, ge=1, le=MAX_BATCH, description="Completions per step (prompts per step = batch_size / num_generations); "
         "preference pairs per step for DPO."
     )
-    micro_batch_size: Union[int, None] = Field(
-        None, ge=1, le=MAX_BATCH, description="Completions per forward/backward pass (gradient accumulation); null = whole batch."
+    micro_batch_size: Union[Annotated[int, Field(ge=1, le=MAX_BATCH)], Literal["auto"], None] = Field(
+        None, description="Completions per forward/backward pass (gradient accumulation); null = whole batch; "
+        "`auto`: start with the whole batch and halve it whenever the GPU runs out of memory (reported as an event)."
+    )
+    gradient_checkpointing: Union[bool, Literal["auto"]] = Field(
+        "auto", description="Recompute each layer's activations in the backward pass instead of keeping them: "
+        "much less memory, about a third more update time. `auto`: on for models of 1B parameters or more."
     )
     learning_rate: Float = Field(1e-4, gt=0.0, le=MAX_LEARNING_RATE, description="AdamW learning rate of the LoRA weights.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
@@ -460,7 +469,7 @@ class Preset(Section):
                 f"training.batch_size: {train.batch_size} must be divisible by "
                 f"algorithm.num_mini_batches ({algo.num_mini_batches})"
             )
-        if train.micro_batch_size is not None and train.micro_batch_size > train.batch_size:
+        if isinstance(train.micro_batch_size, int) and train.micro_batch_size > train.batch_size:
             raise ValueError(
                 f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"
             )

@@ -68,26 +68,20 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse, with_hidden=False):
+def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
     """Run each distinct prompt once and expand the result to every row.
 
     `firsts` index the rows holding each distinct prompt, `inverse` maps every row to
     its prompt. Returns the logits predicting the first completion token (b, 1, V), the
-    KV cache expanded to the b rows, and the rows' position ids (b, P); with
-    `with_hidden`, also the last layer's hidden state at the last prompt position
-    (b, 1, H). The expansion is an index_select, so under autograd the gradients of all
-    rows sharing a prompt add up in its one pass.
+    KV cache expanded to the b rows, and the rows' position ids (b, P).
     """
     mask = prompt_mask[firsts].long()
     positions = positions_from_mask(mask)
     out = model(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions,
-                use_cache=True, logits_to_keep=1, output_hidden_states=with_hidden)
+                use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     cache.reorder_cache(inverse)  # (u, ...) -> (b, ...)
-    result = (out.logits[inverse], cache, positions[inverse])
-    if with_hidden:
-        result += (out.hidden_states[-1][:, -1:][inverse],)
-    return result
+    return out.logits[inverse], cache, positions[inverse]
 
 
 @torch.no_grad()

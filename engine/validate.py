@@ -89,5 +89,41 @@ def validate(preset_path: str, overrides: list[str]) -> int:
         return 2
     if preset.model.name_or_path != BUILTIN_MODEL:
         print(f"first prompt as the model sees it:\n{first}")
+    line, too_big = _memory_report(preset, longest)
+    if too_big:
+        print(f"error: {preset_path} is invalid:\n  - {line}", file=sys.stderr)
+        return 2
+    if line:
+        print(line)
     print(f"{preset_path}: valid ({preset.algorithm.name}, {summary}, longest prompt {longest} tokens)")
     return 0
+
+
+def _memory_report(preset, longest: int) -> tuple[str, bool]:
+    """The memory estimate's line (engine/memory_estimate.py), and whether it exceeds the
+    GPU the run would use; ("", False) when the model's config cannot be found."""
+    import torch
+
+    from engine.hub_cache import cached_snapshot
+    from engine.memory_estimate import GIB, estimate_for_folder
+    from engine.models import resolve_model_path
+
+    path = Path(resolve_model_path(preset.model.name_or_path)).expanduser()
+    folder = path if path.is_dir() else cached_snapshot(preset.model.name_or_path, "model")
+    wanted = preset.model.device
+    cuda = torch.cuda.is_available() and (wanted == "auto" or wanted.startswith("cuda"))
+    try:
+        estimate = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda" if cuda else "cpu")
+    except (TypeError, ValueError, KeyError):
+        return "", False
+    if not cuda:
+        where = "the mps device" if wanted == "mps" else "the CPU"
+        return f"memory: on {where}: about {estimate.amount()} of RAM ({estimate.breakdown()})", False
+    index = int(wanted.partition(":")[2] or torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(index)
+    has = props.total_memory
+    line = f"memory: {estimate.describe()}; this GPU ({props.name}) has {has / GIB:.1f} GiB"
+    if estimate.total <= has:
+        return line, False
+    return (f"{line}. Lower training.micro_batch_size, set training.gradient_checkpointing: true, lower "
+            "algorithm.max_completion_length, or set model.load_in_4bit: true (QLoRA)"), True

@@ -23,14 +23,15 @@ import torch
 from engine import rundir
 from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
+from engine.algorithms.memory import OutOfMemory, is_out_of_memory, out_of_memory_message, train_step_that_fits
 from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.forward import completion_logits
-from engine.losses import selective_log_softmax
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward, build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
+from engine.token_logits import TokenLogits
 from engine.stopping import StopFlag
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,19 @@ def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
     whose logprobs feed an importance ratio (GRPO, PPO) must be dropout-free, or at
     identical weights the ratio is not 1 but noise (up to 0.19 in logprob with LoRA
     dropout 0.05). With `lora_dropout` (DPO only: it has no ratio, it compares with a
-    reference pass that has the adapter off) the adapter's dropout is on in updates."""
+    reference pass that has the adapter off) the adapter's dropout is on in updates.
+    Under gradient checkpointing the decoder layers' own flags are on in updates."""
     model.eval()
     if updating and lora_dropout:
         for name, module in model.named_modules():
             if name.endswith("lora_dropout"):
                 module.train()
+    if updating:
+        # Gradient checkpointing acts only on layers in training mode: their own flag
+        # is set (not their children's, so dropout stays off).
+        for module in model.modules():
+            if getattr(module, "gradient_checkpointing", False) is True and hasattr(module, "_gradient_checkpointing_func"):
+                module.training = True
 
 
 class Trainer(Declares):
@@ -100,6 +108,7 @@ class Trainer(Declares):
     metrics) and `write_step_outputs` (samples events and trajectory records)."""
 
     TEMPLATED_PAIRS = False  # DPO: chosen/rejected answers go through the chat template too
+    MICRO_BATCH_UNIT = "completions"  # what training.micro_batch_size counts (DPO: pairs)
 
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                  preset_dir: Path | None = None):
@@ -122,7 +131,8 @@ class Trainer(Declares):
         train, held_out = self.load_examples(preset_dir)
         self.accuracy_reward = accuracy_reward_name(preset.data, held_out, [r.name for r in preset.rewards])
         self.stop.check_setup()
-        self.loaded: LoadedModel = load_model(preset.model)
+        self.loaded: LoadedModel = load_model(preset.model, self.cfg.gradient_checkpointing)
+        self.checkpointing = self.loaded.gradient_checkpointing
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
@@ -151,6 +161,11 @@ class Trainer(Declares):
             lambda s: lr_factor(s, self.cfg.warmup_steps, total_updates, self.cfg.lr_scheduler_type),
         )
         self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
+        # micro_batch_size `auto` starts with the whole batch and halves on out-of-memory.
+        self.auto_micro_batch = self.cfg.batch_size
+        self.phase = "rollout"  # the part of a step running: "rollout" or "update" (messages)
+        # Loss scaling for an fp16 model only (a no-op otherwise); its scale is in checkpoints.
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.loaded.dtype == torch.float16)
 
     # ------------------------------------------------------- subclass hooks
 
@@ -212,25 +227,24 @@ class Trainer(Declares):
         logprobs are those of the policy that sampled. DPO samples only greedily (eval)."""
         return getattr(self.algo, "temperature", 1.0)
 
-    def completion_logits(self, rollout: Rollout, rows: slice, with_hidden: bool = False,
-                          group_size: int | None = None):
-        """Temperature-scaled logits that predict each completion token (b, T, V); with
-        `with_hidden`, the pair (logits, last hidden states (b, T, H)). Rows come in
-        groups of `group_size` identical prompts (default: the preset's)."""
+    def completion_logits(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> TokenLogits:
+        """Temperature-scaled logits that predict each completion token, as a TokenLogits
+        (b, T, V) computed in chunks (its `hidden`, (b, T, H), is what a value head reads).
+        Rows come in groups of `group_size` identical prompts (default: the preset's)."""
         group_size = self.preset.group_size if group_size is None else group_size
-        out = completion_logits(self.model, rollout, rows, group_size, with_hidden=with_hidden)
-        if with_hidden:
-            return out[0] / self.temperature, out[1]
-        return out / self.temperature
+        return completion_logits(self.model, rollout, rows, group_size, temperature=self.temperature,
+                                 shared_prefix=not self.checkpointing)
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
         with reference_mode(self.model):
             logits = self.completion_logits(rollout, rows, group_size=group_size)
-        return selective_log_softmax(logits, rollout.completion_ids[rows])
+            return logits.logprobs(rollout.completion_ids[rows])
 
     def micro_batches(self, batch: int) -> list[slice]:
-        size = self.cfg.micro_batch_size or batch
+        size = self.cfg.micro_batch_size if isinstance(self.cfg.micro_batch_size, int) else batch
+        if self.cfg.micro_batch_size == "auto":
+            size = min(batch, self.auto_micro_batch)
         return [slice(i, min(i + size, batch)) for i in range(0, batch, size)]
 
     def take_examples(self) -> tuple[list[Example], list[str], dict[str, list]]:
@@ -242,15 +256,32 @@ class Trainer(Declares):
         fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in names}
         return examples, prompts, fields
 
+    def train_step_that_fits(self) -> dict:
+        """train_step, taken again with half the micro-batch on GPU out-of-memory when
+        micro_batch_size is `auto`, else failing with the fields to change (memory.py)."""
+        return train_step_that_fits(self)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate a (micro-batch's) loss; scaled first for an fp16 model, whose
+        small gradients would otherwise underflow to zero (bf16 and fp32 need no scaling)."""
+        self.scaler.scale(loss).backward()
+
     def clip_and_step(self, loss_total: float) -> tuple[float, bool]:
         """Clip the gradient and take an optimizer and scheduler step, unless the loss or
-        the gradient is not finite (then the gradient is dropped). Returns (grad norm, ok)."""
+        the gradient is not finite (then the gradient is dropped). Returns (grad norm, ok).
+        In fp16 an infinite gradient with a finite loss is the loss scale overflowing: the
+        step is skipped and the scale lowered (as torch.amp does), not counted as a fault."""
+        self.scaler.unscale_(self.optimizer)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.cfg.max_grad_norm))
-        if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+        overflow = self.scaler.is_enabled() and math.isfinite(loss_total) and not math.isfinite(grad_norm)
+        if not overflow and not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.update()
             return grad_norm, False
-        self.optimizer.step()
-        self.scheduler.step()
+        self.scaler.step(self.optimizer)  # skipped by the scaler itself on an overflow
+        self.scaler.update()
+        if not overflow:
+            self.scheduler.step()
         return grad_norm, True
 
     def count_skipped_step(self) -> None:
@@ -295,6 +326,8 @@ class Trainer(Declares):
             "num_tokens": tokens,
             "skipped_steps": self.nonfinite_steps,
         }
+        if self.scaler.is_enabled():
+            metrics["loss_scale"] = self.scaler.get_scale()
         if generated is not None:
             metrics["throughput/rollout_tokens_per_second"] = generated / max(t1 - t0, 1e-9)
         return metrics
@@ -324,14 +357,11 @@ class Trainer(Declares):
         if records:
             rundir.write_trajectories(self.run_dir, self.step, records)
 
-    def recorded_top(self, logits: torch.Tensor, rows: slice, num_recorded: int):
+    def recorded_top(self, logits: TokenLogits, rows: slice, num_recorded: int):
         """Top-5 (probs, ids) of the recorded rows among `rows` (the first num_recorded of
         the batch), or None when none of them is in this micro-batch."""
         recorded = max(0, min(rows.stop, num_recorded) - rows.start)
-        if not recorded:
-            return None
-        with torch.no_grad():
-            return logits[:recorded].softmax(-1).topk(min(5, logits.shape[-1]), dim=-1)
+        return logits.top(recorded) if recorded else None
 
     # ------------------------------------------------------------------- eval
 
@@ -423,7 +453,7 @@ class Trainer(Declares):
                                  data_position=self.stream.position, **self.run_started_fields())
             first_step = self.step
             while self.step < self.cfg.max_steps and not self.stop.requested:
-                metrics = self.train_step()
+                metrics = self.train_step_that_fits()
                 if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
                     self.events.emit("metrics", step=self.step, **metrics)
                 self.write_step_outputs()
@@ -451,7 +481,14 @@ class Trainer(Declares):
             self.events.close()
 
     def _evaluate_and_emit(self) -> None:
-        result = self.evaluate()
+        try:
+            result = self.evaluate()
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            raise OutOfMemory(out_of_memory_message("evaluation", batch=max(self.cfg.batch_size, 32), micro_batch=0,
+                                                    unit="", max_tokens=self.algo.max_completion_length, auto=False,
+                                                    checkpointing=self.checkpointing)) from exc
         if result:
             self.events.emit("eval", step=self.step, **result)
             shown = ", ".join(f"{k} {v:.4g}" for k, v in result.items()

@@ -54,6 +54,7 @@ def save_checkpoint(self: "Trainer") -> Path:
         "python_rng": random.getstate(),
         "generator": self.generator.get_state(),
         "extra": self.extra_state(),
+        "scaler": self.scaler.state_dict(),
     }, tmp / "trainer_state.pt")
     state = {"step": self.step, "data_position": self.stream.position,
              "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
@@ -79,6 +80,8 @@ def load_checkpoint(self: "Trainer", folder: Path) -> None:
     random.setstate(state["python_rng"])
     self.generator.set_state(state["generator"])
     self.load_extra_state(state.get("extra", {}))
+    if state.get("scaler"):
+        self.scaler.load_state_dict(state["scaler"])
     info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
     self.step = info["step"]
     self.stream.position = info["data_position"]

@@ -18,7 +18,7 @@ import torch
 
 from engine.data import Example, load_splits, preference_pairs
 from engine.data.columns import is_conversation
-from engine.losses import dpo_loss, entropy_from_logits, selective_log_softmax, sequence_logps
+from engine.losses import dpo_loss, sequence_logps
 from engine.rollout import Rollout
 from engine.algorithms.base import Trainer, set_update_mode
 from engine.algorithms.declaration import plot
@@ -44,6 +44,7 @@ class DPOStepOutputs:
 
 class DPOTrainer(Trainer):
     TEMPLATED_PAIRS = True
+    MICRO_BATCH_UNIT = "preference pairs"
     # Metric names as TRL's DPO trainer logs them.
     PLOTS = (
         plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
@@ -160,6 +161,7 @@ class DPOTrainer(Trainer):
 
     def train_step(self) -> dict:
         algo = self.algo
+        self.phase = "update"  # every pass of a DPO step runs in micro-batches of pairs
         if algo.precompute_ref_log_probs and not self.reference_cache:
             self.precompute_reference(self.train_examples)
         t0 = time.perf_counter()
@@ -180,8 +182,8 @@ class DPOTrainer(Trainer):
         recorded = {"entropy": [], "top": []}
         chosen_rewards, rejected_rewards, chosen_all, rejected_all = [], [], [], []
         for mb in self.pair_micro_batches(B):
-            logits = self.completion_logits(rows, mb, group_size=PAIR)  # (b, T, V)
-            token_logps = selective_log_softmax(logits, rows.completion_ids[mb])
+            logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
+            token_logps = logits.logprobs(rows.completion_ids[mb])
             chosen, rejected = self.side_logps(token_logps, mask[mb])
             pairs = slice(mb.start // PAIR, mb.stop // PAIR)
             losses, r_chosen, r_rejected = dpo_loss(
@@ -193,15 +195,15 @@ class DPOTrainer(Trainer):
                 nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
                 loss = loss + algo.rpo_alpha * nll
                 nll_total += nll.item()
-            loss.backward()
+            self.backward(loss)
             loss_total += loss.item()
             with torch.no_grad():
                 logps[mb] = token_logps.detach()
-                logit_sums[mb] = (logits.detach().sum(-1) * mask[mb]).sum(-1)
-                top = self.recorded_top(logits.detach(), mb, num_recorded)
+                logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
+                top = self.recorded_top(logits, mb, num_recorded)
                 if top is not None:
                     recorded["top"].append(top)
-                    recorded["entropy"].append(entropy_from_logits(logits.detach()[: top[0].shape[0]]))
+                    recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
             chosen_rewards.append(r_chosen)
             rejected_rewards.append(r_rejected)
             chosen_all.append(chosen.detach())
@@ -292,7 +294,7 @@ class DPOTrainer(Trainer):
             part = self.eval_examples[i: i + chunk]
             rows = self.pair_rows(part)
             whole = slice(0, rows.completion_ids.shape[0])
-            policy = selective_log_softmax(self.completion_logits(rows, whole, group_size=PAIR), rows.completion_ids)
+            policy = self.completion_logits(rows, whole, group_size=PAIR).logprobs(rows.completion_ids)
             ref = self.reference_logprobs(rows, whole, group_size=PAIR)
             (pc, pr), (rc, rr) = self.side_logps(policy, rows.completion_mask), self.side_logps(ref, rows.completion_mask)
             margins += (self.algo.beta * ((pc - rc) - (pr - rr))).tolist()

@@ -19,7 +19,7 @@ from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import (
     RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode,
 )
-from engine.losses import entropy_from_logits, grpo_loss, selective_log_softmax
+from engine.losses import grpo_loss
 from engine.rewards import combine_rewards
 from engine.rollout import Rollout
 from engine.trajectories import trajectory_records
@@ -65,6 +65,7 @@ class GRPOTrainer(Trainer):
         inspector records (logprob, entropy, ratio, clipped, top-5 of the first
         `num_recorded` rows)."""
         batch = rollout.completion_ids.shape[0]
+        self.phase = "update"
         set_update_mode(self.model, True)
         old_logprobs: dict[int, torch.Tensor] = {}
         per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
@@ -85,16 +86,16 @@ class GRPOTrainer(Trainer):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total, info_total = 0.0, {}
             for index, mb in enumerate(self.micro_batches(batch)):
-                logits = self.completion_logits(rollout, mb)  # (b, T, V)
-                logprobs = selective_log_softmax(logits, rollout.completion_ids[mb])
+                logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+                logprobs = logits.logprobs(rollout.completion_ids[mb])
                 if iteration == 0:
                     # The first pass sees the weights that sampled the batch: its logprobs
                     # are the old policy's, exactly, with no extra forward pass.
                     old_logprobs[index] = logprobs.detach()
                     with torch.no_grad():
-                        per_token["entropy"][mb] = entropy_from_logits(logits.detach())
+                        per_token["entropy"][mb] = logits.entropy()
                         per_token["logprob"][mb] = logprobs.detach()
-                    top = self.recorded_top(logits.detach(), mb, num_recorded)
+                    top = self.recorded_top(logits, mb, num_recorded)
                     if top is not None:
                         tops.append(top)
                 loss, info, tok = grpo_loss(
@@ -105,7 +106,7 @@ class GRPOTrainer(Trainer):
                     importance_sampling_level=self.algo.importance_sampling_level,
                 )
                 weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
-                (loss * weight).backward()
+                self.backward(loss * weight)
                 loss_total += loss.detach().item() * weight
                 for key, value in info.items():
                     info_total[key] = info_total.get(key, 0.0) + value * (

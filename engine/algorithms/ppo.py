@@ -19,10 +19,8 @@ from engine.advantages import explained_variance, gae, masked_whiten, ppo_token_
 from engine.losses import (
     KL_ESTIMATORS,
     clipped_value_loss,
-    entropy_from_logits,
     masked_mean,
     ppo_policy_loss,
-    selective_log_softmax,
 )
 from engine.rewards import combine_rewards
 from engine.rollout import Rollout
@@ -95,15 +93,16 @@ class PPOTrainer(Trainer):
     def old_policy_pass(self, rollout: Rollout, num_recorded: int) -> dict:
         """Logprobs, values and entropy of the policy that sampled, and the reference
         logprobs; top-5 alternatives of the recorded rows. All (B, T)."""
+        self.phase = "update"  # the passes over the sampled batch run in micro-batches
         set_update_mode(self.model, False)
         B = rollout.completion_ids.shape[0]
         out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy")}
         tops = []
         for mb in self.micro_batches(B):
-            logits, hidden = self.completion_logits(rollout, mb, with_hidden=True)
-            out["logprob"][mb] = selective_log_softmax(logits, rollout.completion_ids[mb])
-            out["value"][mb] = self.values(hidden)
-            out["entropy"][mb] = entropy_from_logits(logits)
+            logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+            out["logprob"][mb] = logits.logprobs(rollout.completion_ids[mb])
+            out["value"][mb] = self.values(logits.hidden)
+            out["entropy"][mb] = logits.entropy()
             top = self.recorded_top(logits, mb, num_recorded)
             if top is not None:
                 tops.append(top)
@@ -141,9 +140,9 @@ class PPOTrainer(Trainer):
                 stats: dict[str, float] = {}
                 for mb in self.micro_batches(len(idx)):
                     rows = idx[mb]
-                    logits, hidden = self.completion_logits(part, mb, with_hidden=True, group_size=group_size)
-                    logprobs = selective_log_softmax(logits, part.completion_ids[mb])
-                    values = self.values(hidden)
+                    logits = self.completion_logits(part, mb, group_size=group_size)
+                    logprobs = logits.logprobs(part.completion_ids[mb])
+                    values = self.values(logits.hidden)
                     m = part_mask[mb]
                     pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
                                                             self.algo.cliprange)
@@ -153,7 +152,7 @@ class PPOTrainer(Trainer):
                     # Each micro-batch carries its share of the mini-batch's tokens, so the
                     # accumulated gradient is that of the mini-batch's token mean.
                     weight = float(m.sum() / part_mask.sum().clamp(min=1))
-                    (loss * weight).backward()
+                    self.backward(loss * weight)
                     for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
                                        ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
                                        ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):

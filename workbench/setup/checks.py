@@ -230,7 +230,27 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
         result.notes.append(("algorithm.max_completion_length",
                              f"fits: longest prompt {longest} tokens + {preset.algorithm.max_completion_length} "
                              f"<= context {info.context_length}"))
+    result.notes += memory_notes(preset, folder, longest)
     return result
+
+
+def memory_notes(preset: Preset, folder: Path, longest: int) -> list[tuple[str, str]]:
+    """The memory estimate (engine/memory_estimate.py) as a note on micro_batch_size, the
+    first knob to turn; the form knows no GPU, so both the GPU's and the CPU's figure."""
+    from engine.memory_estimate import estimate_for_folder
+
+    try:
+        cpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cpu")
+        gpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda")
+    except (ValueError, TypeError, KeyError, OSError):
+        return []
+    if preset.model.device in ("cpu", "mps"):
+        return [("training.micro_batch_size", f"needs about {cpu.amount()} of RAM ({cpu.breakdown()})")]
+    dtype = "4-bit" if preset.model.load_in_4bit else {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16",
+                                                       "float32": "fp32"}[preset.model.dtype]
+    return [("training.micro_batch_size",
+             f"needs about {gpu.amount()} of GPU memory ({dtype}) or {cpu.amount()} of RAM on the CPU "
+             f"({gpu.breakdown()})")]
 
 
 def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6,

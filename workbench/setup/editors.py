@@ -155,7 +155,8 @@ class NumberEditor(FieldEditor):
     def __init__(self, spec: FieldSpec, parent=None):
         super().__init__(spec, parent)
         self.line = _SteppingLineEdit(spec.kind == schema.INT, self)
-        self.line.setPlaceholderText("null" if spec.nullable else "required")
+        words = [*(["null"] if spec.nullable else []), *map(str, spec.choices)]  # e.g. micro_batch_size: auto
+        self.line.setPlaceholderText(" or ".join(words) if words else "required")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.line)

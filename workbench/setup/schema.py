@@ -161,8 +161,14 @@ def field_spec(model: type[BaseModel], name: str, prefix: str = "") -> FieldSpec
     if origin is Union:
         # e.g. Literal["auto"] | list[str]: a list of names, or one of a few words.
         words = tuple(w for a in args if typing.get_origin(a) is Literal for w in typing.get_args(a))
+        members = [_strip_annotated(a) for a in args if typing.get_origin(a) is not Literal]
         if any(typing.get_origin(a) is list for a in args):
             return FieldSpec(kind=NAMES, choices=words, **common)
+        if [m for m, _ in members] == [bool]:  # bool | Literal["auto"]: one of the words, true or false
+            return FieldSpec(kind=CHOICE, choices=(*words, True, False), **common)
+        if [m for m, _ in members] == [int]:  # int | Literal["auto"]: a number, or one of the words
+            common["bounds"] = _bounds(metadata + members[0][1])
+            return FieldSpec(kind=INT, choices=words, **common)
     raise TypeError(f"the form cannot edit {path} of type {info.annotation!r}; add a kind to workbench/setup/schema.py")
 
 
