@@ -168,3 +168,16 @@ def test_choosing_a_cached_dataset_fills_the_dataset_field(qtbot, panel):
     choose_in_form(qtbot, panel, "data.dataset", "openai/gsm8k")
     assert panel.editor("data.dataset").input_widget().text() == "openai/gsm8k"
     assert panel.doc.get("data.dataset") == "openai/gsm8k"
+
+
+def test_a_cached_model_gets_lora_targets_of_its_own_architecture(qtbot, panel):
+    """Module names typed for another architecture (GPT-2's c_attn) would match nothing
+    in the chosen Qwen2 model: choosing it from the cache sets the targets to auto."""
+    targets = panel.editor("model.lora.target_modules")
+    targets.line.setFocus()
+    targets.line.selectAll()
+    qtbot.keyClicks(targets.line, "c_attn, c_proj")
+    assert panel.doc.get("model.lora.target_modules") == ["c_attn", "c_proj"]
+    choose_in_form(qtbot, panel, "model.name_or_path", "test-org/tiny-chat")
+    assert panel.doc.get("model.lora.target_modules") == "auto"
+    assert targets.line.text() == "auto"

@@ -102,9 +102,10 @@ def _examples(table, rows: list[int], columns: Columns, name: str, split: str) -
     rows = sorted(rows)
     selected = table.select(rows)
     out = []
-    # disable=None: a bar on a terminal, nothing in a pipe (the window shows the log lines).
-    for number, row in zip(rows, tqdm(selected, total=len(rows), desc=f"preparing {split}", disable=None,
-                                      unit="row", leave=False)):
+    # A bar for sets that take a moment, in a terminal and in the window's engine output
+    # alike (it cleans the carriage returns); small sets are ready before a bar would show.
+    for number, row in zip(rows, tqdm(selected, total=len(rows), desc=f"preparing {split}",
+                                      disable=len(rows) < 2000, unit="row", leave=False, mininterval=0.5)):
         out.append(row_to_example(row, columns, f"data.dataset {name} split {split!r} row {number}"))
     return out
 

@@ -227,10 +227,18 @@ class SetupPanel(QWidget):
         picker = picker_class(self)
         self.cache_picker = picker
         # Put in the field as the user's typing would be, so validation and preview follow.
-        picker.accepted.connect(lambda: type_into(self.rows()[path].editor, picker.chosen()))
+        picker.accepted.connect(lambda: self._take_cached(path, picker.chosen()))
         picker.finished.connect(picker.deleteLater)
         picker.open()  # window-modal, without blocking: the scan's result arrives through the event loop
         return picker
+
+    def _take_cached(self, path: str, chosen: str | None) -> None:
+        """A model or data set chosen from the cache, typed into its field. A new model
+        gets the LoRA targets of its own architecture (`auto`): module names listed for
+        another architecture would match nothing in it."""
+        if chosen and path == "model.name_or_path" and self.doc.get("model.lora.target_modules") != "auto":
+            self.doc.set("model.lora.target_modules", "auto")
+        type_into(self.rows()[path].editor, chosen)
 
     def task_option_defaults(self) -> dict:
         task = self.doc.get("data.task")
