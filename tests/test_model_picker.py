@@ -9,21 +9,11 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
-from test_hub_cache import make_fake_cache
+from test_hub_cache import hf_home  # noqa: F401 (the fake-cache fixture, shared with the cache tests)
 from window_fixtures import show_setup_panel
 from workbench.setup.model_picker import DatasetPicker, ModelPicker
 
 SCAN_TIMEOUT_MS = 10_000
-
-
-@pytest.fixture
-def hf_home(tmp_path, monkeypatch):
-    home = tmp_path / "hf-home"
-    make_fake_cache(home)
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME"):
-        monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setenv("HF_HOME", str(home))
-    return home
 
 
 @pytest.fixture
