@@ -1,7 +1,7 @@
 """`rl-engine`: run, resume and validate experiments headless.
 
-    rl-engine run PRESET [--run-dir DIR] [--set key=value ...]
-    rl-engine resume RUN_DIR
+    rl-engine run PRESET [--run-dir DIR] [--set key=value ...] [--nproc-per-node N [--gpus 0,1]]
+    rl-engine resume RUN_DIR [--nproc-per-node N]
     rl-engine validate PRESET [--set key=value ...]
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
 
@@ -10,6 +10,9 @@ a checkpoint is saved, run_finished (stopped) is written and the exit status is 
 stop during set-up (model loading, data building) ends the run at once: run_finished
 (stopped, during_setup), nothing to checkpoint, exit 0. A second Ctrl-C aborts at
 once: run_failed (aborted), exit 1. See engine/stopping.py.
+
+With --nproc-per-node N this process is a launcher: torchrun starts N workers (this
+same CLI, one a rank; engine/distributed/launch.py), and rank 0 writes the run folder.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import traceback
 from pathlib import Path
 
 from engine import rundir
+from engine.distributed.launch import launched_by_torchrun, launched_rank
 from engine.failures import failure_location, failure_message, user_code_location  # noqa: F401 (re-exported)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
@@ -40,7 +44,10 @@ def default_run_dir(preset_name: str) -> Path:
 
 
 def setup_logging(run_dir: Path) -> None:
-    handler = logging.FileHandler(run_dir / rundir.LOG_FILE, encoding="utf-8")
+    """engine.log; engine.rankN.log for rank N > 0 of a run in several processes."""
+    rank = launched_rank()
+    name = rundir.LOG_FILE if rank == 0 else f"engine.rank{rank}.log"
+    handler = logging.FileHandler(run_dir / name, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -119,8 +126,11 @@ def start_stdin_reader(stop: StopFlag) -> None:
 
 
 def _final_event(run_dir: Path, type: str, **fields) -> None:
-    """Write a run's last event (run_finished or run_failed), once."""
+    """Write a run's last event (run_finished or run_failed), once; rank 0's to write."""
     global _UNFINISHED_RUN
+    if launched_rank() != 0:
+        _UNFINISHED_RUN = None
+        return
     events = rundir.EventWriter(run_dir)
     try:
         events.emit(type, **fields)
@@ -147,11 +157,24 @@ def _record_setup_stop(run_dir: Path, reason: str) -> None:
     print(f"run {message} ({run_dir})", file=sys.stderr)
 
 
-def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool) -> None:
+def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool, world=None) -> None:
+    """run_failed with the failure's message. In a run of several processes a rank other
+    than 0 leaves why it failed for rank 0, which names the rank that ended the run."""
     logging.getLogger("engine").error("run failed:\n%s", "".join(traceback.format_exception(exc)))
     message = failure_message(exc, during_setup)
     where = failure_location(exc)
     fields = {"message": message, "error_type": type(exc).__name__}
+    if world is not None and world.distributed:
+        from engine.distributed.ranks import root_cause, write_rank_failure
+
+        if not world.is_main:
+            write_rank_failure(run_dir, world.rank, message, type(exc).__name__)
+            print(f"error (rank {world.rank}): {message}", file=sys.stderr)
+            return
+        cause = root_cause(run_dir, world.processes)
+        if cause is not None:
+            fields.update(message=cause["message"], rank=cause["rank"])
+            message, where = cause["message"], None
     if isinstance(exc, KeyboardInterrupt):
         fields["aborted"] = True
     if where:
@@ -245,10 +268,19 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         previous = install_stop_handlers(stop)
     _UNFINISHED_RUN = run_dir
     start_stdin_reader(stop)
+    world = None
     try:
         stop.phase = SETUP  # from here until Trainer.run, a stop ends the run at once
         stop.check_setup()  # a stop that came while the preset was read
-        if resume_from is None and not (run_dir / rundir.PRESET_FILE).exists():
+        if launched_by_torchrun():  # a worker of a run in several processes: join the others
+            from engine.distributed.ranks import write_ranks
+            from engine.distributed.world import init_world
+
+            world = init_world(preset.model.device)
+            quiet = quiet or not world.is_main
+            if world.is_main:
+                write_ranks(run_dir, world.processes)
+        if resume_from is None and launched_rank() == 0 and not (run_dir / rundir.PRESET_FILE).exists():
             from engine.preset import save_preset
 
             save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
@@ -257,7 +289,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         go_offline_if_unreachable(hub_ids_of(preset, preset_dir))  # before the hub libraries load
         from engine.algorithms import build_trainer
 
-        trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir)
+        trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)
         start = trainer.step
         if resume_from is not None:
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]
@@ -268,20 +300,24 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             close()
         stop.phase = FINISHING
         _UNFINISHED_RUN = None  # Trainer.run wrote run_finished
-        print(f"run {status} at step {trainer.step}: {run_dir}", file=sys.stderr)
+        if launched_rank() == 0:
+            print(f"run {status} at step {trainer.step}: {run_dir}", file=sys.stderr)
         return EXIT_OK
     except StopDuringSetup:
         stop.phase = FINISHING
-        _record_setup_stop(run_dir, stop.reason)
+        if launched_rank() == 0:
+            _record_setup_stop(run_dir, stop.reason)
         return EXIT_OK
     except (Exception, KeyboardInterrupt) as exc:  # every failure is reported in the event stream
         during_setup = stop.phase == SETUP
         stop.phase = FINISHING
-        _record_failure(run_dir, exc, during_setup)
+        _record_failure(run_dir, exc, during_setup, world)
         return EXIT_FAILED
     finally:
         if previous is not None:
             restore_handlers(previous)
+        if world is not None:
+            world.close()
 
 
 def cmd_run(args) -> int:
@@ -291,7 +327,10 @@ def cmd_run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(preset.name)
-    if (run_dir / rundir.EVENTS_FILE).exists():
+    if launched_by_torchrun() and not args.run_dir:
+        print("error: under torchrun give --run-dir (every process must write to the same folder)", file=sys.stderr)
+        return EXIT_INVALID
+    if launched_rank() == 0 and (run_dir / rundir.EVENTS_FILE).exists():
         print(f"error: {run_dir} already holds a run; choose a new --run-dir, or `rl-engine resume {run_dir}`",
               file=sys.stderr)
         return EXIT_INVALID
@@ -299,9 +338,43 @@ def cmd_run(args) -> int:
     # The run's preset.yaml must still find its prompt file, custom rewards and reward
     # models when the run is resumed or reopened from elsewhere.
     preset = absolute_preset_paths(preset, preset_dir)
+    if args.nproc_per_node and not launched_by_torchrun():
+        return launch(args, preset, run_dir, ["run", args.preset, "--run-dir", str(run_dir)])
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
     return train(preset, run_dir, None, preset_dir, args.quiet)
+
+
+def launch(args, preset, run_dir: Path, engine_args: list[str]) -> int:
+    """`--nproc-per-node N`: start the run's N processes under torchrun and wait for them
+    (engine/distributed/launch.py). Exit 2 when the preset cannot run in N processes."""
+    from engine.distributed.launch import run_launcher, world_size_problems
+
+    problems = world_size_problems(preset, args.nproc_per_node)
+    if problems:
+        print("error: " + "\n  ".join(problems), file=sys.stderr)
+        return EXIT_INVALID
+    env = dict(os.environ)
+    if args.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = args.gpus
+    run_dir.mkdir(parents=True, exist_ok=True)
+    engine_args = engine_args + [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
+    return run_launcher(run_dir, engine_args, args.nproc_per_node, env)
+
+
+def checkpoint_world_size_problem(checkpoint: Path, size: int) -> str | None:
+    """Why a checkpoint cannot be resumed by `size` processes (it was written by another
+    number), or None. A run resumes in as many processes as it was trained in."""
+    try:
+        saved = json.loads((checkpoint / rundir.CHECKPOINT_STATE).read_text()).get("world_size", 1)
+    except (OSError, ValueError):
+        return None
+    if saved == size:
+        return None
+    how = f"--nproc-per-node {saved}" if saved > 1 else "no --nproc-per-node"
+    return (f"{checkpoint.name} was written by a run in {saved} process{'es' if saved > 1 else ''}; "
+            f"this resume would have {size}. Resume it with {how}: the processes' sampling streams and "
+            "shares of each batch continue only in the same number")
 
 
 def cmd_resume(args) -> int:
@@ -315,6 +388,14 @@ def cmd_resume(args) -> int:
     except PresetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    launching = bool(args.nproc_per_node) and not launched_by_torchrun()
+    size = args.nproc_per_node if launching else int(os.environ.get("WORLD_SIZE", "1"))
+    problem = checkpoint_world_size_problem(checkpoints[-1], size or 1)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    if launching:
+        return launch(args, preset, run_dir, ["resume", str(run_dir)])
     setup_logging(run_dir)
     return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
 
@@ -398,6 +479,13 @@ def cmd_try_reward(args) -> int:
     return EXIT_OK
 
 
+def add_process_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
+                   help="train in N processes on this machine under torchrun (one a GPU on CUDA; gloo on a CPU)")
+    p.add_argument("--gpus", default="", metavar="LIST",
+                   help="the GPUs the processes use, e.g. 0,1 (sets CUDA_VISIBLE_DEVICES)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-engine", description="RL Workbench's headless training engine.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -407,12 +495,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a preset field, e.g. --set training.max_steps=50")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_process_arguments(p)
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("resume", help="continue a run from its last complete checkpoint")
     p.add_argument("run_dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set training.max_steps=400 to train longer")
     p.add_argument("--quiet", action="store_true")
+    add_process_arguments(p)
     p.set_defaults(func=cmd_resume)
     p = sub.add_parser("validate", help="check a preset; writes nothing")
     p.add_argument("preset")

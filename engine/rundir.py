@@ -106,6 +106,21 @@ class EventWriter:
             self._file.close()
 
 
+class NullEventWriter:
+    """The events of a process that does not write the run directory (ranks other than
+    0 of a run in several processes): emitted nowhere."""
+
+    dropped = 0
+
+    def emit(self, type: str, step: int | None = None, **fields) -> dict:
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}; known: {', '.join(EVENT_TYPES)}")
+        return {"type": type, "step": step, **fields}
+
+    def close(self) -> None:
+        pass
+
+
 def complete_lines(data: bytes) -> tuple[list[bytes], int]:
     """The non-blank complete lines of `data` and the bytes they span (through the last
     newline): a partly written last line is not a line yet.

@@ -40,6 +40,7 @@ def trainer_class(name: str) -> type[Trainer]:
 
 
 def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
-                  preset_dir: Path | None = None) -> Trainer:
-    """The trainer for the preset's algorithm."""
-    return trainer_class(preset.algorithm.name)(preset, run_dir, stop=stop, preset_dir=preset_dir)
+                  preset_dir: Path | None = None, world=None) -> Trainer:
+    """The trainer for the preset's algorithm; `world` (engine.distributed.world.World)
+    when this process is one of several."""
+    return trainer_class(preset.algorithm.name)(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)

@@ -26,6 +26,9 @@ from engine.algorithms.declaration import Declares
 from engine.algorithms.memory import OutOfMemory, is_out_of_memory, out_of_memory_message, train_step_that_fits
 from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
+from engine.distributed.launch import world_size_problems
+from engine.distributed.rollouts import gather_rollout
+from engine.distributed.world import World
 from engine.forward import completion_logits
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
@@ -111,8 +114,12 @@ class Trainer(Declares):
     MICRO_BATCH_UNIT = "completions"  # what training.micro_batch_size counts (DPO: pairs)
 
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
-                 preset_dir: Path | None = None):
+                 preset_dir: Path | None = None, world: World | None = None):
         self.preset = preset
+        self.world = world or World()
+        problems = world_size_problems(preset, self.world.size)
+        if problems:
+            raise ValueError("; ".join(problems))
         self.algo = preset.algorithm
         self.cfg = preset.training
         self.run_dir = Path(run_dir)
@@ -160,7 +167,16 @@ class Trainer(Declares):
             self.optimizer,
             lambda s: lr_factor(s, self.cfg.warmup_steps, total_updates, self.cfg.lr_scheduler_type),
         )
+        # `generator` draws what every rank must draw alike (PPO's mini-batch order);
+        # `sample_generator` samples completions, and differs between ranks (one process:
+        # the same generator, as before there were several).
         self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
+        self.sample_generator = self.generator
+        if self.world.size > 1:
+            self.sample_generator = torch.Generator(device=self.device).manual_seed(
+                self.cfg.seed + 1_000_003 * self.world.rank)
+        # Several processes: DDP averages the trained modules' gradients (world.py).
+        self.ddp = self.world.data_parallel(self.trained_modules())
         # micro_batch_size `auto` starts with the whole batch and halves on out-of-memory.
         self.auto_micro_batch = self.cfg.batch_size
         self.phase = "rollout"  # the part of a step running: "rollout" or "update" (messages)
@@ -177,6 +193,10 @@ class Trainer(Declares):
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def trained_modules(self) -> list[torch.nn.Module]:
+        """The modules holding trainable_parameters (DDP reduces their gradients)."""
+        return [self.model]
 
     def updates_per_step(self) -> int:
         """Optimizer steps per training step (for the learning-rate schedule)."""
@@ -218,8 +238,31 @@ class Trainer(Declares):
             eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
             temperature=self.temperature, top_p=getattr(self.algo, "top_p", 1.0),
             top_k=getattr(self.algo, "top_k", 0),
-            greedy=greedy, generator=self.generator, group_size=group_size,
+            greedy=greedy, generator=self.sample_generator, group_size=group_size,
         )
+
+    def sample_batch(self, prompts: list[str], group_size: int) -> tuple[Rollout, list[str]]:
+        """The step's rollout over all `prompts` and the completions' text. With several
+        processes each samples its share of the prompt groups and the parts are gathered:
+        every process gets the whole batch, in the order one process would have it."""
+        rows = self.world.share(len(prompts), group_size)
+        rollout = self.generate(prompts[rows], group_size=group_size)
+        if self.world.distributed:
+            rollout = gather_rollout(self.world, rollout, self.tokenizer.pad_token_id)
+        return rollout, self.decode_completions(rollout)
+
+    def score(self, prompts: list[str], completions: list[str], fields: dict[str, list],
+              group_size: int) -> tuple[list[float], dict[str, list[float]]]:
+        """Total rewards and their components for the whole batch; with several processes
+        each scores its share (a reward model runs once a completion) and they are gathered."""
+        rows = self.world.share(len(prompts), group_size)
+        totals, components = combine_rewards(self.reward_components, prompts[rows], completions[rows],
+                                             {k: v[rows] for k, v in fields.items()})
+        if self.world.distributed:
+            parts = self.world.gather_objects((totals, components))
+            totals = [t for part in parts for t in part[0]]
+            components = {k: [v for part in parts for v in part[1][k]] for k in components}
+        return totals, components
 
     @property
     def temperature(self) -> float:
@@ -232,8 +275,12 @@ class Trainer(Declares):
         (b, T, V) computed in chunks (its `hidden`, (b, T, H), is what a value head reads).
         Rows come in groups of `group_size` identical prompts (default: the preset's)."""
         group_size = self.preset.group_size if group_size is None else group_size
-        return completion_logits(self.model, rollout, rows, group_size, temperature=self.temperature,
-                                 shared_prefix=not self.checkpointing)
+        args = (self.model, rollout, rows, group_size)
+        kwargs = {"temperature": self.temperature, "shared_prefix": not self.checkpointing}
+        if self.ddp is not None and torch.is_grad_enabled():
+            # A pass whose backward follows: through DDP, which then reduces the gradients.
+            return self.ddp(completion_logits, *args, **kwargs)
+        return completion_logits(*args, **kwargs)
 
     @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
@@ -241,11 +288,27 @@ class Trainer(Declares):
             logits = self.completion_logits(rollout, rows, group_size=group_size)
             return logits.logprobs(rollout.completion_ids[rows])
 
-    def micro_batches(self, batch: int) -> list[slice]:
-        size = self.cfg.micro_batch_size if isinstance(self.cfg.micro_batch_size, int) else batch
+    def micro_batches(self, batch: int, unit: int = 1) -> list[slice]:
+        """This process's micro-batches of a batch of `batch` rows: all of them with one
+        process; with several, those of its share (World.share, in whole `unit`s)."""
+        share = self.world.share(batch, unit)
+        rows = share.stop - share.start
+        size = self.cfg.micro_batch_size if isinstance(self.cfg.micro_batch_size, int) else rows
         if self.cfg.micro_batch_size == "auto":
-            size = min(batch, self.auto_micro_batch)
-        return [slice(i, min(i + size, batch)) for i in range(0, batch, size)]
+            size = min(rows, self.auto_micro_batch)
+        size = max(size, 1)
+        return [slice(i, min(i + size, share.stop)) for i in range(share.start, share.stop, size)]
+
+    def synced(self, index: int, count: int):
+        """The context of micro-batch `index` of `count` in one optimizer step: with
+        several processes, gradients are reduced on the last one only."""
+        return self.world.no_sync(self.ddp, index == count - 1)
+
+    def num_recorded(self, batch: int, unit: int = 1) -> int:
+        """How many of the batch's first rows the inspector records: training.record_rollouts,
+        at most rank 0's share (rank 0 writes the records, from the passes it ran)."""
+        first = World(rank=0, size=self.world.size).share(batch, unit)
+        return min(self.cfg.record_rollouts, first.stop)
 
     def take_examples(self) -> tuple[list[Example], list[str], dict[str, list]]:
         """The step's prompts, each repeated for its group, and their fields."""
@@ -263,7 +326,11 @@ class Trainer(Declares):
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backpropagate a (micro-batch's) loss; scaled first for an fp16 model, whose
-        small gradients would otherwise underflow to zero (bf16 and fp32 need no scaling)."""
+        small gradients would otherwise underflow to zero (bf16 and fp32 need no scaling).
+        DDP averages gradients over the processes; the losses are shares of the whole
+        batch's, so they are multiplied by the number of processes to sum instead."""
+        if self.ddp is not None:
+            loss = loss * self.world.size
         self.scaler.scale(loss).backward()
 
     def clip_and_step(self, loss_total: float) -> tuple[float, bool]:
@@ -427,6 +494,9 @@ class Trainer(Declares):
             "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
             "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
             "num_train": len(self.train_examples), "num_eval": len(self.eval_examples), **self.declaration(),
+            "world_size": self.world.size, "backend": self.world.backend,
+            **({"processes": [{"rank": r, "host": h, "pid": p} for r, (h, p) in enumerate(self.world.processes)]}
+               if self.world.distributed else {}),
         }
 
     def run(self, on_step=None, resume_from: Path | None = None) -> str:
@@ -438,13 +508,15 @@ class Trainer(Declares):
         (stopped before the first step: nothing new to save) or this step is saved already."""
         self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.events = rundir.EventWriter(self.run_dir)
+        # Rank 0 alone writes the run directory; the other ranks' events go nowhere.
+        self.events = rundir.EventWriter(self.run_dir) if self.world.is_main else rundir.NullEventWriter()
         self._saved_step = None
         try:
             if resume_from is None:
-                save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
+                if self.world.is_main:
+                    save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
                 self.events.emit("run_started", step=0, **self.run_started_fields())
-                if not self.stop.requested:
+                if not self.stop_agreed():
                     self._evaluate_and_emit()
             else:
                 self.load_checkpoint(resume_from)
@@ -452,11 +524,12 @@ class Trainer(Declares):
                 self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
                                  data_position=self.stream.position, **self.run_started_fields())
             first_step = self.step
-            while self.step < self.cfg.max_steps and not self.stop.requested:
+            while self.step < self.cfg.max_steps and not self.stop_agreed():
                 metrics = self.train_step_that_fits()
                 if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
                     self.events.emit("metrics", step=self.step, **metrics)
-                self.write_step_outputs()
+                if self.world.is_main:
+                    self.write_step_outputs()
                 if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
                     self._evaluate_and_emit()
                 if self.cfg.save_steps and self.step % self.cfg.save_steps == 0 and self.step < self.cfg.max_steps:
@@ -473,14 +546,23 @@ class Trainer(Declares):
                 fields["message"] = ("stopped before the first step: nothing new to checkpoint"
                                      + ("" if resume_from is None else f"; resume continues from {resume_from.name}"))
             newest = rundir.complete_checkpoints(self.run_dir)
-            self.events.emit("run_finished", step=self.step, status=status,
-                             reason=self.stop.reason if status == "stopped" else "max_steps reached",
+            reason = "max_steps reached"
+            if status == "stopped":
+                reason = self.stop.reason or "a stop reached another process of the run"
+            self.events.emit("run_finished", step=self.step, status=status, reason=reason,
                              checkpoint=str(newest[-1].relative_to(self.run_dir)) if newest else None, **fields)
             return status
         finally:
             self.events.close()
 
+    def stop_agreed(self) -> bool:
+        """Whether the run stops before the next step: a stop that reached any process
+        stops every one at the same step (one small all-reduce a step)."""
+        return self.world.any(self.stop.requested)
+
     def _evaluate_and_emit(self) -> None:
+        if not self.world.is_main:
+            return  # evaluation runs once, on rank 0; the others wait at their next collective
         try:
             result = self.evaluate()
         except Exception as exc:
@@ -496,7 +578,7 @@ class Trainer(Declares):
             log.info("eval at step %d: %s", self.step, shown or "no scores")
 
     def _save_and_emit(self) -> None:
-        path = self.save_checkpoint()
+        path = self.save_checkpoint()  # every rank gives its random states; rank 0 writes
         self._saved_step = self.step
         self.events.emit("checkpoint", step=self.step, path=str(path.relative_to(self.run_dir)))
 

@@ -22,7 +22,30 @@ from engine import rundir
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer
 
-__all__ = ["save_checkpoint", "load_checkpoint"]
+__all__ = ["save_checkpoint", "load_checkpoint", "rank_random_state", "WorldSizeMismatch"]
+
+
+class WorldSizeMismatch(ValueError):
+    """A checkpoint written by a run in N processes, resumed in another number."""
+
+
+def rank_random_state(self: "Trainer") -> dict:
+    """This process's random states: what differs between the ranks of a run."""
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "python_rng": random.getstate(),
+        "sample_generator": self.sample_generator.get_state(),
+    }
+
+
+def _set_rank_random_state(self: "Trainer", state: dict) -> None:
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    random.setstate(state["python_rng"])
+    if state.get("sample_generator") is not None:
+        self.sample_generator.set_state(state["sample_generator"])
 
 
 def _discard_checkpoint(folder: Path) -> None:
@@ -37,10 +60,15 @@ def _discard_checkpoint(folder: Path) -> None:
 def save_checkpoint(self: "Trainer") -> Path:
     """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
     Written to step_N.tmp, then renamed: a checkpoint on disk is always complete.
+    With several processes every rank calls this: their random states are gathered and
+    rank 0 writes them all, so the checkpoint alone resumes every rank.
     A checkpoint is deleted (replaced, or pruned past save_total_limit) by renaming
     it to a .tmp name first, so a kill at any moment leaves every checkpoint folder
     either complete or named .tmp (which resume ignores, and the next save removes)."""
+    ranks = self.world.gather_objects(rank_random_state(self))
     final = rundir.checkpoint_dir(self.run_dir, self.step)
+    if not self.world.is_main:
+        return final
     tmp = final.with_name(final.name + ".tmp")
     for stale in final.parent.glob("step_*.tmp"):  # left by a killed engine
         shutil.rmtree(stale, ignore_errors=True)
@@ -49,15 +77,14 @@ def save_checkpoint(self: "Trainer") -> Path:
     torch.save({
         "optimizer": self.optimizer.state_dict(),
         "scheduler": self.scheduler.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "python_rng": random.getstate(),
+        **ranks[0],  # rank 0's (and a one-process run's) at the top level, as before
+        "ranks": ranks,
         "generator": self.generator.get_state(),
         "extra": self.extra_state(),
         "scaler": self.scaler.state_dict(),
     }, tmp / "trainer_state.pt")
     state = {"step": self.step, "data_position": self.stream.position,
-             "nonfinite_steps": self.nonfinite_steps, "time": time.time()}
+             "nonfinite_steps": self.nonfinite_steps, "time": time.time(), "world_size": self.world.size}
     (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
     if final.exists():
         _discard_checkpoint(final)
@@ -66,23 +93,31 @@ def save_checkpoint(self: "Trainer") -> Path:
         _discard_checkpoint(old)
     return final
 
+
 def load_checkpoint(self: "Trainer", folder: Path) -> None:
+    """Every rank reads the same checkpoint and takes its own random states from it. A
+    different number of processes is refused: the ranks' sampling streams and shares of
+    the batch would not continue the run."""
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
 
+    info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
+    saved = info.get("world_size", 1)
+    if saved != self.world.size:
+        raise WorldSizeMismatch(
+            f"{folder.name} was written by a run in {saved} process{'es' if saved > 1 else ''}, "
+            f"and this resume has {self.world.size}: resume it with --nproc-per-node {saved}"
+            + (" (or without --nproc-per-node)" if saved == 1 else ""))
     set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
     state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
     self.optimizer.load_state_dict(state["optimizer"])
     self.scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    random.setstate(state["python_rng"])
+    ranks = state.get("ranks") or [state]  # a checkpoint from before several processes
+    _set_rank_random_state(self, ranks[self.world.rank])
     self.generator.set_state(state["generator"])
     self.load_extra_state(state.get("extra", {}))
     if state.get("scaler"):
         self.scaler.load_state_dict(state["scaler"])
-    info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
     self.step = info["step"]
     self.stream.position = info["data_position"]
     self.nonfinite_steps = info["nonfinite_steps"]

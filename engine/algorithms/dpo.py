@@ -113,8 +113,13 @@ class DPOTrainer(Trainer):
                        torch.zeros(B, dtype=torch.bool, device=self.device))
 
     def pair_micro_batches(self, pairs: int) -> list[slice]:
-        """Row slices of whole pairs; training.micro_batch_size counts pairs for DPO."""
+        """Row slices of whole pairs (this process's); training.micro_batch_size counts pairs."""
         return [slice(mb.start * PAIR, mb.stop * PAIR) for mb in self.micro_batches(pairs)]
+
+    def pair_share(self, pairs: int) -> tuple[slice, slice]:
+        """This process's share of a batch of `pairs`: (its pairs, their rows)."""
+        mine = self.world.share(pairs)
+        return mine, slice(mine.start * PAIR, mine.stop * PAIR)
 
     def side_logps(self, token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(chosen, rejected) sequence logps from interleaved rows; length-averaged for IPO."""
@@ -153,8 +158,10 @@ class DPOTrainer(Trainer):
                 chosen = chosen / torch.tensor([c[2] for c in cached], device=self.device)
                 rejected = rejected / torch.tensor([c[3] for c in cached], device=self.device)
             return chosen, rejected
-        ref = torch.cat([self.reference_logprobs(rows, mb, group_size=PAIR)
-                         for mb in self.pair_micro_batches(len(examples))])
+        ref = torch.zeros_like(rows.completion_mask)
+        for mb in self.pair_micro_batches(len(examples)):
+            ref[mb] = self.reference_logprobs(rows, mb, group_size=PAIR)
+        self.world.combine_rows(ref, self.pair_share(len(examples))[1])  # each row from the process that ran it
         return self.side_logps(ref, rows.completion_mask)
 
     # ------------------------------------------------------------------ step
@@ -173,48 +180,57 @@ class DPOTrainer(Trainer):
 
         set_update_mode(self.model, True, lora_dropout=True)  # no ratio in DPO: see set_update_mode
         self.optimizer.zero_grad(set_to_none=True)
-        num_recorded = min(self.cfg.record_rollouts, len(examples)) * PAIR
+        num_recorded = self.num_recorded(len(examples)) * PAIR
         B = len(examples)
         loss_total, nll_total = 0.0, 0.0
         chosen_tokens = mask[0::PAIR].sum().clamp(min=1)
         logps = torch.zeros_like(mask)
         logit_sums = torch.zeros(B * PAIR, device=self.device)
         recorded = {"entropy": [], "top": []}
-        chosen_rewards, rejected_rewards, chosen_all, rejected_all = [], [], [], []
-        for mb in self.pair_micro_batches(B):
-            logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
-            token_logps = logits.logprobs(rows.completion_ids[mb])
-            chosen, rejected = self.side_logps(token_logps, mask[mb])
-            pairs = slice(mb.start // PAIR, mb.stop // PAIR)
-            losses, r_chosen, r_rejected = dpo_loss(
-                chosen, rejected, ref_chosen[pairs], ref_rejected[pairs],
-                beta=algo.beta, loss_type=algo.loss_type, label_smoothing=algo.label_smoothing)
-            loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
-            if algo.rpo_alpha is not None:
-                # the chosen answers' NLL, a mean over every chosen token of the batch
-                nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
-                loss = loss + algo.rpo_alpha * nll
-                nll_total += nll.item()
-            self.backward(loss)
-            loss_total += loss.item()
-            with torch.no_grad():
-                logps[mb] = token_logps.detach()
-                logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
-                top = self.recorded_top(logits, mb, num_recorded)
-                if top is not None:
-                    recorded["top"].append(top)
-                    recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
-            chosen_rewards.append(r_chosen)
-            rejected_rewards.append(r_rejected)
-            chosen_all.append(chosen.detach())
-            rejected_all.append(rejected.detach())
+        # Per pair: implicit rewards and the policy's sequence logps of both sides.
+        per_pair = {k: torch.zeros(B, device=self.device) for k in ("r_chosen", "r_rejected", "chosen", "rejected")}
+        micro_batches = self.pair_micro_batches(B)
+        for index, mb in enumerate(micro_batches):
+            with self.synced(index, len(micro_batches)):
+                logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
+                token_logps = logits.logprobs(rows.completion_ids[mb])
+                chosen, rejected = self.side_logps(token_logps, mask[mb])
+                pairs = slice(mb.start // PAIR, mb.stop // PAIR)
+                losses, r_chosen, r_rejected = dpo_loss(
+                    chosen, rejected, ref_chosen[pairs], ref_rejected[pairs],
+                    beta=algo.beta, loss_type=algo.loss_type, label_smoothing=algo.label_smoothing)
+                loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
+                if algo.rpo_alpha is not None:
+                    # the chosen answers' NLL, a mean over every chosen token of the batch
+                    nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
+                    loss = loss + algo.rpo_alpha * nll
+                    nll_total += nll.item()
+                self.backward(loss)
+                loss_total += loss.item()
+                with torch.no_grad():
+                    logps[mb] = token_logps.detach()
+                    logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
+                    top = self.recorded_top(logits, mb, num_recorded)
+                    if top is not None:
+                        recorded["top"].append(top)
+                        recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
+                for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected),
+                                   ("chosen", chosen), ("rejected", rejected)):
+                    per_pair[key][pairs] = value.detach()
+        # Several processes: the loss shares summed, each row and pair from its process.
+        loss_total, nll_total = self.world.sum_floats([loss_total, nll_total])
+        mine_pairs, mine_rows = self.pair_share(B)
+        for values in per_pair.values():
+            self.world.combine_rows(values, mine_pairs)
+        for values in (logps, logit_sums):
+            self.world.combine_rows(values, mine_rows)
         grad_norm, ok = self.clip_and_step(loss_total)
         t2 = time.perf_counter()
         if not ok:
             self.count_skipped_step()
 
         self.step += 1
-        r_chosen, r_rejected = torch.cat(chosen_rewards), torch.cat(rejected_rewards)
+        r_chosen, r_rejected = per_pair["r_chosen"], per_pair["r_rejected"]
         V = self.model.get_output_embeddings().weight.shape[0]
         lengths = mask.sum(-1)
         tokens = int(lengths.sum()) + int(rows.prompt_mask.sum())
@@ -224,8 +240,8 @@ class DPOTrainer(Trainer):
             "rewards/rejected": float(r_rejected.mean()),
             "rewards/margins": float((r_chosen - r_rejected).mean()),
             "rewards/accuracies": float((r_chosen > r_rejected).float().mean()),
-            "logps/chosen": float(torch.cat(chosen_all).mean()),
-            "logps/rejected": float(torch.cat(rejected_all).mean()),
+            "logps/chosen": float(per_pair["chosen"].mean()),
+            "logps/rejected": float(per_pair["rejected"].mean()),
             # Mean logit over the vocabulary and the side's tokens, as TRL logs it.
             "logits/chosen": float(logit_sums[0::PAIR].sum() / (lengths[0::PAIR].sum() * V)),
             "logits/rejected": float(logit_sums[1::PAIR].sum() / (lengths[1::PAIR].sum() * V)),

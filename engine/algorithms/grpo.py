@@ -20,7 +20,6 @@ from engine.algorithms.base import (
     RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode,
 )
 from engine.losses import grpo_loss
-from engine.rewards import combine_rewards
 from engine.rollout import Rollout
 from engine.trajectories import trajectory_records
 
@@ -65,6 +64,8 @@ class GRPOTrainer(Trainer):
         inspector records (logprob, entropy, ratio, clipped, top-5 of the first
         `num_recorded` rows)."""
         batch = rollout.completion_ids.shape[0]
+        G = self.algo.num_generations
+        micro_batches = self.micro_batches(batch, G)  # this process's rows (all of them in one)
         self.phase = "update"
         set_update_mode(self.model, True)
         old_logprobs: dict[int, torch.Tensor] = {}
@@ -75,50 +76,61 @@ class GRPOTrainer(Trainer):
         eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
         ref_all = None
         if self.algo.beta > 0:
-            ref_all = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(batch)])
+            ref_all = torch.zeros_like(mask)
+            for mb in micro_batches:
+                ref_all[mb] = self.reference_logprobs(rollout, mb)
+            self.world.combine_rows(ref_all, self.world.share(batch, G))
         seq_weights = []
         if self.algo.importance_sampling_level == "sequence":
             # GSPO's clip ratios are means over sequences (engine.losses.clip_fraction): a
             # micro-batch's share is its share of the batch's non-empty sequences.
             present = mask.bool().any(-1)
-            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in self.micro_batches(batch)]
+            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in micro_batches]
         for iteration in range(self.algo.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total, info_total = 0.0, {}
-            for index, mb in enumerate(self.micro_batches(batch)):
-                logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
-                logprobs = logits.logprobs(rollout.completion_ids[mb])
-                if iteration == 0:
-                    # The first pass sees the weights that sampled the batch: its logprobs
-                    # are the old policy's, exactly, with no extra forward pass.
-                    old_logprobs[index] = logprobs.detach()
-                    with torch.no_grad():
-                        per_token["entropy"][mb] = logits.entropy()
-                        per_token["logprob"][mb] = logprobs.detach()
-                    top = self.recorded_top(logits, mb, num_recorded)
-                    if top is not None:
-                        tops.append(top)
-                loss, info, tok = grpo_loss(
-                    logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
-                    advantages[mb], mask[mb], beta=self.algo.beta,
-                    epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
-                    loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
-                    importance_sampling_level=self.algo.importance_sampling_level,
-                )
-                weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
-                self.backward(loss * weight)
-                loss_total += loss.detach().item() * weight
-                for key, value in info.items():
-                    info_total[key] = info_total.get(key, 0.0) + value * (
-                        seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
-                if iteration == self.algo.num_iterations - 1:
-                    per_token["ratio"][mb] = tok["ratio"]
-                    per_token["clipped"][mb] = tok["clipped"].float()
+            for index, mb in enumerate(micro_batches):
+                with self.synced(index, len(micro_batches)):
+                    logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+                    logprobs = logits.logprobs(rollout.completion_ids[mb])
+                    if iteration == 0:
+                        # The first pass sees the weights that sampled the batch: its logprobs
+                        # are the old policy's, exactly, with no extra forward pass.
+                        old_logprobs[index] = logprobs.detach()
+                        with torch.no_grad():
+                            per_token["entropy"][mb] = logits.entropy()
+                            per_token["logprob"][mb] = logprobs.detach()
+                        top = self.recorded_top(logits, mb, num_recorded)
+                        if top is not None:
+                            tops.append(top)
+                    loss, info, tok = grpo_loss(
+                        logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
+                        advantages[mb], mask[mb], beta=self.algo.beta,
+                        epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
+                        loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
+                        importance_sampling_level=self.algo.importance_sampling_level,
+                    )
+                    weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
+                    self.backward(loss * weight)
+                    loss_total += loss.detach().item() * weight
+                    for key, value in info.items():
+                        info_total[key] = info_total.get(key, 0.0) + value * (
+                            seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
+                    if iteration == self.algo.num_iterations - 1:
+                        per_token["ratio"][mb] = tok["ratio"]
+                        per_token["clipped"][mb] = tok["clipped"].float()
+            # Each process holds its rows' shares of the batch's loss: summed, they are the
+            # loss of the whole batch, and every process takes the same skip decision.
+            loss_total = self.world.sum_floats([loss_total])[0]
+            info_total = self.world.sum_dict(info_total)
             grad_norm, ok = self.clip_and_step(loss_total)
             if not ok:
                 skipped = True
                 break
             loss_sum, info_sum = loss_total, info_total
+        mine = self.world.share(batch, G)
+        for values in per_token.values():  # every row from the process that ran it
+            self.world.combine_rows(values, mine)
         top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
         return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
                 "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
@@ -128,11 +140,10 @@ class GRPOTrainer(Trainer):
         G = self.algo.num_generations
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
-        rollout = self.generate(prompts, group_size=G)
-        completions = self.decode_completions(rollout)
+        rollout, completions = self.sample_batch(prompts, G)
         t1 = time.perf_counter()
 
-        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
+        totals, components = self.score(prompts, completions, fields, G)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         mask = rollout.completion_mask
         if self.algo.mask_truncated_completions:
@@ -140,7 +151,7 @@ class GRPOTrainer(Trainer):
         advantages = self.advantages(rewards, mask)
         t2 = time.perf_counter()
 
-        record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
+        record_rows = list(range(self.num_recorded(len(prompts), G)))
         update = self.update(rollout, advantages, mask, len(record_rows))
         t3 = time.perf_counter()
         if update["skipped"]:

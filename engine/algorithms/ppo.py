@@ -22,7 +22,6 @@ from engine.losses import (
     masked_mean,
     ppo_policy_loss,
 )
-from engine.rewards import combine_rewards
 from engine.rollout import Rollout
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import RolloutStepOutputs, Trainer, set_update_mode
@@ -78,6 +77,9 @@ class PPOTrainer(Trainer):
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return super().trainable_parameters() + list(self.value_head.parameters())
 
+    def trained_modules(self) -> list[torch.nn.Module]:
+        return super().trained_modules() + [self.value_head]
+
     def updates_per_step(self) -> int:
         return self.algo.num_ppo_epochs * self.algo.num_mini_batches
 
@@ -95,10 +97,10 @@ class PPOTrainer(Trainer):
         logprobs; top-5 alternatives of the recorded rows. All (B, T)."""
         self.phase = "update"  # the passes over the sampled batch run in micro-batches
         set_update_mode(self.model, False)
-        B = rollout.completion_ids.shape[0]
-        out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy")}
+        B, G = rollout.completion_ids.shape[0], self.preset.group_size
+        out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy", "ref_logprob")}
         tops = []
-        for mb in self.micro_batches(B):
+        for mb in self.micro_batches(B, G):  # this process's rows (all of them in one)
             logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
             out["logprob"][mb] = logits.logprobs(rollout.completion_ids[mb])
             out["value"][mb] = self.values(logits.hidden)
@@ -106,7 +108,9 @@ class PPOTrainer(Trainer):
             top = self.recorded_top(logits, mb, num_recorded)
             if top is not None:
                 tops.append(top)
-        out["ref_logprob"] = torch.cat([self.reference_logprobs(rollout, mb) for mb in self.micro_batches(B)])
+            out["ref_logprob"][mb] = self.reference_logprobs(rollout, mb)
+        for key in ("logprob", "value", "entropy", "ref_logprob"):  # each row from the process that ran it
+            self.world.combine_rows(out[key], self.world.share(B, G))
         out["top"] = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
         return out
 
@@ -130,35 +134,41 @@ class PPOTrainer(Trainer):
         sums: dict[str, float] = {}
         updates = 0
         ratio_all, clipped_all = torch.ones_like(mask), torch.zeros_like(mask)
+        ran = torch.zeros(B, dtype=torch.bool, device=mask.device)  # rows this process ran last
         grad_norm, skipped = float("nan"), False
         for _epoch in range(self.algo.num_ppo_epochs):
             batches, group_size = self.mini_batches(B)
+            ran.zero_()
             for idx in batches:
                 part = rollout.select(idx)
                 part_mask = mask[idx]
                 self.optimizer.zero_grad(set_to_none=True)
                 stats: dict[str, float] = {}
-                for mb in self.micro_batches(len(idx)):
-                    rows = idx[mb]
-                    logits = self.completion_logits(part, mb, group_size=group_size)
-                    logprobs = logits.logprobs(part.completion_ids[mb])
-                    values = self.values(logits.hidden)
-                    m = part_mask[mb]
-                    pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
-                                                            self.algo.cliprange)
-                    vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], returns[rows], m,
-                                                          self.algo.cliprange_value)
-                    loss = pg_loss + self.algo.vf_coef * vf_loss
-                    # Each micro-batch carries its share of the mini-batch's tokens, so the
-                    # accumulated gradient is that of the mini-batch's token mean.
-                    weight = float(m.sum() / part_mask.sum().clamp(min=1))
-                    self.backward(loss * weight)
-                    for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
-                                       ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
-                                       ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):
-                        stats[key] = stats.get(key, 0.0) + value * weight
-                    ratio_all[rows] = tok["ratio"]
-                    clipped_all[rows] = tok["clipped"].float()
+                micro_batches = self.micro_batches(len(idx), group_size)  # this process's rows of it
+                for index, mb in enumerate(micro_batches):
+                    with self.synced(index, len(micro_batches)):
+                        rows = idx[mb]
+                        ran[rows] = True
+                        logits = self.completion_logits(part, mb, group_size=group_size)
+                        logprobs = logits.logprobs(part.completion_ids[mb])
+                        values = self.values(logits.hidden)
+                        m = part_mask[mb]
+                        pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
+                                                                self.algo.cliprange)
+                        vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], returns[rows], m,
+                                                              self.algo.cliprange_value)
+                        loss = pg_loss + self.algo.vf_coef * vf_loss
+                        # Each micro-batch carries its share of the mini-batch's tokens, so the
+                        # accumulated gradient is that of the mini-batch's token mean.
+                        weight = float(m.sum() / part_mask.sum().clamp(min=1))
+                        self.backward(loss * weight)
+                        for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
+                                           ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
+                                           ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):
+                            stats[key] = stats.get(key, 0.0) + value * weight
+                        ratio_all[rows] = tok["ratio"]
+                        clipped_all[rows] = tok["clipped"].float()
+                stats = self.world.sum_dict(stats)  # the processes' shares: the mini-batch's
                 grad_norm, ok = self.clip_and_step(stats["loss"])
                 if not ok:
                     skipped = True
@@ -169,6 +179,9 @@ class PPOTrainer(Trainer):
             if skipped:
                 break
         averaged = {k: v / max(updates, 1) for k, v in sums.items()}
+        if self.world.distributed:  # each row from the process that ran it in the last epoch (1 where none did)
+            self.world.combine_rows(ratio_all.sub_(1.0), ran).add_(1.0)
+            self.world.combine_rows(clipped_all, ran)
         return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
                 "ratio": ratio_all, "clipped": clipped_all}
 
@@ -176,11 +189,10 @@ class PPOTrainer(Trainer):
         algo = self.algo
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
-        rollout = self.generate(prompts, group_size=algo.num_generations)
-        completions = self.decode_completions(rollout)
+        rollout, completions = self.sample_batch(prompts, algo.num_generations)
         t1 = time.perf_counter()
 
-        totals, components = combine_rewards(self.reward_components, prompts, completions, fields)
+        totals, components = self.score(prompts, completions, fields, algo.num_generations)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         scores = rewards.clone()
         if algo.missing_eos_penalty is not None:
@@ -188,7 +200,7 @@ class PPOTrainer(Trainer):
         t2 = time.perf_counter()
 
         mask = rollout.completion_mask
-        record_rows = list(range(min(self.cfg.record_rollouts, len(prompts))))
+        record_rows = list(range(self.num_recorded(len(prompts), algo.num_generations)))
         old = self.old_policy_pass(rollout, len(record_rows))
         kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
         token_rewards, non_score = ppo_token_rewards(scores, kl, mask, algo.kl_coef)
