@@ -71,7 +71,7 @@ def world_size_problems(preset, size: int) -> list[str]:
 def torchrun_command(engine_args: list[str], nproc: int) -> list[str]:
     """torchrun on this machine, starting `python -m engine ENGINE_ARGS` `nproc` times.
     --standalone: a local rendezvous on a free port (several runs can share a machine)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+    return [sys.executable, "-m", "engine.distributed.torchrun", "--standalone", f"--nproc-per-node={nproc}",
             f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}", "-m", "engine", *engine_args]
 
 

@@ -1,7 +1,10 @@
 """Starting, stopping and watching the engine process.
 
 The engine runs as `python -m engine run PRESET --run-dir DIR --quiet`, a separate
-process: a crash or a hang in training never takes the window with it.
+process: a crash or a hang in training never takes the window with it. With Processes
+above 1 (the set-up form's launch controls) the command adds `--nproc-per-node N` (and
+`--gpus LIST`): that engine process is a launcher that starts N workers under torchrun
+and passes the stop line and SIGTERM on to them, so Stop works the same.
 
 Why subprocess.Popen and not QProcess: QProcess kills its child when the QProcess is
 destroyed, so a run the user chose to leave running when closing the window would die
@@ -40,8 +43,16 @@ def engine_environment() -> dict[str, str]:
     return env
 
 
-def engine_command(preset_path: Path, run_dir: Path, python: str | None = None) -> list[str]:
-    return [python or sys.executable, "-m", "engine", "run", str(preset_path), "--run-dir", str(run_dir), "--quiet"]
+def engine_command(preset_path: Path, run_dir: Path, python: str | None = None, processes: int = 1,
+                   gpus: str = "") -> list[str]:
+    """The engine's command line. `processes` above 1: `--nproc-per-node N`, and `--gpus
+    LIST` when `gpus` names some; 1 gives the single-process command, with no new flag."""
+    command = [python or sys.executable, "-m", "engine", "run", str(preset_path), "--run-dir", str(run_dir), "--quiet"]
+    if processes > 1:
+        command += ["--nproc-per-node", str(processes)]
+        if gpus:
+            command += ["--gpus", gpus]
+    return command
 
 
 class EngineHandle(QObject):
@@ -140,11 +151,17 @@ class EngineProcess(EngineHandle):
     """An engine this window starts (and can leave running when it closes)."""
 
     def __init__(self, run_dir: Path, preset_path: Path, python: str | None = None, env: dict | None = None,
-                 stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0, parent=None):
+                 stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0, parent=None, processes: int = 1,
+                 gpus: str = ""):
         super().__init__(run_dir, stop_timeout_s, kill_timeout_s, parent)
         self.preset_path = Path(preset_path)
-        self.command = engine_command(self.preset_path, self.run_dir, python)
-        self.env = env or engine_environment()
+        self.processes = processes
+        self.command = engine_command(self.preset_path, self.run_dir, python, processes, gpus)
+        self.env = dict(env or engine_environment())
+        if gpus and processes <= 1:
+            # One process takes no --gpus (the command stays as it always was): the same
+            # choice of GPUs through the environment.
+            self.env["CUDA_VISIBLE_DEVICES"] = gpus
         self.popen: subprocess.Popen | None = None
 
     @property

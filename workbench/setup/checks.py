@@ -10,6 +10,7 @@ could not be made, say).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 from engine.chat import FolderTemplater, chat_format, template_examples
 from engine.data import Example, load_splits
+from engine.distributed.launch import world_size_problems
 from engine.hub_access import download_hint
 from engine.hub_cache import cached_snapshot
 from engine.preset import BUILTIN_MODEL, Preset
@@ -29,6 +31,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILTIN_MODEL_DIR = REPO_ROOT / "assets" / "tiny-model"
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+# The launch controls (not preset fields: how to launch, not what to train). Problems
+# about them are named by the controls' labels, as the form shows them.
+PROCESSES, GPUS = "Processes", "GPUs"
+MAX_PROCESSES = 64
+_GPU_LIST = re.compile(r"^\s*\d+\s*(,\s*\d+\s*)*$")
 
 
 @dataclass
@@ -277,3 +286,56 @@ def _splits_for(cfg, seed: int, base_dir: Path | None):
     preset = Preset.model_construct(data=cfg, training=Preset.model_fields["training"].default_factory().model_copy(
         update={"seed": seed}))
     return _splits(preset, base_dir)
+
+
+# ------------------------------------------------------------------ launch controls
+
+
+def gpu_list(text: str) -> str:
+    """The GPUs field as `--gpus` takes it; ValueError when it is not a list of GPU numbers.
+
+    >>> gpu_list(" 0, 1 "), gpu_list("")
+    ('0,1', '')
+    """
+    if not text.strip():
+        return ""
+    if not _GPU_LIST.match(text):
+        raise ValueError(f"{GPUS}: {text.strip()!r} is not a list of GPU numbers; write them comma-separated, "
+                         "e.g. 0,1 (or leave the field empty for every visible GPU)")
+    numbers = [part.strip() for part in text.split(",")]
+    twice = sorted({n for n in numbers if numbers.count(n) > 1}, key=int)
+    if twice:
+        raise ValueError(f"{GPUS}: GPU {', '.join(twice)} is listed more than once in {text.strip()!r}; "
+                         "name each GPU once, e.g. 0,1")
+    return ",".join(str(int(n)) for n in numbers)
+
+
+def launch_problems(preset: Preset | None, processes: int, gpus: str) -> list[tuple[str, str]]:
+    """What keeps the run from launching in `processes` processes on the GPUs `gpus` (the
+    field's text), as (path, message): engine.distributed.launch's world-size checks (a
+    message about a preset field goes to that field, the others to Processes), a GPUs
+    text that is not a list of numbers, fewer GPUs listed than processes on CUDA.
+    `preset` None (the schema refused it): the GPUs text alone is checked."""
+    problems: list[tuple[str, str]] = []
+    try:
+        listed = gpu_list(gpus)
+    except ValueError as exc:
+        problems.append((GPUS, str(exc).removeprefix(f"{GPUS}: ")))
+        listed = ""
+    if not 1 <= processes <= MAX_PROCESSES:
+        problems.append((PROCESSES, f"{processes} processes: give 1 to {MAX_PROCESSES}"))
+        return problems
+    if preset is None or processes <= 1:
+        return problems
+    for message in world_size_problems(preset, processes):
+        field_path, _, rest = message.partition(": ")
+        if rest and re.fullmatch(r"[a-z_]+(\.[a-z_]+)+", field_path):
+            problems.append((field_path, rest))
+        else:
+            problems.append((PROCESSES, message))
+    count = len(listed.split(",")) if listed else 0
+    if 0 < count < processes and preset.model.device not in ("cpu", "mps"):
+        problems.append((GPUS, f"{count} GPU{'s' if count > 1 else ''} listed for {processes} processes: on CUDA "
+                               f"each process takes one GPU (--nproc-per-node {processes} --gpus {listed}); list "
+                               f"{processes} GPUs, or set Processes to {count}"))
+    return problems

@@ -35,23 +35,25 @@ from engine.data.tasks import TASKS, task_options
 from engine.preset import Preset
 from workbench.setup import schema
 from workbench.setup.background import submit as submit_in_background
-from workbench.setup.checks import prelaunch_checks, preview_prompts
+from workbench.setup.checks import launch_problems, prelaunch_checks, preview_prompts
 from workbench.setup.document import PresetDocument
 from workbench.setup.editors import ERROR_STYLE, FieldEditor, FieldRow, describe_model_source
+from workbench.setup.launch_options import LaunchOptions
 from workbench.setup.model_picker import CachePicker, DatasetPicker, ModelPicker, add_cache_button, type_into
 from workbench.setup.rewards_editor import RewardsEditor
 from workbench.setup.section_form import AlgorithmBox, SectionForm
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
-def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir, model: dict):
+def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir, model: dict,
+               launch: list | None = None):
     """The pre-launch checks (for a preset the schema accepts) and the data preview:
     (problems, notes, (examples, reason)); notes None when the checks could not run.
-    Runs on a worker thread after edits."""
+    The launch controls' problems (`launch`) come last. Runs on a worker thread after edits."""
     notes = None
     if preset is not None:
         check = prelaunch_checks(preset, base_dir)
         problems, notes = check.problems, check.notes
-    return problems, notes, preview_prompts(data, seed, base_dir, model=model)
+    return list(problems) + list(launch or []), notes, preview_prompts(data, seed, base_dir, model=model)
 
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training"}
@@ -100,6 +102,9 @@ class SetupPanel(QWidget):
         self.summary_area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.summary_area.setWidget(self.summary)
         self.summary_area.setFixedHeight(SUMMARY_LINES * self.fontMetrics().lineSpacing() + 6)
+        # How to launch (Processes, GPUs): not preset fields, so not in the document.
+        self.launch = LaunchOptions(self)
+        self.launch.changed.connect(self.schedule_validation)
 
         # Sections: Experiment + Model + Data | Algorithm + Rewards | Training
         self.forms: dict[str, SectionForm] = {}
@@ -144,6 +149,7 @@ class SetupPanel(QWidget):
         self.scroll.setFrameShape(QFrame.NoFrame)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.launch)
         layout.addWidget(self.summary_area)
         layout.addWidget(self.scroll, 1)
 
@@ -261,11 +267,13 @@ class SetupPanel(QWidget):
         self._timer.stop()
         self._generation += 1
         preset, problems = self.doc.validate()
+        launch = launch_problems(preset, self.launch.process_count(), self.launch.gpu_text())
         data, seed, base_dir = copy.deepcopy(self.doc.get("data") or {}), self.doc.get("training.seed"), self.doc.base_dir
         model = copy.deepcopy(self.doc.get("model") or {})
-        job = partial(_check_job, preset, problems, data, seed, base_dir, model)
+        job = partial(_check_job, preset, problems, data, seed, base_dir, model, launch)
         if not background:
             return self._finish(self._generation, *job())
+        problems = problems + launch
         if problems:
             self._show(problems, self._kept_notes(problems))  # the schema's verdict at once; the preview follows
         generation = self._generation
@@ -333,7 +341,7 @@ class SetupPanel(QWidget):
         for path, message in problems:
             if path in unknown:
                 continue  # on its section's banner, with Remove / Rename
-            row = self.row_for(path) if path else None
+            row = self.row_for(path) if path and not self.launch.owns(path) else None
             if row is None or id(row) not in by_row:
                 unplaced.append(f"{path}: {message}" if path else message)
                 continue
@@ -342,6 +350,7 @@ class SetupPanel(QWidget):
             by_row[id(row)][1].append(prefix + message)
         for row, messages in by_row.values():
             row.show_problems(messages)
+        self.launch.show_problems(problems)
         note_rows: dict[int, tuple[FieldRow, list[str]]] = {id(r): (r, []) for r in all_rows}
         for path, message in notes:
             row = self.row_for(path)
@@ -402,6 +411,9 @@ class SetupPanel(QWidget):
         if banner is not None and key.key in banner.rows:
             self.scroll.ensureWidgetVisible(banner)
             banner.row(key.key).remove.setFocus(Qt.OtherFocusReason)
+            return
+        if self.launch.owns(path):
+            self.launch.focus(path)
             return
         row = self.row_for(path)
         if row is None:

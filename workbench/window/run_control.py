@@ -76,7 +76,8 @@ class RunControlMixin:
             # reward file or reward-model folder is made absolute (the engine's one rule).
             data = absolute_preset_paths(preset, self.doc.base_dir).model_dump(mode="json")
             launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-            engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self)
+            engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self,
+                                   processes=self.setup.launch.process_count(), gpus=self.setup.launch.gpu_list())
             engine.start()
         except OSError as exc:
             self.show_message(f"Cannot start the engine: {exc}", "error")
@@ -86,7 +87,8 @@ class RunControlMixin:
                 shutil.rmtree(run_dir, ignore_errors=True)
             return None
         self._attach(engine, run_dir)
-        self.show_message(f"Started {run_dir}", "engine")
+        many = f" in {engine.processes} processes (torchrun)" if engine.processes > 1 else ""
+        self.show_message(f"Started {run_dir}{many}", "engine")
         self.open_run(run_dir)
         self.run_launched.emit(run_dir)
         return run_dir

@@ -1,0 +1,280 @@
+"""Several processes (engine/distributed): the row shares and the rollout join, the
+checks that refuse a preset for N processes, and, end to end on this CPU with gloo and
+2 processes under torchrun: the same update as one process, a run of each bundled
+preset, a stop, a kill -9 of a rank, and a resume that continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT
+from engine import rundir
+from engine.distributed.launch import torchrun_command, world_size_problems
+from engine.distributed.rollouts import join_rollouts
+from engine.distributed.world import World
+from engine.preset import load_preset
+from engine.rollout import Rollout
+
+DEADLINE = 300.0
+TIMING = ("timing/", "throughput/", "step_time", "eval_time")
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+def test_shares_cover_the_batch_in_whole_units_rank_0_first():
+    shares = [World(rank=r, size=2).share(12, unit=3) for r in range(2)]
+    assert shares == [slice(0, 6), slice(6, 12)]
+    uneven = [World(rank=r, size=3).share(10) for r in range(3)]  # 3 + 3 + 4 rows
+    assert [s.stop - s.start for s in uneven] == [3, 3, 4]
+    assert uneven[0].start == 0 and uneven[-1].stop == 10
+    assert all(a.stop == b.start for a, b in zip(uneven, uneven[1:]))
+
+
+def test_one_process_collectives_change_nothing():
+    world = World()
+    t = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert world.combine_rows(t, slice(0, 1)) is t and t.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    assert world.sum_floats([0.5, 2.0]) == [0.5, 2.0]
+    assert world.any(False) is False and world.gather_objects("x") == ["x"]
+    assert world.data_parallel([torch.nn.Linear(2, 2)]) is None
+
+
+def test_joined_rollouts_pad_prompts_left_and_completions_right():
+    def part(prompt, completion, truncated):
+        P, T = len(prompt), len(completion)
+        return Rollout(torch.tensor([prompt]), torch.ones(1, P, dtype=torch.long), torch.tensor([completion]),
+                       torch.ones(1, T), torch.full((1, T), -0.5), torch.tensor([truncated]))
+
+    joined = join_rollouts([part([5, 6], [7], False), part([8], [9, 10, 11], True)], pad_token_id=0)
+    assert joined.prompt_ids.tolist() == [[5, 6], [0, 8]]
+    assert joined.prompt_mask.tolist() == [[1, 1], [0, 1]]
+    assert joined.completion_ids.tolist() == [[7, 0, 0], [9, 10, 11]]
+    assert joined.completion_mask.tolist() == [[1, 0, 0], [1, 1, 1]]
+    assert joined.sampling_logprobs.tolist() == [[-0.5, 0, 0], [-0.5, -0.5, -0.5]]
+    assert joined.truncated.tolist() == [False, True]
+
+
+def test_presets_that_cannot_share_a_step_are_refused_with_the_fix():
+    grpo = load_preset(ROOT / "presets" / "grpo-sort.yaml", ["training.batch_size=16", "algorithm.num_generations=8"])
+    assert world_size_problems(grpo, 1) == [] and world_size_problems(grpo, 2) == []
+    (problem,) = world_size_problems(grpo, 4)
+    assert "--nproc-per-node 4" in problem and "2 prompts a step" in problem and "at most 2 processes" in problem
+    auto = load_preset(ROOT / "presets" / "dpo-sort.yaml", ["training.micro_batch_size=auto"])
+    assert any("micro_batch_size" in p and "auto" in p for p in world_size_problems(auto, 2))
+    ppo = load_preset(ROOT / "presets" / "ppo-sort.yaml", ["training.batch_size=8", "algorithm.num_mini_batches=4"])
+    assert any("mini-batch of 2" in p for p in world_size_problems(ppo, 4))
+
+
+def test_the_launcher_runs_the_engine_under_torchrun():
+    command = torchrun_command(["run", "p.yaml", "--run-dir", "r"], 2)
+    assert command[1:3] == ["-m", "engine.distributed.torchrun"]
+    assert "--nproc-per-node=2" in command and "--standalone" in command
+    assert command[-5:] == ["engine", "run", "p.yaml", "--run-dir", "r"]
+
+
+# ------------------------------------------------------------- end to end
+
+
+@pytest.fixture
+def env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONUNBUFFERED"] = "1"
+    e["OMP_NUM_THREADS"] = "1"
+    return e
+
+
+def torchrun(args: list[str], env: dict, nproc: int = 2) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                           *args], env=env, capture_output=True, text=True, timeout=DEADLINE)
+
+
+STEP_SCRIPT = str(ROOT / "tests" / "distributed_step.py")
+# Each process runs two micro-batches (gradient accumulation under DDP's no_sync).
+STEPS = {
+    "grpo-sort.yaml": ["training.batch_size=16", "training.micro_batch_size=4", "algorithm.num_generations=4",
+                       "algorithm.beta=0.04", "algorithm.num_iterations=2"],
+    "ppo-sort.yaml": ["training.batch_size=16", "training.micro_batch_size=2", "algorithm.num_mini_batches=2"],
+    "dpo-sort.yaml": ["training.batch_size=8", "training.micro_batch_size=2", "algorithm.rpo_alpha=0.5"],
+}
+
+
+@pytest.mark.parametrize("preset", sorted(STEPS))
+def test_two_processes_take_the_same_update_as_one(preset, tmp_path, env):
+    """The same rollout (GRPO, PPO) or pairs (DPO) through a 1-process and a 2-process
+    step: the LoRA (and value head) gradients and the weights after it agree to 1e-5."""
+    sets = [a for s in STEPS[preset] for a in ("--set", s)]
+    path = str(ROOT / "presets" / preset)
+    one = subprocess.run([sys.executable, STEP_SCRIPT, path, str(tmp_path / "one"), *sets], env=env,
+                         capture_output=True, text=True, timeout=DEADLINE)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = torchrun([STEP_SCRIPT, path, str(tmp_path / "two"), *sets], env)
+    assert two.returncode == 0, two.stderr[-3000:]
+    single = torch.load(tmp_path / "one_rank0.pt")
+    assert single["grads"] and any(float(g.abs().max()) > 1e-4 for g in single["grads"].values())
+    for rank in (0, 1):
+        shared = torch.load(tmp_path / f"two_rank{rank}.pt")
+        for kind in ("grads", "weights"):
+            assert shared[kind].keys() == single[kind].keys()
+            for name, value in single[kind].items():
+                torch.testing.assert_close(shared[kind][name], value, atol=1e-5, rtol=0, msg=f"{kind} {name}")
+        for key, value in single["metrics"].items():
+            if isinstance(value, float) and not key.startswith(TIMING):
+                assert shared["metrics"][key] == pytest.approx(value, abs=1e-5), key
+
+
+def engine(args: list[str], env: dict, cwd: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "engine", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def events_of(run_dir: Path) -> list[dict]:
+    return rundir.read_events(run_dir)
+
+
+def assert_clean_run_dir(run_dir: Path, steps: int, world_size: int = 2) -> list[dict]:
+    """One run's events, no line twice: one run_started with the world, one metrics
+    event a step, a final run_finished; no rank's failure left behind."""
+    events = events_of(run_dir)
+    started = [e for e in events if e["type"] == "run_started"]
+    assert len(started) == 1 and started[0]["world_size"] == world_size and started[0]["backend"] == "gloo"
+    assert [e["step"] for e in events if e["type"] == "metrics"] == list(range(1, steps + 1))
+    assert events[-1]["type"] == "run_finished", events[-1]
+    assert not list(run_dir.glob("rank_*.failed.json"))
+    assert (run_dir / "engine.log").exists() and (run_dir / "engine.rank1.log").exists()
+    return events
+
+
+QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8"]
+
+
+@pytest.mark.parametrize("preset", ["grpo-sort.yaml", "grpo-arithmetic.yaml", "ppo-sort.yaml", "dpo-sort.yaml"])
+def test_each_bundled_preset_runs_in_two_processes(preset, tmp_path, env):
+    run_dir = tmp_path / "run"
+    sets = [a for s in QUICK for a in ("--set", s)]
+    proc = engine(["run", str(ROOT / "presets" / preset), "--run-dir", str(run_dir), *sets, "--nproc-per-node", "2"],
+                  env, tmp_path)
+    out, err = proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == 0, err[-3000:]
+    events = assert_clean_run_dir(run_dir, 2)
+    assert events[-1]["status"] == "done"
+    assert (run_dir / "checkpoints" / "step_000002" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert [e for e in events if e["type"] == "samples"]
+    assert err.count("run done at step 2") == 1  # rank 0 alone reports
+
+
+def small_run_preset(folder: Path, **training) -> Path:
+    data = yaml.safe_load((ROOT / "presets" / "grpo-sort.yaml").read_text())
+    data["model"]["device"] = "cpu"
+    data["algorithm"]["num_generations"] = 4
+    data["data"]["num_eval"] = 8
+    data["training"].update({"batch_size": 16, "eval_steps": 0, "save_steps": 2, **training})
+    path = folder / "p.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def wait_for(predicate, timeout=DEADLINE) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def metric_steps(run_dir: Path) -> int:
+    return sum(1 for e in events_of(run_dir) if e["type"] == "metrics") if (run_dir / "events.jsonl").exists() else 0
+
+
+def test_sigterm_to_the_launcher_stops_every_process_after_the_step(tmp_path, env):
+    preset = small_run_preset(tmp_path, max_steps=500)
+    run_dir = tmp_path / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    assert wait_for(lambda: metric_steps(run_dir) >= 2)
+    ranks = json.loads((run_dir / "ranks.json").read_text())
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == 0, err[-3000:]
+    events = events_of(run_dir)
+    final = events[-1]
+    assert final["type"] == "run_finished" and final["status"] == "stopped" and final["reason"] == "SIGTERM"
+    assert final["checkpoint"] == f"checkpoints/step_{final['step']:06d}"
+    assert (run_dir / final["checkpoint"] / rundir.CHECKPOINT_STATE).exists()
+    assert "Traceback" not in err
+    for entry in ranks:  # every worker has exited
+        assert not Path(f"/proc/{entry['pid']}").exists() or "Z" in Path(f"/proc/{entry['pid']}/stat").read_text().split(")")[-1][:3]
+
+
+def comparable(events: list[dict]) -> dict[int, dict]:
+    return {e["step"]: {k: v for k, v in e.items() if k not in ("time", "learning_rate") and not k.startswith(TIMING)}
+            for e in events if e["type"] == "metrics"}
+
+
+def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_path, env):
+    preset = small_run_preset(tmp_path, max_steps=6)
+    whole = tmp_path / "whole"
+    proc = engine(["run", str(preset), "--run-dir", str(whole), "--nproc-per-node", "2"], env, tmp_path)
+    assert proc.wait(timeout=DEADLINE) == 0
+    uninterrupted = comparable(events_of(whole))
+    assert sorted(uninterrupted) == [1, 2, 3, 4, 5, 6]
+
+    run_dir = tmp_path / "killed"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    assert wait_for(lambda: (run_dir / "checkpoints" / "step_000002").is_dir())
+    rank1 = json.loads((run_dir / "ranks.json").read_text())[1]["pid"]
+    os.kill(rank1, signal.SIGKILL)
+    killed_at = time.monotonic()
+    out, err = proc.communicate(timeout=DEADLINE)
+    assert time.monotonic() - killed_at < 30  # the others exit within seconds
+    assert proc.returncode == 1
+    final = events_of(run_dir)[-1]
+    if final["type"] == "run_finished":
+        pytest.skip("the run ended before the kill landed")  # 6 tiny steps: unlikely, not a fault
+    assert final["type"] == "run_failed" and final["rank"] == 1 and "rank 1" in final["message"], final
+    assert not list((run_dir / "checkpoints").glob("*.tmp"))
+
+    # A different number of processes is refused, naming the one to use.
+    refused = engine(["resume", str(run_dir)], env, tmp_path)
+    _, err = refused.communicate(timeout=DEADLINE)
+    assert refused.returncode == 2 and "--nproc-per-node 2" in err
+
+    resumed = engine(["resume", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    _, err = resumed.communicate(timeout=DEADLINE)
+    assert resumed.returncode == 0, err[-3000:]
+    events = events_of(run_dir)
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done"
+    resumed_from = [e for e in events if e["type"] == "run_resumed"][-1]["step"]
+    after = {step: m for step, m in comparable(events[events.index(
+        [e for e in events if e["type"] == "run_resumed"][-1]):]).items()}
+    assert sorted(after) == list(range(resumed_from + 1, 7))
+    for step, metrics in after.items():
+        assert metrics.keys() == uninterrupted[step].keys()
+        for key, value in metrics.items():
+            assert value == pytest.approx(uninterrupted[step][key], abs=1e-6), (step, key)
+
+
+def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path, env):
+    preset = small_run_preset(tmp_path, max_steps=500)
+    run_dir = tmp_path / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    assert wait_for(lambda: metric_steps(run_dir) >= 1)
+    os.kill(json.loads((run_dir / "ranks.json").read_text())[0]["pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == 1
+    final = events_of(run_dir)[-1]
+    assert final["type"] == "run_failed" and final["rank"] == 0 and "rank 0" in final["message"]
+    assert "rank 0" in err
