@@ -29,8 +29,10 @@ import traceback
 from pathlib import Path
 
 from engine import rundir
-from engine.distributed.launch import launched_by_torchrun, launched_rank
-from engine.failures import failure_location, failure_message, user_code_location  # noqa: F401 (re-exported)
+from engine.distributed.launch import (checkpoint_world_size_problem, launch_from_cli, launched_by_torchrun,
+                                      launched_rank)
+from engine.failures import (failure_location, failure_message, no_checkpoint_message,  # noqa: F401 (re-exported)
+                             user_code_location)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
 from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
@@ -220,43 +222,6 @@ def progress_postfix(metrics: dict) -> dict[str, str]:
     return shown
 
 
-def no_checkpoint_message(run_dir: Path) -> str:
-    """Why `rl-engine resume RUN_DIR` has nothing to resume from, read from the folder,
-    and how to start again.
-
-    e.g. "runs/x has no complete checkpoint to resume from: the run was stopped during
-    set-up (SIGTERM), before its first step. Start it again: rl-engine run
-    runs/x/preset.yaml --run-dir NEW_FOLDER"
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return f"{run_dir} is not a folder"
-    if not (run_dir / rundir.EVENTS_FILE).exists() and not (run_dir / rundir.PRESET_FILE).exists():
-        return f"{run_dir} holds no run (no {rundir.EVENTS_FILE} or {rundir.PRESET_FILE})"
-    events = rundir.read_events(run_dir)
-    lifecycle = [e for e in events if e.get("type") in ("run_started", "run_resumed", "run_finished", "run_failed")]
-    last = lifecycle[-1] if lifecycle else {}
-    steps = [e["step"] for e in events if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
-    kind = last.get("type")
-    if kind == "run_failed":
-        why = f"the run failed before its first checkpoint: {last.get('message', 'no message')}"
-    elif kind == "run_finished" and last.get("during_setup"):
-        why = f"the run was stopped during set-up ({last.get('reason', 'stop')}), before its first step"
-    elif kind == "run_finished":
-        why = f"the run ended ({last.get('status')}) at step {last.get('step', 0)} without saving a checkpoint"
-    elif kind in ("run_started", "run_resumed"):
-        reached = f"after step {max(steps)}" if steps else "before its first step"
-        why = f"the engine was killed (it wrote no final event) {reached}, before its first checkpoint"
-    else:
-        why = "the engine was killed (it wrote no event) while it was setting up"
-    partial = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).glob("step_*.tmp"))
-    if partial:
-        why += f"; {partial[-1]} is a checkpoint it did not finish writing (ignored)"
-    preset = run_dir / rundir.PRESET_FILE
-    again = f"rl-engine run {preset if preset.exists() else 'PRESET'} --run-dir NEW_FOLDER"
-    return f"{run_dir} has no complete checkpoint to resume from: {why}. Start it again: {again}"
-
-
 def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
     """Set up and run the trainer; every way it ends writes a final event: run_finished
     (done, stopped, or stopped during set-up) or run_failed (a failure, or a second
@@ -273,7 +238,10 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         stop.phase = SETUP  # from here until Trainer.run, a stop ends the run at once
         stop.check_setup()  # a stop that came while the preset was read
         if launched_by_torchrun():  # a worker of a run in several processes: join the others
+            from engine.distributed.launch import exit_when_orphaned
             from engine.distributed.ranks import write_ranks
+
+            exit_when_orphaned()
             from engine.distributed.world import init_world
 
             world = init_world(preset.model.device)
@@ -339,42 +307,10 @@ def cmd_run(args) -> int:
     # models when the run is resumed or reopened from elsewhere.
     preset = absolute_preset_paths(preset, preset_dir)
     if args.nproc_per_node and not launched_by_torchrun():
-        return launch(args, preset, run_dir, ["run", args.preset, "--run-dir", str(run_dir)])
+        return launch_from_cli(args, preset, run_dir, ["run", args.preset, "--run-dir", str(run_dir)])
     run_dir.mkdir(parents=True, exist_ok=True)
     setup_logging(run_dir)
     return train(preset, run_dir, None, preset_dir, args.quiet)
-
-
-def launch(args, preset, run_dir: Path, engine_args: list[str]) -> int:
-    """`--nproc-per-node N`: start the run's N processes under torchrun and wait for them
-    (engine/distributed/launch.py). Exit 2 when the preset cannot run in N processes."""
-    from engine.distributed.launch import run_launcher, world_size_problems
-
-    problems = world_size_problems(preset, args.nproc_per_node)
-    if problems:
-        print("error: " + "\n  ".join(problems), file=sys.stderr)
-        return EXIT_INVALID
-    env = dict(os.environ)
-    if args.gpus:
-        env["CUDA_VISIBLE_DEVICES"] = args.gpus
-    run_dir.mkdir(parents=True, exist_ok=True)
-    engine_args = engine_args + [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
-    return run_launcher(run_dir, engine_args, args.nproc_per_node, env)
-
-
-def checkpoint_world_size_problem(checkpoint: Path, size: int) -> str | None:
-    """Why a checkpoint cannot be resumed by `size` processes (it was written by another
-    number), or None. A run resumes in as many processes as it was trained in."""
-    try:
-        saved = json.loads((checkpoint / rundir.CHECKPOINT_STATE).read_text()).get("world_size", 1)
-    except (OSError, ValueError):
-        return None
-    if saved == size:
-        return None
-    how = f"--nproc-per-node {saved}" if saved > 1 else "no --nproc-per-node"
-    return (f"{checkpoint.name} was written by a run in {saved} process{'es' if saved > 1 else ''}; "
-            f"this resume would have {size}. Resume it with {how}: the processes' sampling streams and "
-            "shares of each batch continue only in the same number")
 
 
 def cmd_resume(args) -> int:
@@ -395,7 +331,7 @@ def cmd_resume(args) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
     if launching:
-        return launch(args, preset, run_dir, ["resume", str(run_dir)])
+        return launch_from_cli(args, preset, run_dir, ["resume", str(run_dir)])
     setup_logging(run_dir)
     return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
 

@@ -7,6 +7,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from engine import rundir
 from engine.preset import PresetError
 
 _ENGINE_ROOT = Path(__file__).resolve().parent
@@ -67,3 +68,40 @@ def failure_message(exc: BaseException, during_setup: bool = False) -> str:
     if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
         return text
     return f"{type(exc).__name__}: {text}"
+
+
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why `rl-engine resume RUN_DIR` has nothing to resume from, read from the folder,
+    and how to start again.
+
+    e.g. "runs/x has no complete checkpoint to resume from: the run was stopped during
+    set-up (SIGTERM), before its first step. Start it again: rl-engine run
+    runs/x/preset.yaml --run-dir NEW_FOLDER"
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return f"{run_dir} is not a folder"
+    if not (run_dir / rundir.EVENTS_FILE).exists() and not (run_dir / rundir.PRESET_FILE).exists():
+        return f"{run_dir} holds no run (no {rundir.EVENTS_FILE} or {rundir.PRESET_FILE})"
+    events = rundir.read_events(run_dir)
+    lifecycle = [e for e in events if e.get("type") in ("run_started", "run_resumed", "run_finished", "run_failed")]
+    last = lifecycle[-1] if lifecycle else {}
+    steps = [e["step"] for e in events if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+    kind = last.get("type")
+    if kind == "run_failed":
+        why = f"the run failed before its first checkpoint: {last.get('message', 'no message')}"
+    elif kind == "run_finished" and last.get("during_setup"):
+        why = f"the run was stopped during set-up ({last.get('reason', 'stop')}), before its first step"
+    elif kind == "run_finished":
+        why = f"the run ended ({last.get('status')}) at step {last.get('step', 0)} without saving a checkpoint"
+    elif kind in ("run_started", "run_resumed"):
+        reached = f"after step {max(steps)}" if steps else "before its first step"
+        why = f"the engine was killed (it wrote no final event) {reached}, before its first checkpoint"
+    else:
+        why = "the engine was killed (it wrote no event) while it was setting up"
+    partial = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).glob("step_*.tmp"))
+    if partial:
+        why += f"; {partial[-1]} is a checkpoint it did not finish writing (ignored)"
+    preset = run_dir / rundir.PRESET_FILE
+    again = f"rl-engine run {preset if preset.exists() else 'PRESET'} --run-dir NEW_FOLDER"
+    return f"{run_dir} has no complete checkpoint to resume from: {why}. Start it again: {again}"

@@ -224,7 +224,7 @@ def test_grpo_ratio_is_exactly_one_at_identical_weights_with_lora_dropout(tmp_pa
 def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp_path, monkeypatch):
     # Eight rewards of 0.7: their float32 std was 6.4e-8, not close enough to 0 for
     # isclose, so frac_reward_zero_std said 0 and the advantages were +-6e-4, not 0.
-    import engine.algorithms.grpo as trainer_module
+    import engine.algorithms.base as trainer_module  # rewards are scored in Trainer.score
 
     monkeypatch.setattr(trainer_module, "combine_rewards",
                         lambda components, prompts, completions, fields: ([0.7] * len(prompts), {"const": [0.7] * len(prompts)}))

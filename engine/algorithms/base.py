@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,8 @@ import torch
 from engine import rundir
 from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
+from engine.algorithms.evaluation import evaluate_generations
+from engine.algorithms.step_metrics import rollout_metrics, timing_metrics
 from engine.algorithms.memory import OutOfMemory, is_out_of_memory, out_of_memory_message, train_step_that_fits
 from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
@@ -32,7 +33,7 @@ from engine.distributed.world import World
 from engine.forward import completion_logits
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
-from engine.rewards import build_reward, build_reward_components, combine_rewards
+from engine.rewards import build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
 from engine.token_logits import TokenLogits
 from engine.stopping import StopFlag
@@ -363,41 +364,12 @@ class Trainer(Declares):
             )
 
     def rollout_metrics(self, rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
-        """Metrics of a sampled batch that every online algorithm logs."""
-        lengths = rollout.lengths
-        metrics = {
-            "reward": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "completions/mean_length": float(lengths.mean()),
-            "completions/min_length": float(lengths.min()),
-            "completions/max_length": float(lengths.max()),
-            "completions/clipped_ratio": float(rollout.truncated.float().mean()),
-        }
-        for name, values in components.items():
-            t = torch.tensor(values, dtype=torch.float32)
-            metrics[f"rewards/{name}/mean"] = float(t.mean())
-            metrics[f"rewards/{name}/std"] = float(t.std()) if len(values) > 1 else 0.0
-        return metrics
+        """Metrics of a sampled batch that every online algorithm logs (step_metrics.py)."""
+        return rollout_metrics(rollout, rewards, components)
 
     def timing_metrics(self, times: list[float], samples: int, tokens: int, generated: int | None = None) -> dict:
         """times: perf_counter at the start, after the rollout, after rewards, at the end."""
-        t0, t1, t2, t3 = times
-        metrics = {
-            "learning_rate": self.scheduler.get_last_lr()[0],
-            "step_time": t3 - t0,
-            "timing/rollout": t1 - t0,
-            "timing/reward": t2 - t1,
-            "timing/update": t3 - t2,
-            "throughput/tokens_per_second": tokens / max(t3 - t0, 1e-9),
-            "throughput/samples_per_second": samples / max(t3 - t0, 1e-9),
-            "num_tokens": tokens,
-            "skipped_steps": self.nonfinite_steps,
-        }
-        if self.scaler.is_enabled():
-            metrics["loss_scale"] = self.scaler.get_scale()
-        if generated is not None:
-            metrics["throughput/rollout_tokens_per_second"] = generated / max(t1 - t0, 1e-9)
-        return metrics
+        return timing_metrics(self, times, samples, tokens, generated)
 
     def emit_samples(self, samples: list[dict]) -> None:
         if samples:
@@ -432,42 +404,9 @@ class Trainer(Declares):
 
     # ------------------------------------------------------------------- eval
 
-    @torch.no_grad()
     def evaluate(self) -> dict:
-        """Greedy decoding on the held-out split: accuracy and mean reward."""
-        if not self.eval_examples:
-            return {}
-        t0 = time.perf_counter()
-        batch = max(self.cfg.batch_size, 32)
-        totals, comps, correct, samples = [], {}, [], []
-        acc_fn = None
-        if self.accuracy_reward:  # with the options the preset gives that reward, if it has it
-            options = next((r.options for r in self.preset.rewards if r.name == self.accuracy_reward), {})
-            acc_fn = build_reward(self.accuracy_reward, **options)
-        for i in range(0, len(self.eval_examples), batch):
-            chunk = self.eval_examples[i: i + batch]
-            prompts = [e.prompt for e in chunk]
-            fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
-            completions = self.decode_completions(self.generate(prompts, greedy=True))
-            t, c = combine_rewards(self.reward_components, prompts, completions, fields)
-            totals += t
-            for k, v in c.items():
-                comps.setdefault(k, []).extend(v)
-            if acc_fn is not None:
-                correct += [float(v == 1.0) for v in acc_fn(prompts, completions, **fields)]
-            if not samples:
-                samples = [{"prompt": p, "completion": c_, "reward": r}
-                           for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]
-        result = {
-            "reward": sum(totals) / len(totals),
-            "accuracy": (sum(correct) / len(correct)) if correct else None,
-            "num_examples": len(totals),
-            "eval_time": time.perf_counter() - t0,
-            "samples": samples,
-        }
-        for k, v in comps.items():
-            result[f"rewards/{k}/mean"] = sum(v) / len(v)
-        return result
+        """Greedy decoding on the held-out split: accuracy and mean reward (evaluation.py)."""
+        return evaluate_generations(self)
 
     # ------------------------------------------------------------- checkpoints
 

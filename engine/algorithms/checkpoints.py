@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine import rundir
+from engine.distributed.launch import checkpoint_world_size_problem
 
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer
@@ -101,13 +102,10 @@ def load_checkpoint(self: "Trainer", folder: Path) -> None:
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
 
+    problem = checkpoint_world_size_problem(folder, self.world.size)
+    if problem:
+        raise WorldSizeMismatch(problem)
     info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
-    saved = info.get("world_size", 1)
-    if saved != self.world.size:
-        raise WorldSizeMismatch(
-            f"{folder.name} was written by a run in {saved} process{'es' if saved > 1 else ''}, "
-            f"and this resume has {self.world.size}: resume it with --nproc-per-node {saved}"
-            + (" (or without --nproc-per-node)" if saved == 1 else ""))
     set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
     state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
     self.optimizer.load_state_dict(state["optimizer"])

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from engine import rundir
 
-__all__ = ["launched_by_torchrun", "launched_rank", "world_size_problems", "torchrun_command", "run_launcher", "alive", "read_ranks", "RANKS_FILE"]
+__all__ = ["launched_by_torchrun", "launched_rank", "world_size_problems", "torchrun_command", "run_launcher", "alive", "read_ranks", "RANKS_FILE",
+           "launch_from_cli", "checkpoint_world_size_problem"]
 
 # Written by rank 0 as the group forms: which process each rank is (host, pid).
 RANKS_FILE = "ranks.json"
@@ -40,6 +41,32 @@ def launched_by_torchrun(environ=os.environ) -> bool:
 def launched_rank(environ=os.environ) -> int:
     """This worker's rank (0 outside torchrun): known before the process group forms."""
     return int(environ.get("RANK", "0")) if launched_by_torchrun(environ) else 0
+
+
+def exit_when_orphaned(interval_s: float = 0.5) -> None:
+    """In a worker: exit at once (status 1, as if killed) when torchrun is gone. torchrun
+    starts workers in sessions of their own, so a launcher or torchrun killed with
+    SIGKILL (the window's Kill) would otherwise leave them training with no one to stop
+    them. A daemon thread watches the parent process."""
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(interval_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
+
+
+def _die_with_parent() -> None:  # pragma: no cover (runs in the child between fork and exec)
+    """Linux: the child gets SIGKILL when the launcher dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def world_size_problems(preset, size: int) -> list[str]:
@@ -110,8 +137,11 @@ def run_launcher(run_dir: Path, engine_args: list[str], nproc: int, env: dict | 
     since = len(rundir.read_events(run_dir)) if (run_dir / rundir.EVENTS_FILE).exists() else 0
     # Its own session: a Ctrl-C in the terminal reaches this launcher only, which passes
     # one SIGTERM on (two signals would cut torchrun's wait for the workers short).
+    # The launcher killed (the window's Kill): torchrun dies with it, and its workers, seeing
+    # their parent gone, too (exit_when_orphaned).
     proc = subprocess.Popen(torchrun_command(engine_args, nproc), env=env, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
     stopping = threading.Event()
 
     def stop(signum=None, _frame=None):
@@ -175,3 +205,33 @@ def run_launcher(run_dir: Path, engine_args: list[str], nproc: int, env: dict | 
         events.close()
     print(f"error: {message}", file=sys.stderr)
     return 1
+
+
+def launch_from_cli(args, preset, run_dir: Path, engine_args: list[str]) -> int:
+    """`--nproc-per-node N`: start the run's N processes under torchrun and wait for them
+    (engine/distributed/launch.py). Exit 2 when the preset cannot run in N processes."""
+    problems = world_size_problems(preset, args.nproc_per_node)
+    if problems:
+        print("error: " + "\n  ".join(problems), file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    if args.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = args.gpus
+    run_dir.mkdir(parents=True, exist_ok=True)
+    engine_args = engine_args + [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
+    return run_launcher(run_dir, engine_args, args.nproc_per_node, env)
+
+
+def checkpoint_world_size_problem(checkpoint: Path, size: int) -> str | None:
+    """Why a checkpoint cannot be resumed by `size` processes (it was written by another
+    number), or None. A run resumes in as many processes as it was trained in."""
+    try:
+        saved = json.loads((checkpoint / rundir.CHECKPOINT_STATE).read_text()).get("world_size", 1)
+    except (OSError, ValueError):
+        return None
+    if saved == size:
+        return None
+    how = f"--nproc-per-node {saved}" if saved > 1 else "no --nproc-per-node"
+    return (f"{checkpoint.name} was written by a run in {saved} process{'es' if saved > 1 else ''}; "
+            f"this resume would have {size}. Resume it with {how}: the processes' sampling streams and "
+            "shares of each batch continue only in the same number")

@@ -4,11 +4,13 @@ Models (no Qt; tests/test_import_graph.py holds them to it):
   schema    the preset schema read into `FieldSpec`s; the algorithms from the union
   document  `PresetDocument`: the preset being edited, dirty tracking, problems, unknown keys
   checks    the pre-launch checks beyond the schema (context length, data, reward options)
+            and the launch controls' checks (world size, GPU list)
 Views (Qt): panel (`SetupPanel`, the whole form, problems and summary), section_form (a
 section's form, the algorithm chooser), rewards_editor (the rewards section), editors
 (single-field editors, a field's row), options_editor (a task's or reward's options),
 reward_fields (a custom reward's file and function), unknown_keys (the unknown-key
-banners), background (the pre-launch checks off the main thread, garbage collection off).
+banners), launch_options (Processes and GPUs: how Run launches, not saved in the preset),
+background (the pre-launch checks off the main thread, garbage collection off).
 
 The names below load on first use, so importing a model pulls in no Qt.
 """

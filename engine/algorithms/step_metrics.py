@@ -1,0 +1,58 @@
+"""The metrics every online step logs: of the sampled batch (rewards, lengths) and of
+the step's time and throughput. With several processes every rank holds the whole
+batch (engine/distributed), so these are the whole batch's; rank 0's clock times it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from engine.rollout import Rollout
+
+if TYPE_CHECKING:
+    from engine.algorithms.base import Trainer
+
+__all__ = ["rollout_metrics", "timing_metrics"]
+
+
+def rollout_metrics(rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
+    """Metrics of a sampled batch that every online algorithm logs."""
+    lengths = rollout.lengths
+    metrics = {
+        "reward": float(rewards.mean()),
+        "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "completions/mean_length": float(lengths.mean()),
+        "completions/min_length": float(lengths.min()),
+        "completions/max_length": float(lengths.max()),
+        "completions/clipped_ratio": float(rollout.truncated.float().mean()),
+    }
+    for name, values in components.items():
+        t = torch.tensor(values, dtype=torch.float32)
+        metrics[f"rewards/{name}/mean"] = float(t.mean())
+        metrics[f"rewards/{name}/std"] = float(t.std()) if len(values) > 1 else 0.0
+    return metrics
+
+
+def timing_metrics(self: "Trainer", times: list[float], samples: int, tokens: int,
+                   generated: int | None = None) -> dict:
+    """times: perf_counter at the start, after the rollout, after rewards, at the end.
+    `samples` and `tokens` are the whole step's (every process's)."""
+    t0, t1, t2, t3 = times
+    metrics = {
+        "learning_rate": self.scheduler.get_last_lr()[0],
+        "step_time": t3 - t0,
+        "timing/rollout": t1 - t0,
+        "timing/reward": t2 - t1,
+        "timing/update": t3 - t2,
+        "throughput/tokens_per_second": tokens / max(t3 - t0, 1e-9),
+        "throughput/samples_per_second": samples / max(t3 - t0, 1e-9),
+        "num_tokens": tokens,
+        "skipped_steps": self.nonfinite_steps,
+    }
+    if self.scaler.is_enabled():
+        metrics["loss_scale"] = self.scaler.get_scale()
+    if generated is not None:
+        metrics["throughput/rollout_tokens_per_second"] = generated / max(t1 - t0, 1e-9)
+    return metrics
