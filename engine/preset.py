@@ -418,6 +418,11 @@ class TrainingConfig(Section):
         "auto", description="Recompute each layer's activations in the backward pass instead of keeping them: "
         "much less memory, about a third more update time. `auto`: on for models of 1B parameters or more."
     )
+    fsdp: bool = Field(
+        False, description="With several processes (--nproc-per-node): shard each decoder layer's weights across them "
+        "with FSDP2, so each holds 1/N of the base model; for a model too big for one GPU. Off: every process holds "
+        "the whole model (DDP)."
+    )
     learning_rate: Float = Field(1e-4, gt=0.0, le=MAX_LEARNING_RATE, description="AdamW learning rate of the LoRA weights.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
         "constant", description="Decay after warmup."

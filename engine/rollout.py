@@ -99,11 +99,15 @@ def sample(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     group_size: int = 1,
+    finished_everywhere=None,
 ) -> Rollout:
     """Sample up to `max_new_tokens` tokens for each (left-padded) prompt.
 
     With `group_size` > 1 the prompts come in contiguous groups of identical rows (GRPO's
     num_generations): each distinct prompt is encoded once and its cache shared.
+    `finished_everywhere(finished_here) -> bool` keeps processes whose model is sharded
+    (FSDP2) in step: each pass gathers weights from all of them, so one that has finished
+    keeps taking passes (its rows' tokens past their end are masked) until all have.
     """
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
@@ -134,9 +138,12 @@ def sample(
         logprobs[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
         steps = t + 1
         done = torch.isin(token, eos)  # (A,)
-        if bool(done.all()) or t == max_new_tokens - 1:
+        finished = bool(done.all()) or t == max_new_tokens - 1
+        if finished_everywhere is None and finished:
             break
-        if int(done.sum()) * 8 >= len(active):  # compact once enough rows have finished
+        if finished_everywhere is not None and finished_everywhere(finished):
+            break
+        if not finished and int(done.sum()) * 8 >= len(active):  # compact once enough rows have finished
             keep = (~done).nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
             active, token, attention, next_pos = active[keep], token[keep], attention[keep], next_pos[keep]

@@ -18,6 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.algorithms import build_trainer  # noqa: E402
+from engine.distributed.sharding import full_tensor  # noqa: E402
 from engine.distributed.world import init_world  # noqa: E402
 from engine.preset import load_preset  # noqa: E402
 
@@ -44,9 +45,10 @@ def main() -> None:
     params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     if hasattr(trainer, "value_head"):
         params.update({f"value_head.{n}": p for n, p in trainer.value_head.named_parameters()})
-    torch.save({"grads": {n: p.grad.detach().clone() for n, p in params.items()},
-                "weights": {n: p.detach().clone() for n, p in params.items()},
-                "metrics": metrics}, f"{args.out}_rank{world.rank}.pt")
+    whole = full_tensor  # FSDP2's shards (training.fsdp), gathered; other tensors as they are
+    torch.save({"grads": {n: whole(p.grad.detach()).clone() for n, p in params.items()},
+                "weights": {n: whole(p.detach()).clone() for n, p in params.items()},
+                "metrics": metrics, "sharded": bool(trainer.sharded_layers)}, f"{args.out}_rank{world.rank}.pt")
     world.close()
 
 

@@ -111,21 +111,25 @@ STEPS = {
 }
 
 
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
 @pytest.mark.parametrize("preset", sorted(STEPS))
-def test_two_processes_take_the_same_update_as_one(preset, tmp_path, env):
+def test_two_processes_take_the_same_update_as_one(preset, fsdp, tmp_path, env):
     """The same rollout (GRPO, PPO) or pairs (DPO) through a 1-process and a 2-process
-    step: the LoRA (and value head) gradients and the weights after it agree to 1e-5."""
+    step: the LoRA (and value head) gradients and the weights after it agree to 1e-5,
+    with the base model whole on each process (DDP) or its layers sharded (FSDP2)."""
     sets = [a for s in STEPS[preset] for a in ("--set", s)]
     path = str(ROOT / "presets" / preset)
     one = subprocess.run([sys.executable, STEP_SCRIPT, path, str(tmp_path / "one"), *sets], env=env,
                          capture_output=True, text=True, timeout=DEADLINE)
     assert one.returncode == 0, one.stderr[-3000:]
-    two = torchrun([STEP_SCRIPT, path, str(tmp_path / "two"), *sets], env)
+    two = torchrun([STEP_SCRIPT, path, str(tmp_path / "two"), *sets, "--set", f"training.fsdp={str(fsdp).lower()}"],
+                   env)
     assert two.returncode == 0, two.stderr[-3000:]
     single = torch.load(tmp_path / "one_rank0.pt")
     assert single["grads"] and any(float(g.abs().max()) > 1e-4 for g in single["grads"].values())
     for rank in (0, 1):
         shared = torch.load(tmp_path / f"two_rank{rank}.pt")
+        assert shared["sharded"] is fsdp
         for kind in ("grads", "weights"):
             assert shared[kind].keys() == single[kind].keys()
             for name, value in single[kind].items():
@@ -160,10 +164,14 @@ def assert_clean_run_dir(run_dir: Path, steps: int, world_size: int = 2) -> list
 QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8"]
 
 
-@pytest.mark.parametrize("preset", ["grpo-sort.yaml", "grpo-arithmetic.yaml", "ppo-sort.yaml", "dpo-sort.yaml"])
-def test_each_bundled_preset_runs_in_two_processes(preset, tmp_path, env):
+@pytest.mark.parametrize("preset,fsdp", [("grpo-sort.yaml", False), ("grpo-arithmetic.yaml", False),
+                                         ("ppo-sort.yaml", False), ("dpo-sort.yaml", False),
+                                         ("grpo-sort.yaml", True), ("dpo-sort.yaml", True)])
+def test_each_bundled_preset_runs_in_two_processes(preset, fsdp, tmp_path, env):
+    """With FSDP2 too: sampling (completions of different lengths on each process) and
+    evaluation keep the processes in step, since every pass gathers sharded weights."""
     run_dir = tmp_path / "run"
-    sets = [a for s in QUICK for a in ("--set", s)]
+    sets = [a for s in QUICK + [f"training.fsdp={str(fsdp).lower()}"] for a in ("--set", s)]
     proc = engine(["run", str(ROOT / "presets" / preset), "--run-dir", str(run_dir), *sets, "--nproc-per-node", "2"],
                   env, tmp_path)
     out, err = proc.communicate(timeout=DEADLINE)
@@ -278,3 +286,58 @@ def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path, env):
     final = events_of(run_dir)[-1]
     assert final["type"] == "run_failed" and final["rank"] == 0 and "rank 0" in final["message"]
     assert "rank 0" in err
+
+
+def test_a_sharded_run_checkpoints_whole_adapters_and_resumes_exactly(tmp_path, env):
+    """FSDP2 with PPO (value head under DDP, layers sharded): 2 steps then a resume to 4
+    equals 4 straight steps; the checkpoint is an ordinary adapter of whole tensors."""
+    from peft.utils import load_peft_weights
+    from safetensors import safe_open
+
+    sets = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
+            "training.save_steps=2", "training.lr_scheduler_type=constant", "training.micro_batch_size=4"]
+    args = [a for s in sets for a in ("--set", s)]
+    preset = str(ROOT / "presets" / "ppo-sort.yaml")
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    for run_dir, steps in ((straight, 4), (split, 2)):
+        proc = engine(["run", preset, "--run-dir", str(run_dir), *args, "--set", f"training.max_steps={steps}",
+                       "--nproc-per-node", "2"], env, tmp_path)
+        _, err = proc.communicate(timeout=DEADLINE)
+        assert proc.returncode == 0, err[-3000:]
+    proc = engine(["resume", str(split), "--set", "training.max_steps=4", "--nproc-per-node", "2"], env, tmp_path)
+    _, err = proc.communicate(timeout=DEADLINE)
+    assert proc.returncode == 0, err[-3000:]
+    a, b = comparable(events_of(straight)), comparable(events_of(split))
+    for step in (3, 4):
+        for key, value in a[step].items():
+            assert b[step][key] == pytest.approx(value, abs=1e-6), (step, key)
+    # Whole tensors: the adapter of a sharded run has the shapes of a 1-process run's.
+    one = tmp_path / "one"
+    proc = engine(["run", preset, "--run-dir", str(one), *args, "--set", "training.max_steps=2",
+                   "--set", "training.fsdp=false"], env, tmp_path)
+    assert proc.wait(timeout=DEADLINE) == 0
+    sharded = load_peft_weights(str(split / "checkpoints" / "step_000004"), device="cpu")
+    whole = load_peft_weights(str(one / "checkpoints" / "step_000002"), device="cpu")
+    assert sharded.keys() == whole.keys() and all(sharded[k].shape == whole[k].shape for k in whole)
+    with safe_open(str(split / "checkpoints" / "step_000004" / "adapter_model.safetensors"), "pt") as f:
+        assert set(f.keys()) == set(whole)
+
+
+def test_killing_the_launcher_leaves_no_process_behind(tmp_path, env):
+    """The window's Kill is SIGKILL to the launcher: torchrun dies with it and the
+    workers, orphaned, exit too."""
+    preset = small_run_preset(tmp_path, max_steps=500)
+    run_dir = tmp_path / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    assert wait_for(lambda: metric_steps(run_dir) >= 1)
+    pids = [e["pid"] for e in json.loads((run_dir / "ranks.json").read_text())]
+    proc.kill()
+    proc.communicate(timeout=DEADLINE)
+
+    def gone(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    assert wait_for(lambda: all(gone(pid) for pid in pids), timeout=30)

@@ -10,6 +10,7 @@ engine.rundir.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -29,7 +30,7 @@ from engine.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.distributed.launch import world_size_problems
 from engine.distributed.rollouts import gather_rollout
-from engine.distributed.world import World
+from engine.distributed.world import TrainedModules, World
 from engine.forward import completion_logits
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
@@ -158,6 +159,13 @@ class Trainer(Declares):
                            self.algo.max_completion_length, self.loaded.context_length)
 
         self.setup_modules()
+        # training.fsdp with several processes: the decoder layers sharded (FSDP2), before
+        # the optimizer sees their parameters (engine/distributed/sharding.py).
+        self.sharded_layers: list[torch.nn.Module] = []
+        if self.cfg.fsdp and self.world.distributed:
+            from engine.distributed.sharding import shard_layers
+
+            self.sharded_layers = shard_layers(self.model, self.world)
         self.optimizer = torch.optim.AdamW(
             self.trainable_parameters(),
             lr=self.cfg.learning_rate, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
@@ -198,6 +206,10 @@ class Trainer(Declares):
     def trained_modules(self) -> list[torch.nn.Module]:
         """The modules holding trainable_parameters (DDP reduces their gradients)."""
         return [self.model]
+
+    def trained_holder(self) -> torch.nn.Module:
+        """One module holding every trained module (names a sharded optimizer state)."""
+        return TrainedModules(self.trained_modules())
 
     def updates_per_step(self) -> int:
         """Optimizer steps per training step (for the learning-rate schedule)."""
@@ -240,6 +252,8 @@ class Trainer(Declares):
             temperature=self.temperature, top_p=getattr(self.algo, "top_p", 1.0),
             top_k=getattr(self.algo, "top_k", 0),
             greedy=greedy, generator=self.sample_generator, group_size=group_size,
+            # A sharded model's passes are collectives: every process decodes as long as any.
+            finished_everywhere=(lambda finished: not self.world.any(not finished)) if self.sharded_layers else None,
         )
 
     def sample_batch(self, prompts: list[str], group_size: int) -> tuple[Rollout, list[str]]:
@@ -289,6 +303,13 @@ class Trainer(Declares):
             logits = self.completion_logits(rollout, rows, group_size=group_size)
             return logits.logprobs(rollout.completion_ids[rows])
 
+    def recorded_reference(self, rollout: Rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:
+        """Reference logprobs of the first `rows` rows, for the inspector's records (rank 0
+        writes them). A sharded model's passes take every process, so then all run it."""
+        if rows and (self.world.is_main or self.sharded_layers):
+            return self.reference_logprobs(rollout, slice(0, rows), group_size=group_size)
+        return None
+
     def micro_batches(self, batch: int, unit: int = 1) -> list[slice]:
         """This process's micro-batches of a batch of `batch` rows: all of them with one
         process; with several, those of its share (World.share, in whole `unit`s)."""
@@ -300,10 +321,17 @@ class Trainer(Declares):
         size = max(size, 1)
         return [slice(i, min(i + size, share.stop)) for i in range(share.start, share.stop, size)]
 
+    @contextlib.contextmanager
     def synced(self, index: int, count: int):
         """The context of micro-batch `index` of `count` in one optimizer step: with
         several processes, gradients are reduced on the last one only."""
-        return self.world.no_sync(self.ddp, index == count - 1)
+        sync = index == count - 1
+        if self.sharded_layers:
+            from engine.distributed.sharding import set_layers_sync
+
+            set_layers_sync(self.sharded_layers, sync)
+        with self.world.no_sync(self.ddp, sync):
+            yield
 
     def num_recorded(self, batch: int, unit: int = 1) -> int:
         """How many of the batch's first rows the inspector records: training.record_rollouts,
@@ -330,7 +358,7 @@ class Trainer(Declares):
         small gradients would otherwise underflow to zero (bf16 and fp32 need no scaling).
         DDP averages gradients over the processes; the losses are shares of the whole
         batch's, so they are multiplied by the number of processes to sum instead."""
-        if self.ddp is not None:
+        if self.world.distributed:  # DDP and FSDP2 both average
             loss = loss * self.world.size
         self.scaler.scale(loss).backward()
 
@@ -340,7 +368,12 @@ class Trainer(Declares):
         In fp16 an infinite gradient with a finite loss is the loss scale overflowing: the
         step is skipped and the scale lowered (as torch.amp does), not counted as a fault."""
         self.scaler.unscale_(self.optimizer)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.cfg.max_grad_norm))
+        if self.sharded_layers:  # the norm over every process's shards
+            from engine.distributed.sharding import clip_grad_norm
+
+            grad_norm = clip_grad_norm(self.trainable_parameters(), self.cfg.max_grad_norm)
+        else:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.cfg.max_grad_norm))
         overflow = self.scaler.is_enabled() and math.isfinite(loss_total) and not math.isfinite(grad_norm)
         if not overflow and not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -500,8 +533,8 @@ class Trainer(Declares):
         return self.world.any(self.stop.requested)
 
     def _evaluate_and_emit(self) -> None:
-        if not self.world.is_main:
-            return  # evaluation runs once, on rank 0; the others wait at their next collective
+        if not self.world.is_main and not self.sharded_layers:
+            return  # evaluation runs once, on rank 0 (all run it when the model is sharded: its passes are collectives)
         try:
             result = self.evaluate()
         except Exception as exc:

@@ -67,6 +67,12 @@ def save_checkpoint(self: "Trainer") -> Path:
     it to a .tmp name first, so a kill at any moment leaves every checkpoint folder
     either complete or named .tmp (which resume ignores, and the next save removes)."""
     ranks = self.world.gather_objects(rank_random_state(self))
+    adapter = optimizer = None
+    if self.sharded_layers:  # whole tensors gathered from the shards (every process takes part)
+        from engine.distributed.sharding import full_adapter_state, full_optimizer_state
+
+        adapter = full_adapter_state(self.model)
+        optimizer = full_optimizer_state(self.trained_holder(), self.optimizer)
     final = rundir.checkpoint_dir(self.run_dir, self.step)
     if not self.world.is_main:
         return final
@@ -74,9 +80,10 @@ def save_checkpoint(self: "Trainer") -> Path:
     for stale in final.parent.glob("step_*.tmp"):  # left by a killed engine
         shutil.rmtree(stale, ignore_errors=True)
     tmp.mkdir(parents=True)
-    self.model.save_pretrained(tmp)
+    self.model.save_pretrained(tmp, state_dict=adapter)
     torch.save({
-        "optimizer": self.optimizer.state_dict(),
+        "optimizer": self.optimizer.state_dict() if optimizer is None else optimizer,
+        "sharded": optimizer is not None,
         "scheduler": self.scheduler.state_dict(),
         **ranks[0],  # rank 0's (and a one-process run's) at the top level, as before
         "ranks": ranks,
@@ -106,9 +113,19 @@ def load_checkpoint(self: "Trainer", folder: Path) -> None:
     if problem:
         raise WorldSizeMismatch(problem)
     info = json.loads((folder / rundir.CHECKPOINT_STATE).read_text())
-    set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
     state = torch.load(folder / "trainer_state.pt", map_location="cpu", weights_only=False)
-    self.optimizer.load_state_dict(state["optimizer"])
+    if state.get("sharded", False) != bool(self.sharded_layers):
+        saved = "true" if state.get("sharded") else "false"
+        raise ValueError(f"{folder.name} was written with training.fsdp: {saved}; resume with the same "
+                         f"(--set training.fsdp={saved})")
+    if self.sharded_layers:  # each process takes its shards of the whole tensors
+        from engine.distributed.sharding import load_adapter_state, load_optimizer_state
+
+        load_adapter_state(self.model, load_peft_weights(str(folder), device="cpu"))
+        load_optimizer_state(self.trained_holder(), self.optimizer, state["optimizer"])
+    else:
+        set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
+        self.optimizer.load_state_dict(state["optimizer"])
     self.scheduler.load_state_dict(state["scheduler"])
     ranks = state.get("ranks") or [state]  # a checkpoint from before several processes
     _set_rank_random_state(self, ranks[self.world.rank])

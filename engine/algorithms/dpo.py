@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 class DPOStepOutputs:
     """What a DPO step keeps for `write_step_outputs`: its pairs, their rows
     [chosen_0, rejected_0, ...], the policy's token logprobs (2B, T), the recorded rows'
-    entropy and top-5 per micro-batch, and each pair's implicit rewards."""
+    entropy and top-5 per micro-batch, each pair's implicit rewards, and the recorded
+    rows' reference logprobs (the step used sums)."""
 
     examples: list[Example]
     rows: Rollout
@@ -40,6 +41,7 @@ class DPOStepOutputs:
     recorded: dict[str, list]
     r_chosen: list[float]
     r_rejected: list[float]
+    ref_recorded: torch.Tensor | None
 
 
 class DPOTrainer(Trainer):
@@ -251,7 +253,8 @@ class DPOTrainer(Trainer):
         metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
         metrics["grad_norm"] = grad_norm
         self._last = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
-                                    r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist())
+                                    r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
+                                    ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR))
         return metrics
 
     def write_step_outputs(self) -> None:
@@ -272,8 +275,7 @@ class DPOTrainer(Trainer):
         entropy = torch.cat(last.recorded["entropy"])
         n_rows = top[0].shape[0]
         rows = last.rows
-        # The reference per token, for the few recorded rows only (the step used sums).
-        ref = self.reference_logprobs(rows, slice(0, n_rows), group_size=PAIR)
+        ref = last.ref_recorded  # per token, for the few recorded rows only
         beta = self.algo.beta
         records = []
         for p in range(n_rows // PAIR):

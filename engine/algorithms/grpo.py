@@ -32,6 +32,7 @@ class GRPOStepOutputs(RolloutStepOutputs):
     per_token: dict[str, torch.Tensor]
     top: tuple[torch.Tensor, torch.Tensor] | None
     ref_all: torch.Tensor | None
+    ref_recorded: torch.Tensor | None
 
 
 class GRPOTrainer(Trainer):
@@ -177,7 +178,11 @@ class GRPOTrainer(Trainer):
         self._last = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
                                      components=components, advantages=advantages, rollout=rollout,
                                      per_token=per_token, top=update["top"], record_rows=record_rows,
-                                     ref_all=update["ref"])
+                                     ref_all=update["ref"],
+                                     # beta 0 skips the reference pass; the inspector still
+                                     # gets reference logprobs for the few recorded rows.
+                                     ref_recorded=self.recorded_reference(rollout, len(record_rows))
+                                     if update["ref"] is None else None)
         return metrics
 
     def write_step_outputs(self) -> None:
@@ -190,12 +195,7 @@ class GRPOTrainer(Trainer):
         if not rows:
             return
         rollout, per_token = last.rollout, last.per_token
-        if last.ref_all is not None:
-            ref = last.ref_all[: len(rows)]
-        else:
-            # beta = 0 skips the reference pass in training; the inspector still gets
-            # reference logprobs for the few recorded rows.
-            ref = self.reference_logprobs(rollout, slice(0, len(rows)))
+        ref = last.ref_all[: len(rows)] if last.ref_all is not None else last.ref_recorded
         token_advantages = advantages[:, None].expand_as(rollout.completion_mask) if advantages.dim() == 1 else advantages
         self.write_trajectories(trajectory_records(
             self.tokenizer, step=self.step, rows=rows, num_generations=G,

@@ -89,6 +89,12 @@ def world_size_problems(preset, size: int) -> list[str]:
         problems.append(f"--nproc-per-node {size}: a PPO mini-batch of {cfg.batch_size // algo.num_mini_batches} "
                         f"completions (training.batch_size / algorithm.num_mini_batches) cannot be shared by "
                         f"{size} processes; lower algorithm.num_mini_batches or the process count")
+    if cfg.fsdp and preset.model.load_in_4bit:
+        problems.append("training.fsdp: FSDP2 does not shard 4-bit weights; set model.load_in_4bit: false "
+                        "(sharding already divides the base model's memory by the process count)")
+    if cfg.fsdp and preset.model.dtype == "float16":
+        problems.append("training.fsdp: fp16 needs loss scaling, which the engine does not do on shards; "
+                        "use model.dtype: bfloat16 (or auto)")
     if cfg.micro_batch_size == "auto":
         problems.append(f"training.micro_batch_size: `auto` works in one process only (an out-of-memory on one "
                         f"process would change the step on that one alone); give a number for --nproc-per-node {size}")

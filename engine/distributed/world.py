@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from engine.distributed.launch import launched_by_torchrun
 
-__all__ = ["World", "init_world", "launched_by_torchrun"]
+__all__ = ["World", "TrainedModules", "init_world", "launched_by_torchrun"]
 
 # How long a collective waits for a slow rank (evaluation runs on rank 0 alone while
 # the others wait at the next collective) before it is an error.
@@ -134,17 +134,22 @@ class World:
 
     def data_parallel(self, modules: list[torch.nn.Module]):
         """A DistributedDataParallel over `modules` (the LoRA model, PPO's value head), or
-        None for one process. Only trainable parameters are DDP's: the frozen base
+        None for one process (or when FSDP2 shards everything trained). Only trainable parameters are DDP's: the frozen base
         weights are neither broadcast nor reduced (every rank loads the same ones). The
         passes that need gradients run through it (`Trainer.completion_logits`)."""
         if not self.distributed:
             return None
         from torch.nn.parallel import DistributedDataParallel
 
-        holder = _PassThrough(modules)
-        frozen = [name for name, p in holder.named_parameters() if not p.requires_grad]
-        frozen += [name for name, _ in holder.named_buffers()]
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(holder, frozen)
+        from torch.distributed.tensor import DTensor
+
+        holder = TrainedModules(modules)
+        # Frozen weights, and the shards FSDP2 reduces itself (sharding.py), are not DDP's.
+        ignored = [name for name, p in holder.named_parameters() if not p.requires_grad or isinstance(p, DTensor)]
+        if len(ignored) == len(list(holder.parameters())):
+            return None  # everything trained is sharded: FSDP2 reduces all of it
+        ignored += [name for name, _ in holder.named_buffers()]
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(holder, ignored)
         # device_ids None: the inputs are not moved (they are where the model is). Buffers
         # are ignored above: rotary tables are the same everywhere, nothing to broadcast.
         return DistributedDataParallel(holder, device_ids=None)
@@ -160,7 +165,7 @@ class World:
             dist.destroy_process_group()
 
 
-class _PassThrough(torch.nn.Module):
+class TrainedModules(torch.nn.Module):
     """What DDP wraps: the trained modules, and a forward that runs the function given
     to it (a teacher-forced pass), so DDP prepares its gradient reduction for the
     backward pass that follows."""
