@@ -191,3 +191,28 @@ def test_the_launch_checks_without_a_window():
     assert launch_problems(on_cpu, 2, "0") == []
     result = doctest.testmod(checks)
     assert result.failed == 0 and result.attempted > 0
+
+
+# ------------------------------------------------------------- a real run
+
+
+def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot):
+    """Processes 2, Run, Stop: a real engine under torchrun (gloo); the window's stop
+    line reaches the launcher, every process finishes the step, rank 0 checkpoints."""
+    from engine import rundir
+    from window_fixtures import click_run
+
+    window.doc.new(small_preset(max_steps=400))
+    type_processes(qtbot, window.setup.launch.processes, "2")
+    run_dir = click_run(qtbot, window)
+    qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=150_000)
+    with qtbot.waitSignal(window.engine_finished, timeout=120_000) as finished:
+        click(qtbot, window, window.act_stop)
+    assert finished.args == [0]
+    window.tick()
+    assert window.shown[0].status == "stopped"
+    events = rundir.read_events(run_dir)
+    started = next(e for e in events if e["type"] == "run_started")
+    assert started["world_size"] == 2 and started["backend"] == "gloo"
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "stopped"
+    assert rundir.complete_checkpoints(run_dir)
