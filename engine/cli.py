@@ -2,7 +2,7 @@
 
     rl-engine run PRESET [--run-dir DIR] [--set key=value ...] [--nproc-per-node N [--gpus 0,1]]
     rl-engine resume RUN_DIR [--nproc-per-node N]
-    rl-engine validate PRESET [--set key=value ...]
+    rl-engine validate PRESET [--set key=value ...] [--nproc-per-node N]
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
@@ -341,7 +341,7 @@ def cmd_validate(args) -> int:
     (engine/validate.py). Writes nothing."""
     from engine.validate import validate
 
-    return validate(args.preset, args.set)
+    return validate(args.preset, args.set, args.nproc_per_node or 1)
 
 
 def parse_fields(items: list[str]) -> dict[str, str]:
@@ -443,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a preset; writes nothing")
     p.add_argument("preset")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
+                   help="also check that N processes can share each step")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("try-reward", help="score one completion with the preset's rewards; prints each component")
     p.add_argument("preset")

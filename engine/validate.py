@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from engine.distributed.launch import world_size_problems
 from engine.failures import failure_message
 from engine.hub_access import download_hint, go_offline_if_unreachable, hub_ids_of, hub_offline
 from engine.preset import BUILTIN_MODEL, PresetError, load_preset
@@ -63,8 +64,9 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     return summary, longest, examples[0].prompt
 
 
-def validate(preset_path: str, overrides: list[str]) -> int:
-    """Exit status 0 when valid, 2 when not; what was checked on stdout, problems on stderr."""
+def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
+    """Exit status 0 when valid, 2 when not; what was checked on stdout, problems on stderr.
+    `processes`: check the preset can be shared by that many (--nproc-per-node)."""
     try:
         preset = load_preset(preset_path, overrides)
     except PresetError as exc:
@@ -72,6 +74,7 @@ def validate(preset_path: str, overrides: list[str]) -> int:
         return 2
     base_dir = Path(preset_path).resolve().parent
     problems = reward_source_problems(preset.rewards, base_dir)
+    problems += [("processes", p) for p in world_size_problems(preset, processes)]
     if problems:
         print(f"error: {preset_path} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
         return 2

@@ -70,7 +70,7 @@ def test_presets_that_cannot_share_a_step_are_refused_with_the_fix():
     grpo = load_preset(ROOT / "presets" / "grpo-sort.yaml", ["training.batch_size=16", "algorithm.num_generations=8"])
     assert world_size_problems(grpo, 1) == [] and world_size_problems(grpo, 2) == []
     (problem,) = world_size_problems(grpo, 4)
-    assert "--nproc-per-node 4" in problem and "2 prompts a step" in problem and "at most 2 processes" in problem
+    assert "--nproc-per-node 4" in problem and "a step has 2 prompts" in problem and "at most 2 processes" in problem
     auto = load_preset(ROOT / "presets" / "dpo-sort.yaml", ["training.micro_batch_size=auto"])
     assert any("micro_batch_size" in p and "auto" in p for p in world_size_problems(auto, 2))
     ppo = load_preset(ROOT / "presets" / "ppo-sort.yaml", ["training.batch_size=8", "algorithm.num_mini_batches=4"])
@@ -341,3 +341,12 @@ def test_killing_the_launcher_leaves_no_process_behind(tmp_path, env):
             return True
 
     assert wait_for(lambda: all(gone(pid) for pid in pids), timeout=30)
+
+
+def test_validate_checks_the_process_count(env, tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "engine", "validate", str(ROOT / "presets" / "dpo-sort.yaml"),
+                         "--nproc-per-node", "2"], env=env, capture_output=True, text=True, timeout=DEADLINE)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([sys.executable, "-m", "engine", "validate", str(ROOT / "presets" / "dpo-sort.yaml"),
+                          "--nproc-per-node", "64"], env=env, capture_output=True, text=True, timeout=DEADLINE)
+    assert bad.returncode == 2 and "at most 32 processes" in bad.stderr

@@ -77,14 +77,14 @@ def world_size_problems(preset, size: int) -> list[str]:
     problems = []
     cfg, algo = preset.training, preset.algorithm
     if algo.name == "dpo":
-        units, what = cfg.batch_size, "preference pairs a step (training.batch_size)"
+        units, what = cfg.batch_size, "preference pairs (training.batch_size)"
     else:
         units, what = preset.prompts_per_step, (
-            f"prompts a step (training.batch_size {cfg.batch_size} / algorithm.num_generations "
-            f"{preset.group_size}); a prompt's completions stay on one process")
+            f"prompts (training.batch_size {cfg.batch_size} / algorithm.num_generations {preset.group_size}), "
+            "and a prompt's completions stay on one process")
     if units < size:
-        problems.append(f"--nproc-per-node {size}: {units} {what} cannot give every process a share; "
-                        f"use at most {units} processes or a larger training.batch_size")
+        problems.append(f"--nproc-per-node {size}: a step has {units} {what}, so at most {units} processes can "
+                        f"share it; use at most {units} or a larger training.batch_size")
     if algo.name == "ppo" and algo.num_mini_batches > 1 and cfg.batch_size // algo.num_mini_batches < size:
         problems.append(f"--nproc-per-node {size}: a PPO mini-batch of {cfg.batch_size // algo.num_mini_batches} "
                         f"completions (training.batch_size / algorithm.num_mini_batches) cannot be shared by "
