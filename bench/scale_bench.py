@@ -15,6 +15,7 @@
    writes those events, so rank 0's clock times each step (a step ends for rank 0 once the
    collectives that close it have heard from rank 1). Step, rollout and update times are
    the medians of `step_time`, `timing/rollout` and `timing/update` over the timed steps.
+   `--one-process-threads N` adds a reference row: 1 process with N torch threads.
 
 2. Collectives. What DDP sends per optimizer step is one all-reduce of the trainable
    parameters' gradients (float32). Two processes started with torch.multiprocessing.spawn
@@ -25,6 +26,7 @@
    Each call is preceded by a barrier, so it is timed with both ranks present (the wait for
    a slower rank that a real step may add is not in these figures); the reported time of a
    call is the slower rank's, the median over --iters calls after a few warm-up calls.
+   (PPO's DDP also reduces its value head, hidden size + 1 floats, not counted here.)
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ PROMPT_TOKENS = 20
 # ------------------------------------------------------------------------------ runs
 
 
-def run_engine(args, preset: Path, nproc: int, work: Path, env: dict) -> dict:
-    """One engine run in a child process; the figures of its timed window."""
+def run_engine(args, preset: Path, nproc: int, work: Path, env: dict, threads: int = 1) -> dict:
+    """One engine run in a child process (`threads`: OMP_NUM_THREADS of each process, as
+    set in `env`); the figures of its timed window."""
     run_dir = work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet"]
@@ -67,7 +70,7 @@ def run_engine(args, preset: Path, nproc: int, work: Path, env: dict) -> dict:
         cmd += ["--nproc-per-node", str(nproc)]
     for item in (f"training.max_steps={args.steps}", *BASE_SETS, *args.set):
         cmd += ["--set", item]
-    log = work / f"engine-{nproc}p.log"
+    log = work / f"engine-{nproc}p{threads}t.log"
     load = _load()
     rc, _peak_mb, wall = run_child(cmd, log, env, args.timeout)
     if rc != 0:
@@ -83,6 +86,7 @@ def run_engine(args, preset: Path, nproc: int, work: Path, env: dict) -> dict:
     in_step = sum(m["step_time"] for m in timed)
     result = {
         "processes": nproc,
+        "threads_per_process": threads,
         "batch_size": batch,
         "steps_timed": timed_steps,
         "window_s": window,
@@ -115,30 +119,35 @@ def optimizer_steps_per_step(cfg: dict) -> int:
 
 
 def bench_preset(args, preset: Path) -> dict:
-    env = child_env(threads=1)  # OMP_NUM_THREADS=MKL_NUM_THREADS=1: one thread a process on both sides
+    # (label, processes, threads a process). OMP_NUM_THREADS=MKL_NUM_THREADS=1 on the two
+    # compared sides; the optional reference is one process with more threads.
+    sides = [("1", 1, 1), ("2", 2, 1)]
+    if args.one_process_threads:
+        sides.append((f"1x{args.one_process_threads}t", 1, args.one_process_threads))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    runs: dict[int, list[dict]] = {1: [], 2: []}
+    runs: dict[str, list[dict]] = {label: [] for label, _, _ in sides}
     for rep in range(args.repeats):
-        order = (1, 2) if rep % 2 == 0 else (2, 1)
-        for nproc in order:
-            work = RUNS_DIR / f"scale-{preset.stem}-{stamp}-r{rep}-{nproc}p"
+        order = sides if rep % 2 == 0 else sides[::-1]
+        for label, nproc, threads in order:
+            work = RUNS_DIR / f"scale-{preset.stem}-{stamp}-r{rep}-{nproc}p{threads}t"
             work.mkdir(parents=True, exist_ok=True)
-            print(f"[{preset.stem}] repeat {rep + 1}/{args.repeats}: {nproc} process(es) ...", file=sys.stderr, flush=True)
-            r = run_engine(args, preset, nproc, work, env)
-            print(f"[{preset.stem}]   {nproc}p: {r['samples_per_s']:.1f} samples/s, step {r['step_time_median_s'] * 1e3:.0f} ms "
-                  f"(median), process {r['process_wall_s']:.0f}s, "
+            print(f"[{preset.stem}] repeat {rep + 1}/{args.repeats}: {nproc} process(es), {threads} thread(s) each ...",
+                  file=sys.stderr, flush=True)
+            r = run_engine(args, preset, nproc, work, child_env(threads=threads), threads)
+            print(f"[{preset.stem}]   {nproc}p x {threads}t: {r['samples_per_s']:.1f} samples/s, step "
+                  f"{r['step_time_median_s'] * 1e3:.0f} ms (median), process {r['process_wall_s']:.0f}s, "
                   f"load average before {r['load_average_before']:.2f}", file=sys.stderr, flush=True)
-            runs[nproc].append(r)
-    if runs[1][0]["trainable_parameters"] != runs[2][0]["trainable_parameters"]:
-        raise RuntimeError(f"trainable parameters differ: 1 process {runs[1][0]['trainable_parameters']}, "
-                           f"2 processes {runs[2][0]['trainable_parameters']}")
+            runs[label].append(r)
+    counts = {label: rs[0]["trainable_parameters"] for label, rs in runs.items()}
+    if len(set(counts.values())) != 1:
+        raise RuntimeError(f"trainable parameters differ between the runs: {counts}")
     summary = {}
-    for nproc, rs in runs.items():
-        summary[nproc] = {"processes": nproc, **{k: _median(rs, k) for k in (
+    for (label, nproc, threads), rs in zip(sides, runs.values()):
+        summary[label] = {"processes": nproc, "threads_per_process": threads, **{k: _median(rs, k) for k in (
             "samples_per_s", "step_time_median_s", "rollout_median_s", "update_median_s", "outside_step_fraction",
             "mean_completion_length")}, "runs": [{k: v for k, v in r.items() if k != "preset"} for r in rs]}
-    cfg = runs[2][0]["preset"]
-    params = runs[2][0]["trainable_parameters"]
+    cfg = runs["2"][0]["preset"]
+    params = runs["2"][0]["trainable_parameters"]
     algo = cfg["algorithm"]
     shapes = {
         "trainable_parameters": params,
@@ -151,8 +160,9 @@ def bench_preset(args, preset: Path) -> dict:
     return {
         "preset": str(preset), "name": cfg["name"], "algorithm": algo["name"], "shapes": shapes,
         "optimizer_steps_per_step": optimizer_steps_per_step(cfg),
-        "one_process": summary[1], "two_processes": summary[2],
-        "speedup_samples_per_s": summary[2]["samples_per_s"] / summary[1]["samples_per_s"],
+        "one_process": summary["1"], "two_processes": summary["2"],
+        "one_process_threads": summary.get(f"1x{args.one_process_threads}t"),
+        "speedup_samples_per_s": summary["2"]["samples_per_s"] / summary["1"]["samples_per_s"],
         "collectives": collectives,
     }
 
@@ -296,19 +306,25 @@ def print_report(r: dict) -> None:
     print(f"\n== {r['name']} ({r['preset']}): {r['algorithm']}, batch {r['shapes']['batch_size']}, "
           f"{r['shapes']['trainable_parameters']:,} trainable parameters")
     rows = []
-    for s in (one, two):
-        rows.append((str(s["processes"]), f"{s['samples_per_s']:.1f}", ms(s["step_time_median_s"]),
-                     ms(s["rollout_median_s"]), ms(s["update_median_s"]),
+    for s in (one, two, r["one_process_threads"]):
+        if s is None:
+            continue
+        rows.append((str(s["processes"]), str(s["threads_per_process"]), f"{s['samples_per_s']:.1f}",
+                     ms(s["step_time_median_s"]), ms(s["rollout_median_s"]), ms(s["update_median_s"]),
                      "-" if s["mean_completion_length"] is None else f"{s['mean_completion_length']:.1f}",
                      f"{s['outside_step_fraction']:.1%}"))
-    print(fmt_table(("processes", "samples/s", "step ms", "rollout ms", "update ms", "mean compl. len",
+    print(fmt_table(("processes", "threads each", "samples/s", "step ms", "rollout ms", "update ms", "mean compl. len",
                      "outside step timer"), rows))
     print(f"speed-up samples/s, 2 processes / 1 process: {r['speedup_samples_per_s']:.2f}x "
           f"(step time {one['step_time_median_s'] / two['step_time_median_s']:.2f}x, "
           f"rollout {_ratio(one['rollout_median_s'], two['rollout_median_s'])}, "
           f"update {_ratio(one['update_median_s'], two['update_median_s'])})")
-    print("(one thread a process on both sides; step/rollout/update ms are medians over the timed steps; "
-          "with 2 processes rank 0's clock times each step)")
+    print("(the speed-up compares the first two rows: one thread a process on both sides; step/rollout/update "
+          "ms are medians over the timed steps; with 2 processes rank 0's clock times each step)")
+    ref = r["one_process_threads"]
+    if ref is not None:
+        print(f"reference, 1 process x {ref['threads_per_process']} threads: 2 processes x 1 thread / it = "
+              f"{two['samples_per_s'] / ref['samples_per_s']:.2f}x samples/s")
     c = r["collectives"]
     step = two["step_time_median_s"]
     print(f"\ncollectives, 2 processes on gloo, one thread each, median of {c['iters']} calls (slower rank):")
@@ -351,6 +367,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra --set override for both runs (after the benchmark's own: "
                         + ", ".join(BASE_SETS) + ")")
+    p.add_argument("--one-process-threads", type=int, default=0, metavar="N",
+                   help="also run 1 process with N threads, as a reference row (default: off)")
     p.add_argument("--iters", type=int, default=100, help="timed calls of each collective (default 100)")
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--keep-runs", action="store_true", help="keep run folders and logs under bench/out/runs")
