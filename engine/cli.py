@@ -4,6 +4,7 @@
     rl-engine resume RUN_DIR [--nproc-per-node N]
     rl-engine validate PRESET [--set key=value ...] [--nproc-per-node N]
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
+    rl-engine export RUN_DIR [--checkpoint step_N] [--adapter OUT] [--merged OUT] [--tensorboard OUT]
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
@@ -415,6 +416,14 @@ def cmd_try_reward(args) -> int:
     return EXIT_OK
 
 
+def cmd_export(args) -> int:
+    """A run's checkpoint as a peft adapter folder or a merged model, its events as
+    TensorBoard files (engine/export.py). Exit 0; 2 for bad input; 1 when writing fails."""
+    from engine.export import run_export
+
+    return run_export(args)
+
+
 def add_process_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                    help="train in N processes on this machine under torchrun (one a GPU on CUDA; gloo on a CPU)")
@@ -455,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a data field the rewards read, e.g. --field answer=' 1 2 3' (repeatable)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.set_defaults(func=cmd_try_reward)
+    from engine.export import add_export_parser
+
+    add_export_parser(sub).set_defaults(func=cmd_export)
     return parser
 
 

@@ -442,6 +442,10 @@ class TrainingConfig(Section):
     max_nonfinite_steps: int = Field(
         5, ge=0, le=MAX_COUNT, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
     )
+    report_to: Literal["none", "tensorboard"] = Field(
+        "none", description="Also write the run's metrics as TensorBoard event files into RUN_DIR/tensorboard/ as they "
+        "are logged (pip install tensorboard); `rl-engine export RUN_DIR --tensorboard OUT` does it for a past run."
+    )
 
 
 # -------------------------------------------------------------------------- preset

@@ -38,6 +38,7 @@ from engine.rewards import build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
 from engine.token_logits import TokenLogits
 from engine.stopping import StopFlag
+from engine.tensorboard_events import tee_for
 
 log = logging.getLogger(__name__)
 
@@ -482,6 +483,8 @@ class Trainer(Declares):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Rank 0 alone writes the run directory; the other ranks' events go nowhere.
         self.events = rundir.EventWriter(self.run_dir) if self.world.is_main else rundir.NullEventWriter()
+        if self.world.is_main:  # training.report_to: tensorboard also writes RUN_DIR/tensorboard/
+            self.events = tee_for(self.events, self.run_dir, self.cfg.report_to)
         self._saved_step = None
         try:
             if resume_from is None:

@@ -1,0 +1,358 @@
+"""`rl-engine export RUN_DIR`: what a run made, in the forms other tools read.
+
+    --adapter OUT      the checkpoint's LoRA adapter (peft format), the tokenizer as the
+                       run used it and a model card: PeftModel.from_pretrained(base, OUT)
+    --merged OUT       the base model (loaded as the run loaded it, fp32 on the CPU) with
+                       the adapter merged in: AutoModelForCausalLM.from_pretrained(OUT)
+    --tensorboard OUT  the run's events as TensorBoard event files (engine/tensorboard_events.py)
+
+`--checkpoint` picks one (step_N, step_000050 or N; default the newest complete one).
+An OUT that exists and is not empty is refused; each output is written to a hidden
+folder beside OUT and renamed when complete, so a failed export leaves no half folder.
+Exit status 0; 2 for bad input (no such run or checkpoint, OUT not empty, tensorboard
+not installed); 1 when loading or writing fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+from engine import rundir
+from engine.failures import failure_message, no_checkpoint_message
+from engine.preset import BUILTIN_MODEL, PresetError, load_preset
+
+EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+__all__ = ["ExportError", "find_checkpoint", "check_output", "model_card", "export_adapter", "export_merged",
+           "export_tensorboard", "run_export"]
+
+
+class ExportError(ValueError):
+    """Bad input to an export; the message says what to change (exit status 2)."""
+
+
+# ------------------------------------------------------------------ checking input
+
+
+def checkpoint_step(name: str) -> int | None:
+    """`step_50`, `step_000050`, `50` or `checkpoints/step_000050` -> 50; None otherwise.
+
+    >>> [checkpoint_step(n) for n in ("step_50", "step_000050", "50", "checkpoints/step_000050/", "best")]
+    [50, 50, 50, 50, None]
+    """
+    match = re.fullmatch(r"(?:step_)?(\d+)", Path(str(name).strip()).name)
+    return int(match.group(1)) if match else None
+
+
+def find_checkpoint(run_dir: Path, name: str | None = None) -> Path:
+    """The complete checkpoint folder `name` names, or the newest one; ExportError naming
+    the available ones when there is no such checkpoint."""
+    run_dir = Path(run_dir)
+    available = rundir.complete_checkpoints(run_dir)
+    if not available:
+        why = no_checkpoint_message(run_dir)
+        if why.startswith(f"{run_dir} has no complete checkpoint"):
+            why = why.replace("to resume from", "to export", 1)
+        raise ExportError(why)
+    if name is None:
+        return available[-1]
+    step = checkpoint_step(name)
+    found = [p for p in available if step is not None and checkpoint_step(p.name) == step]
+    if not found:
+        names = ", ".join(p.name for p in available)
+        raise ExportError(f"--checkpoint {name}: {run_dir} has no complete checkpoint {name!r}; available: {names}")
+    return found[0]
+
+
+def check_output(path: str | Path, flag: str) -> Path:
+    """OUT as a Path; ExportError when it exists and is not an empty folder."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{flag} {out}: a file of that name exists; choose a new folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise ExportError(f"{flag} {out}: the folder exists and is not empty; refusing to write into it "
+                          "(choose a new folder, or empty it)")
+    return out
+
+
+class _Staged:
+    """A hidden folder beside OUT to write into; renamed to OUT when the block ends
+    without an error, removed when it does not."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.tmp = out.with_name(f".{out.name}.export.tmp")
+
+    def __enter__(self) -> Path:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir(parents=True)
+        return self.tmp
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        if self.out.is_dir():
+            self.out.rmdir()  # empty: check_output made sure
+        self.tmp.rename(self.out)
+
+
+# ------------------------------------------------------------------ the model card
+
+_SHOWN_METRICS = ("reward", "reward_std", "kl", "entropy", "loss", "objective/scores", "objective/kl",
+                  "objective/rlhf_reward", "rewards/accuracies", "rewards/margins", "rewards/chosen",
+                  "rewards/rejected", "completions/mean_length")
+
+
+def _shown(key: str) -> bool:
+    return key in _SHOWN_METRICS or (key.startswith("rewards/") and key.endswith("/mean"))
+
+
+def _numbers(event: dict, keep) -> list[tuple[str, float]]:
+    return [(k, v) for k, v in event.items() if keep(k) and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _last(events: list[dict], kind: str, up_to: int | None) -> dict | None:
+    found = [e for e in events if e.get("type") == kind and (up_to is None or (e.get("step") or 0) <= up_to)]
+    return found[-1] if found else None
+
+
+def _settings(preset, checkpoint: Path) -> list[tuple[str, str]]:
+    algo = {k: v for k, v in preset.algorithm.model_dump().items() if k != "name"}
+    lora = preset.model.lora
+    targets = lora.target_modules
+    try:  # `auto`: the modules the run found, as the adapter lists them
+        targets = json.loads((checkpoint / "adapter_config.json").read_text())["target_modules"]
+    except (OSError, ValueError, KeyError):
+        pass
+    targets = targets if isinstance(targets, str) else ", ".join(sorted(targets))
+    data = preset.data
+    source = (f"task `{data.task}`" if data.task else
+              f"`{data.dataset or data.path}`" + (f" ({data.subset})" if data.subset else "") + f", split {data.split}")
+    t = preset.training
+    return [
+        ("algorithm", f"{preset.algorithm.name}: " + ", ".join(f"{k} {v}" for k, v in algo.items())),
+        ("base model", f"`{preset.model.name_or_path}`" + (" (RL Workbench's built-in model)"
+                                                          if preset.model.name_or_path == BUILTIN_MODEL else "")),
+        ("chat template", str(preset.model.chat_template)),
+        ("LoRA", f"r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}"),
+        ("data", f"{source}; {data.num_train} training prompts, {data.num_eval} held out"),
+        ("rewards", ", ".join(f"{r.name} ({r.weight:g})" for r in preset.rewards)),
+        ("training", f"{t.max_steps} steps of {t.batch_size}, learning rate {t.learning_rate:g} "
+                     f"({t.lr_scheduler_type}, warmup {t.warmup_steps}), seed {t.seed}"),
+    ]
+
+
+def _cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def model_card(preset, run_dir: Path, checkpoint: Path, events: list[dict], merged: bool) -> str:
+    """README.md for an exported adapter or merged model: the run, its preset's key
+    settings, and the metrics and held-out evaluation at the checkpoint's step."""
+    step = checkpoint_step(checkpoint.name)
+    from engine.hub_access import hub_ids_of
+
+    hub_base = preset.model.name_or_path in hub_ids_of(preset, run_dir)
+    front = ["---", "library_name: " + ("transformers" if merged else "peft"), "pipeline_tag: text-generation"]
+    if hub_base:
+        front.append(f"base_model: {preset.model.name_or_path}")
+    front += ["tags:", "- rl-workbench", f"- {preset.algorithm.name}", "- lora", "---", ""]
+    what = "merged model (base + LoRA adapter)" if merged else "LoRA adapter"
+    lines = front + [
+        f"# {preset.name}: {preset.algorithm.name.upper()} {what}", "",
+        f"Exported by RL Workbench (`rl-engine export`) from the run `{run_dir.resolve().name}`, "
+        f"checkpoint `{checkpoint.name}` (step {step} of {preset.training.max_steps}).", "",
+    ]
+    if preset.description:
+        lines += [preset.description, ""]
+    lines += ["## Training", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {k} | {_cell(v)} |" for k, v in _settings(preset, checkpoint)]
+    lines.append("")
+    metrics = _last(events, "metrics", step)
+    evaluation = _last(events, "eval", step)
+    lines += ["## Results", ""]
+    if metrics:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in _numbers(metrics, _shown))
+        lines += [f"Last logged metrics (step {metrics.get('step')}): {shown or 'none'}.", ""]
+    if evaluation:
+        keep = lambda k: k in ("accuracy", "reward", "preference_accuracy") or (k.startswith("rewards/"))  # noqa: E731
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in _numbers(evaluation, keep))
+        lines += [f"Last held-out evaluation (step {evaluation.get('step')}, "
+                  f"{evaluation.get('num_examples', evaluation.get('num_pairs', '?'))} examples, greedy): "
+                  f"{shown or 'no scores'}.", ""]
+    if not metrics and not evaluation:
+        lines += ["No metrics were logged up to this checkpoint.", ""]
+    base = preset.model.name_or_path if preset.model.name_or_path != BUILTIN_MODEL else "BASE_MODEL_FOLDER"
+    lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer"]
+    if merged:
+        lines += ['model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")',
+                  'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")']
+    else:
+        lines += ["from peft import PeftModel", "",
+                  f'base = AutoModelForCausalLM.from_pretrained("{base}")',
+                  'model = PeftModel.from_pretrained(base, "THIS_FOLDER")',
+                  'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")']
+    lines += ["```", ""]
+    if preset.model.chat_template == "none":
+        lines += ["The run fed prompts as plain text (`model.chat_template: none`), not through a chat template.", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ the outputs
+
+
+def _tokenizer(preset, run_dir: Path):
+    """The tokenizer as the run used it: the engine's loading (left padding, a pad token),
+    with the preset's chat template file when it names one."""
+    from engine.chat import chat_format
+    from engine.models import load_tokenizer, resolve_model_path, tokenizer_chat_template
+
+    tokenizer = load_tokenizer(resolve_model_path(preset.model.name_or_path), preset.model.trust_remote_code)
+    fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), None, run_dir)
+    if fmt.template is not None and fmt.source not in ("tokenizer", "none", "no template"):
+        tokenizer.chat_template = fmt.template
+    return tokenizer
+
+
+def export_adapter(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict]) -> None:
+    with _Staged(out) as tmp:
+        for file in sorted(checkpoint.glob("adapter_*")):
+            shutil.copy2(file, tmp / file.name)
+        _tokenizer(preset, run_dir).save_pretrained(tmp)
+        (tmp / "README.md").write_text(model_card(preset, run_dir, checkpoint, events, merged=False), encoding="utf-8")
+
+
+def load_merged(preset, checkpoint: Path, bar=None):
+    """The run's base model, loaded as the engine loads it but fp32 on the CPU, with the
+    checkpoint's adapter merged in."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from engine.models import ModelLoadError, _load_hint, resolve_model_path
+
+    path = resolve_model_path(preset.model.name_or_path)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+                                                    trust_remote_code=preset.model.trust_remote_code)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        raise ModelLoadError(_load_hint(path, "model", exc)) from exc
+    _advance(bar, "applying the adapter")
+    model = PeftModel.from_pretrained(base, str(checkpoint))
+    _advance(bar, "merging")
+    with warnings.catch_warnings():  # transformers' deprecation notices, from inside peft
+        warnings.simplefilter("ignore", FutureWarning)
+        merged = model.merge_and_unload()
+    _advance(bar, "saving")
+    return merged
+
+
+def _advance(bar, next_stage: str) -> None:
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix_str(next_stage)
+
+
+def export_merged(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict], quiet: bool) -> None:
+    from tqdm import tqdm
+
+    with tqdm(total=5, desc="merged", unit="stage", file=sys.stderr, disable=quiet, dynamic_ncols=True) as bar:
+        bar.set_postfix_str("loading the base model")
+        tokenizer = _tokenizer(preset, run_dir)
+        model = load_merged(preset, checkpoint, bar)
+        if model.generation_config is not None and model.generation_config.pad_token_id is None:
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+        with _Staged(out) as tmp:
+            model.save_pretrained(tmp)
+            _advance(bar, "tokenizer and model card")
+            tokenizer.save_pretrained(tmp)
+            (tmp / "README.md").write_text(model_card(preset, run_dir, checkpoint, events, merged=True),
+                                           encoding="utf-8")
+            bar.update(1)
+
+
+def export_tensorboard(events: list[dict], out: Path, quiet: bool) -> int:
+    """The events as TensorBoard files in `out`; returns the TensorBoard events written."""
+    from tqdm import tqdm
+
+    from engine.tensorboard_events import TensorBoardEvents
+
+    with _Staged(out) as tmp:
+        board = TensorBoardEvents(tmp)
+        try:
+            for event in tqdm(events, desc="tensorboard", unit="event", file=sys.stderr, disable=quiet,
+                              dynamic_ncols=True):
+                board.write(event)
+        finally:
+            board.close()
+        return board.written
+
+
+def run_export(args) -> int:
+    """`rl-engine export`: check everything first, then write each output asked for."""
+    run_dir = Path(args.run_dir)
+    outputs = [(flag, getattr(args, attr)) for flag, attr in
+               (("--adapter", "adapter"), ("--merged", "merged"), ("--tensorboard", "tensorboard"))]
+    outputs = [(flag, value) for flag, value in outputs if value]
+    try:
+        if not outputs:
+            raise ExportError("nothing to export: give at least one of --adapter OUT, --merged OUT, --tensorboard OUT")
+        if not run_dir.is_dir():
+            raise ExportError(f"{run_dir} is not a folder (give a run directory, e.g. runs/NAME-TIMESTAMP)")
+        outs = {flag: check_output(value, flag) for flag, value in outputs}
+        if len({p.resolve() for p in outs.values()}) < len(outs):
+            raise ExportError("give each output its own folder")
+        needs_model = "--adapter" in outs or "--merged" in outs
+        checkpoint = find_checkpoint(run_dir, args.checkpoint) if needs_model or args.checkpoint else None
+        if "--tensorboard" in outs:
+            from engine.tensorboard_events import _import_tensorboard
+
+            _import_tensorboard()
+        preset = load_preset(run_dir / rundir.PRESET_FILE) if needs_model else None
+    except (ExportError, PresetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except RuntimeError as exc:  # TensorBoardMissing
+        print(f"error: --tensorboard: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    events = rundir.read_events(run_dir)
+    try:
+        if needs_model:
+            from engine.hub_access import go_offline_if_unreachable, hub_ids_of
+
+            go_offline_if_unreachable(hub_ids_of(preset, run_dir))  # before the hub libraries load
+        if "--adapter" in outs:
+            export_adapter(preset, run_dir, checkpoint, outs["--adapter"], events)
+            print(f"adapter ({checkpoint.name}): {outs['--adapter']}  "
+                  "(PeftModel.from_pretrained(base_model, FOLDER))")
+        if "--merged" in outs:
+            export_merged(preset, run_dir, checkpoint, outs["--merged"], events, args.quiet)
+            print(f"merged model ({checkpoint.name}): {outs['--merged']}  "
+                  "(AutoModelForCausalLM.from_pretrained(FOLDER))")
+        if "--tensorboard" in outs:
+            count = export_tensorboard(events, outs["--tensorboard"], args.quiet)
+            print(f"tensorboard ({count} summaries from {len(events)} events): {outs['--tensorboard']}  "
+                  f"(tensorboard --logdir {outs['--tensorboard']})")
+    except Exception as exc:  # loading or writing failed: say what, no traceback
+        print(f"error: {failure_message(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def add_export_parser(sub):
+    """The `export` sub-command and its arguments (engine/cli.py sets what it runs)."""
+    p = sub.add_parser("export", help="export a run: its adapter, a merged model, its metrics for TensorBoard")
+    p.add_argument("run_dir")
+    p.add_argument("--checkpoint", metavar="step_N", help="which checkpoint (step_N, step_000050 or N; "
+                   "default: the newest complete one)")
+    p.add_argument("--adapter", metavar="OUT", help="write the LoRA adapter (peft format), tokenizer and model card")
+    p.add_argument("--merged", metavar="OUT", help="write the base model with the adapter merged in (fp32)")
+    p.add_argument("--tensorboard", metavar="OUT", help="write the run's events as TensorBoard event files")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    return p

@@ -1,0 +1,201 @@
+"""A run's events as TensorBoard event files, written with the tensorboard package's own
+writer: for `rl-engine export RUN_DIR --tensorboard OUT` (a past run) and for
+`training.report_to: tensorboard` (RUN_DIR/tensorboard/, as the events are logged).
+
+    metrics      every number as a scalar under its own name (TRL's: reward, kl, loss,
+                 rewards/<name>/mean, ...) at the event's step
+    eval         every number as a scalar eval/<name>; its samples as text eval/samples
+    samples      a markdown table per step, text `samples`
+    run_started  the resolved preset as text `preset` (step 0)
+    run_resumed  a SessionLog START at the step after the checkpoint: TensorBoard then
+                 drops what a killed engine logged past the checkpoint (resume logs those
+                 steps again)
+    micro_batch_size  scalar `micro_batch_size`
+
+The wall time of each TensorBoard event is the run event's `time`. Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "the tensorboard package is not installed: pip install tensorboard"
+LIVE_DIR = "tensorboard"  # RUN_DIR/tensorboard/ with training.report_to: tensorboard
+
+
+class TensorBoardMissing(RuntimeError):
+    """tensorboard is not installed; the message says how to install it."""
+
+
+def _import_tensorboard():
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        from tensorboard.plugins.text.summary_v2 import text_pb
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError as exc:
+        raise TensorBoardMissing(INSTALL_HINT) from exc
+    return event_pb2, summary_pb2, text_pb, EventFileWriter
+
+
+def _number(value: Any) -> float | None:
+    """A finite int or float as a float; None for anything else (bools, null, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _cell(value: Any) -> str:
+    """A value as one markdown table cell: pipes escaped, newlines shown as ⏎."""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+    elif value is None:
+        text = ""
+    else:
+        text = str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", "").replace("\n", " ⏎ ")
+
+
+def samples_table(samples: list[dict]) -> str:
+    """Samples as a markdown table: a column for each key (in order of appearance), a
+    mapping such as `rewards` flattened to rewards/<name>.
+
+    >>> print(samples_table([{"prompt": "a|b", "reward": 0.5, "rewards": {"x": 1.0}}]))
+    | prompt | reward | rewards/x |
+    |---|---|---|
+    | a\\|b | 0.5 | 1 |
+    """
+    rows = []
+    for sample in samples:
+        row = {}
+        for key, value in (sample.items() if isinstance(sample, dict) else [("value", sample)]):
+            if isinstance(value, dict):
+                row.update({f"{key}/{k}": v for k, v in value.items()})
+            else:
+                row[key] = value
+        rows.append(row)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+class TensorBoardEvents:
+    """Writes run events (the dicts of events.jsonl) into `logdir` as TensorBoard event
+    files. TensorBoardMissing when the tensorboard package is not installed."""
+
+    def __init__(self, logdir: str | Path, flush_each: bool = False):
+        self._event_pb2, self._summary_pb2, self._text_pb, writer_class = _import_tensorboard()
+        self.logdir = Path(logdir)
+        self.logdir.mkdir(parents=True, exist_ok=True)
+        self._writer = writer_class(str(self.logdir))
+        self._flush_each = flush_each
+        self.written = 0  # TensorBoard events written (scalars and texts)
+
+    def write(self, event: dict) -> None:
+        """One run event; events of other types (checkpoint, run_finished, ...) are skipped."""
+        kind, step, wall = event.get("type"), event.get("step"), event.get("time")
+        step = step if isinstance(step, int) and not isinstance(step, bool) else 0
+        wall = float(wall) if _number(wall) is not None else None
+        if kind == "metrics":
+            self._scalars("", event, step, wall)
+        elif kind == "eval":
+            self._scalars("eval/", event, step, wall)
+            if event.get("samples"):
+                self._text("eval/samples", samples_table(event["samples"]), step, wall)
+        elif kind == "samples" and event.get("samples"):
+            self._text("samples", samples_table(event["samples"]), step, wall)
+        elif kind == "micro_batch_size":
+            self._scalars("", {"micro_batch_size": event.get("new")}, step, wall)
+        elif kind == "run_started" and isinstance(event.get("preset"), dict):
+            import yaml
+
+            text = yaml.safe_dump(event["preset"], sort_keys=False, allow_unicode=True)
+            self._text("preset", "```yaml\n" + text + "```", 0, wall)
+        elif kind == "run_resumed":
+            log_pb = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
+            self._emit(self._event_pb2.Event(step=step + 1, session_log=log_pb), wall)
+        else:
+            return
+        if self._flush_each:
+            self._writer.flush()
+
+    _SKIP = frozenset({"type", "time", "step", "samples"})
+
+    def _scalars(self, prefix: str, fields: dict, step: int, wall: float | None) -> None:
+        values = [(prefix + key, _number(value)) for key, value in fields.items() if key not in self._SKIP]
+        values = [self._summary_pb2.Summary.Value(tag=tag, simple_value=v) for tag, v in values if v is not None]
+        if values:
+            self._emit(self._event_pb2.Event(step=step, summary=self._summary_pb2.Summary(value=values)), wall)
+
+    def _text(self, tag: str, markdown: str, step: int, wall: float | None) -> None:
+        self._emit(self._event_pb2.Event(step=step, summary=self._text_pb(tag, markdown)), wall)
+
+    def _emit(self, event, wall: float | None) -> None:
+        if wall is not None:
+            event.wall_time = wall
+        self._writer.add_event(event)
+        self.written += 1
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class TeeEventWriter:
+    """An EventWriter whose events also go to TensorBoard (training.report_to:
+    tensorboard): emit() writes events.jsonl first, then the TensorBoard files. A fault
+    in the TensorBoard writing is logged once and ends only that writing, never the run."""
+
+    def __init__(self, events, logdir: str | Path):
+        self.events = events
+        self.tensorboard: TensorBoardEvents | None = TensorBoardEvents(logdir, flush_each=True)
+
+    def __getattr__(self, name):  # path, dropped, ...: the wrapped writer's
+        if name == "events":
+            raise AttributeError(name)
+        return getattr(self.events, name)
+
+    def emit(self, type: str, step: int | None = None, **fields) -> dict:
+        event = self.events.emit(type, step, **fields)
+        if self.tensorboard is not None:
+            try:
+                self.tensorboard.write(event)
+            except Exception:  # noqa: BLE001 (the run goes on; the log says why the files stop)
+                log.warning("writing TensorBoard events failed; no more are written", exc_info=True)
+                self._close_tensorboard()
+        return event
+
+    def _close_tensorboard(self) -> None:
+        board, self.tensorboard = self.tensorboard, None
+        if board is not None:
+            try:
+                board.close()
+            except Exception:  # noqa: BLE001
+                log.warning("closing the TensorBoard writer failed", exc_info=True)
+
+    def close(self) -> None:
+        try:
+            self._close_tensorboard()
+        finally:
+            self.events.close()
+
+
+def tee_for(events, run_dir: str | Path, report_to: str):
+    """`events` wrapped to also write RUN_DIR/tensorboard/ when report_to is
+    `tensorboard` (TensorBoardMissing, naming the field, when the package is missing);
+    else `events` itself."""
+    if report_to != "tensorboard":
+        return events
+    try:
+        return TeeEventWriter(events, Path(run_dir) / LIVE_DIR)
+    except TensorBoardMissing as exc:
+        events.close()
+        raise TensorBoardMissing(f"training.report_to: tensorboard: {exc} (or set report_to: none)") from None

@@ -1,0 +1,239 @@
+"""`rl-engine export`: an adapter folder peft loads, a merged model transformers loads,
+TensorBoard files tensorboard's own reader reads, live `training.report_to:
+tensorboard`, and the errors (exit 2, no traceback).
+
+One short run on the built-in model (2 steps, report_to tensorboard) serves every test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+from engine import rundir
+from engine.preset import load_preset
+
+pytest.importorskip("tensorboard")
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+
+NEW_TOKENS = 12
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def engine(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "engine", *map(str, args)], capture_output=True, text=True,
+                          env=env or _env(), cwd=cwd or ROOT, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("export") / "run"
+    result = engine("run", ROOT / "presets/grpo-sort.yaml", "--run-dir", run, "--quiet",
+                    "--set", "training.max_steps=2", "--set", "training.eval_steps=0", "--set", "data.num_eval=8",
+                    "--set", "training.batch_size=32", "--set", "training.report_to=tensorboard")
+    assert result.returncode == 0, result.stderr
+    return run
+
+
+def task_prompts(run, n=3) -> list[str]:
+    evals = [e for e in rundir.read_events(run) if e["type"] == "eval"]
+    return [s["prompt"] for s in evals[0]["samples"][:n]]
+
+
+def greedy(model, tokenizer, prompts) -> list[list[int]]:
+    out = []
+    with torch.no_grad():
+        for prompt in prompts:
+            ids = tokenizer(prompt, return_tensors="pt")
+            tokens = model.generate(**ids, max_new_tokens=NEW_TOKENS, do_sample=False,
+                                    pad_token_id=tokenizer.pad_token_id)
+            out.append(tokens[0, ids["input_ids"].shape[1]:].tolist())
+    return out
+
+
+def last_logits(model, tokenizer, prompts) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.stack([model(**tokenizer(p, return_tensors="pt")).logits[0, -1] for p in prompts])
+
+
+def engine_checkpoint_model(run):
+    """Base + checkpoint the way the engine itself loads them (load_model, then the
+    checkpoint's adapter weights as resume sets them)."""
+    from peft import set_peft_model_state_dict
+    from peft.utils import load_peft_weights
+
+    from engine.models import load_model
+
+    preset = load_preset(run / rundir.PRESET_FILE)
+    loaded = load_model(preset.model.model_copy(update={"device": "cpu", "dtype": "float32"}))
+    set_peft_model_state_dict(loaded.model, load_peft_weights(str(rundir.complete_checkpoints(run)[-1]),
+                                                                device="cpu"))
+    loaded.model.eval()
+    return loaded
+
+
+def base_model():
+    from transformers import AutoModelForCausalLM
+
+    from engine.models import resolve_model_path
+
+    return AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny"), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def exported(run_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    result = engine("export", run_dir, "--adapter", out / "adapter", "--merged", out / "merged",
+                    "--tensorboard", out / "tb", "--checkpoint", "2")
+    assert result.returncode == 0, result.stderr
+    assert "merged" in result.stderr  # the progress bar
+    return out
+
+
+def test_exported_adapter_loads_with_peft_and_generates_as_the_run(run_dir, exported):
+    from peft import PeftModel
+    from transformers import AutoTokenizer
+
+    folder = exported / "adapter"
+    assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "tokenizer_config.json"} <= {
+        p.name for p in folder.iterdir()}
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token_id is not None  # as the run used it
+    model = PeftModel.from_pretrained(base_model(), folder).eval()
+    ours = engine_checkpoint_model(run_dir)
+    prompts = task_prompts(run_dir)
+    assert greedy(model, tokenizer, prompts) == greedy(ours.model, ours.tokenizer, prompts)
+    logits = last_logits(model, tokenizer, prompts)
+    torch.testing.assert_close(logits, last_logits(ours.model, ours.tokenizer, prompts), rtol=0, atol=1e-5)
+    with model.disable_adapter():  # the adapter is really there: it moves the logits
+        assert (logits - last_logits(model, tokenizer, prompts)).abs().max() > 0
+
+    card = (folder / "README.md").read_text()
+    events = rundir.read_events(run_dir)
+    final_eval = [e for e in events if e["type"] == "eval"][-1]
+    for text in ("grpo-sort", "GRPO", "builtin:tiny", "step_000002", "exact_match", "sort_inclusion_order",
+                 f"accuracy {final_eval['accuracy']:.4g}", f"reward {final_eval['reward']:.4g}",
+                 "library_name: peft", "PeftModel.from_pretrained"):
+        assert text in card, text
+
+
+def test_merged_model_loads_with_transformers_and_generates_as_base_plus_adapter(run_dir, exported):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    merged = AutoModelForCausalLM.from_pretrained(exported / "merged").eval()
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    tokenizer = AutoTokenizer.from_pretrained(exported / "merged")
+    adapted = PeftModel.from_pretrained(base_model(), str(rundir.complete_checkpoints(run_dir)[-1])).eval()
+    prompts = task_prompts(run_dir)
+    assert greedy(merged, tokenizer, prompts) == greedy(adapted, tokenizer, prompts)
+    torch.testing.assert_close(last_logits(merged, tokenizer, prompts), last_logits(adapted, tokenizer, prompts),
+                               rtol=0, atol=1e-4)
+    assert "library_name: transformers" in (exported / "merged" / "README.md").read_text()
+
+
+def read_board(folder) -> EventAccumulator:
+    board = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    board.Reload()
+    return board
+
+
+def check_board(board, events) -> None:
+    metrics = [e for e in events if e["type"] == "metrics"]
+    scalars = board.Scalars("reward")
+    assert [s.step for s in scalars] == [e["step"] for e in metrics]
+    assert [s.value for s in scalars] == pytest.approx([e["reward"] for e in metrics], rel=1e-6)
+    assert [s.wall_time for s in scalars] == pytest.approx([e["time"] for e in metrics], abs=1e-3)
+    tags = board.Tags()
+    for name in ("loss", "entropy", "rewards/exact_match/mean", "completions/mean_length", "learning_rate"):
+        assert name in tags["scalars"], name
+    assert "kl" not in tags["scalars"]  # beta 0: logged as null, so no scalar
+    evals = [e for e in events if e["type"] == "eval"]
+    assert [s.step for s in board.Scalars("eval/accuracy")] == [e["step"] for e in evals]
+    assert [s.value for s in board.Scalars("eval/accuracy")] == pytest.approx([e["accuracy"] for e in evals])
+    samples = [e for e in events if e["type"] == "samples"]
+    texts = board.Tensors("samples")
+    assert [t.step for t in texts] == [e["step"] for e in samples]
+    table = texts[-1].tensor_proto.string_val[0].decode()
+    assert table.startswith("| index | group | prompt | completion | reward |")
+    assert samples[-1]["samples"][0]["prompt"] in table
+    assert "eval/samples" in tags["tensors"] and "preset" in tags["tensors"]
+
+
+def test_tensorboard_export_reads_back_with_tensorboards_reader(run_dir, exported):
+    check_board(read_board(exported / "tb"), rundir.read_events(run_dir))
+
+
+def test_report_to_tensorboard_writes_the_run_folder_live(run_dir):
+    folder = run_dir / "tensorboard"
+    assert any(p.name.startswith("events.out.tfevents.") for p in folder.iterdir())
+    check_board(read_board(folder), rundir.read_events(run_dir))
+
+
+def test_a_resumed_run_drops_steps_logged_past_its_checkpoint(tmp_path):
+    from engine.tensorboard_events import TensorBoardEvents
+
+    board = TensorBoardEvents(tmp_path)
+    for event in [{"type": "metrics", "step": s, "time": 100.0 + s, "reward": float(s)} for s in (1, 2, 3)] + [
+            {"type": "run_resumed", "step": 2, "time": 200.0},
+            {"type": "metrics", "step": 3, "time": 203.0, "reward": 30.0, "loss": None}]:
+        board.write(event)
+    board.close()
+    scalars = read_board(tmp_path).Scalars("reward")
+    assert [(s.step, s.value, s.wall_time) for s in scalars] == [(1, 1.0, 101.0), (2, 2.0, 102.0), (3, 30.0, 203.0)]
+
+
+# ------------------------------------------------------------------ errors
+
+
+def refused(result, *texts) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.startswith("error: ")
+    for text in texts:
+        assert text in result.stderr, (text, result.stderr)
+
+
+def test_unknown_checkpoint_lists_the_available_ones(run_dir, tmp_path):
+    refused(engine("export", run_dir, "--checkpoint", "step_7", "--adapter", tmp_path / "a"),
+            "step_7", "available: step_000002")
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_folder_that_is_not_empty_is_refused(run_dir, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    refused(engine("export", run_dir, "--merged", tmp_path / "out"), "not empty")
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+
+
+def test_missing_run_no_checkpoint_and_no_output_are_refused(run_dir, tmp_path):
+    refused(engine("export", tmp_path / "nowhere", "--adapter", tmp_path / "a"), "is not a folder")
+    refused(engine("export", run_dir), "--adapter OUT", "--tensorboard OUT")
+    empty = tmp_path / "never-trained"
+    empty.mkdir()
+    (empty / rundir.PRESET_FILE).write_text((run_dir / rundir.PRESET_FILE).read_text())
+    (empty / rundir.EVENTS_FILE).write_text(
+        '{"type":"run_finished","time":1.0,"step":0,"status":"stopped","during_setup":true,"reason":"SIGTERM"}\n')
+    refused(engine("export", empty, "--adapter", tmp_path / "a"), "no complete checkpoint to export",
+            "stopped during set-up")
+
+
+def test_tensorboard_not_installed_says_how_to_install_it(run_dir, tmp_path):
+    shadow = tmp_path / "shadow" / "tensorboard"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('no tensorboard here')\n")
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "shadow") + os.pathsep + env["PYTHONPATH"]
+    refused(engine("export", run_dir, "--tensorboard", tmp_path / "tb", env=env), "pip install tensorboard")
+    assert not (tmp_path / "tb").exists()
