@@ -88,12 +88,9 @@ def test_the_launcher_runs_the_engine_under_torchrun():
 
 
 @pytest.fixture
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
-    e["PYTHONUNBUFFERED"] = "1"
-    e["OMP_NUM_THREADS"] = "1"
-    return e
+def env(engine_env):
+    """conftest's engine environment, one thread a process (as torchrun sets it)."""
+    return {**engine_env, "OMP_NUM_THREADS": "1"}
 
 
 def torchrun(args: list[str], env: dict, nproc: int = 2) -> subprocess.CompletedProcess:

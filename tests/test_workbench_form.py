@@ -18,16 +18,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
 from workbench_helpers import small_preset, type_text
-from window_fixtures import show_setup_panel
-
-
-@pytest.fixture
-def panel(qtbot, tmp_path):
-    """The set-up panel on the tests' small preset, opened from a file, shown and active."""
-    widget = show_setup_panel(qtbot, tmp_path, size=(1400, 900))
-    qtbot.waitExposed(widget)
-    widget.activateWindow()
-    return widget
+from window_fixtures import panel  # noqa: F401 (fixture)
 
 
 def line(panel, path: str):

@@ -26,15 +26,7 @@ from workbench.runs.launcher import EngineProcess, engine_command
 from workbench.setup import checks
 from workbench.setup.checks import GPUS, PROCESSES, launch_problems
 from workbench_helpers import small_preset
-from window_fixtures import click, make_window, window, show_setup_panel  # noqa: F401 (fixtures)
-
-
-@pytest.fixture
-def panel(qtbot, tmp_path):
-    widget = show_setup_panel(qtbot, tmp_path, size=(1400, 900))
-    qtbot.waitExposed(widget)
-    widget.activateWindow()
-    return widget
+from window_fixtures import click, make_window, panel, window  # noqa: F401 (fixtures)
 
 
 def type_processes(qtbot, spin, text: str) -> None:

@@ -110,3 +110,12 @@ def show_setup_panel(qtbot, folder: Path, size: tuple[int, int] | None = None) -
         widget.resize(*size)
     widget.show()
     return widget
+
+
+@pytest.fixture
+def panel(qtbot, tmp_path):
+    """The set-up panel on the tests' small preset, opened from a file, shown and active."""
+    widget = show_setup_panel(qtbot, tmp_path, size=(1400, 900))
+    qtbot.waitExposed(widget)
+    widget.activateWindow()
+    return widget
