@@ -5,6 +5,7 @@
     rl-engine validate PRESET [--set key=value ...] [--nproc-per-node N]
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
     rl-engine export RUN_DIR [--checkpoint step_N] [--adapter OUT] [--merged OUT] [--tensorboard OUT]
+    rl-engine fork RUN_DIR [--checkpoint step_N] [--run-dir NEW] [--set key=value ...] [--nproc-per-node N]
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
@@ -223,7 +224,8 @@ def progress_postfix(metrics: dict) -> dict[str, str]:
     return shown
 
 
-def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool) -> int:
+def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool,
+          fork_of: dict | None = None) -> int:
     """Set up and run the trainer; every way it ends writes a final event: run_finished
     (done, stopped, or stopped during set-up) or run_failed (a failure, or a second
     Ctrl-C). Exit status 0 for run_finished, 1 for run_failed."""
@@ -264,7 +266,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]
         on_step, close = progress_callback(preset.training.max_steps, start, quiet)
         try:
-            status = trainer.run(on_step=on_step, resume_from=resume_from)
+            status = trainer.run(on_step=on_step, resume_from=resume_from, fork_of=fork_of)
         finally:
             close()
         stop.phase = FINISHING
@@ -416,6 +418,14 @@ def cmd_try_reward(args) -> int:
     return EXIT_OK
 
 
+def cmd_fork(args) -> int:
+    """A new run from a run's checkpoint with --set overrides (engine/fork.py). Exit 0 or 1
+    as `run`; 2 for bad input (no such checkpoint, a field the checkpoint fixes)."""
+    from engine.fork import run_fork
+
+    return run_fork(args, train, setup_logging)
+
+
 def cmd_export(args) -> int:
     """A run's checkpoint as a peft adapter folder or a merged model, its events as
     TensorBoard files (engine/export.py). Exit 0; 2 for bad input; 1 when writing fails."""
@@ -467,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.export import add_export_parser
 
     add_export_parser(sub).set_defaults(func=cmd_export)
+    from engine.fork import add_fork_parser
+
+    add_fork_parser(sub).set_defaults(func=cmd_fork)
     return parser
 
 
@@ -474,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     global _ACTIVE_STOP, _UNFINISHED_RUN
     argv = sys.argv[1:] if argv is None else list(argv)
     stop = previous = None
-    if argv[:1] in (["run"], ["resume"]):
+    if argv[:1] in (["run"], ["resume"], ["fork"]):
         # First thing, before anything heavy is imported: a SIGTERM in the engine's first
         # seconds is recorded, and the run folder still gets its final event.
         stop = StopFlag(phase=STARTING)

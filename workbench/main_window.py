@@ -47,11 +47,12 @@ from workbench.settings import Settings
 from workbench.setup import PresetDocument, SetupPanel
 from workbench.window.names import (CANCEL, DASHBOARD, DISCARD, INSPECTOR, LEAVE_RUNNING, LOG,  # noqa: F401
                                     RUNS, SAMPLES, SAVE, SETUP, STOP_RUN)
+from workbench.window.fork import ForkMixin
 from workbench.window.presets import PresetsMixin
 from workbench.window.run_control import RunControlMixin, run_dir_name  # noqa: F401
 
 
-class MainWindow(PresetsMixin, RunControlMixin, QMainWindow):
+class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
     """Signals: `run_launched(path)`, `engine_finished(exit code)` (tests wait on them)."""
 
     run_launched = Signal(Path)
@@ -128,6 +129,7 @@ class MainWindow(PresetsMixin, RunControlMixin, QMainWindow):
         self.runs_view.open_requested.connect(self.open_run)
         self.runs_view.compare_requested.connect(self.compare_runs)
         self.runs_view.preset_requested.connect(self.load_run_preset)
+        self.runs_view.fork_requested.connect(self.fork_run)
         self.runs_view.folder_changed.connect(self._runs_folder_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
 

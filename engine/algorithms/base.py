@@ -472,13 +472,15 @@ class Trainer(Declares):
                if self.world.distributed else {}),
         }
 
-    def run(self, on_step=None, resume_from: Path | None = None) -> str:
+    def run(self, on_step=None, resume_from: Path | None = None, fork_of: dict | None = None) -> str:
         """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
         (the caller writes run_failed), and StopDuringSetup, before writing anything, when a
         stop came during set-up.
 
         A checkpoint is saved every save_steps and at the end, unless no step was trained
-        (stopped before the first step: nothing new to save) or this step is saved already."""
+        (stopped before the first step: nothing new to save) or this step is saved already.
+        `fork_of` (with resume_from, a checkpoint of another run): a new run, a fork, whose
+        run_started carries `parent` (engine/fork.py)."""
         self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Rank 0 alone writes the run directory; the other ranks' events go nowhere.
@@ -496,8 +498,14 @@ class Trainer(Declares):
             else:
                 self.load_checkpoint(resume_from)
                 self._saved_step = self.step
-                self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
-                                 data_position=self.stream.position, **self.run_started_fields())
+                if fork_of is not None:  # a new run from another run's checkpoint
+                    self._saved_step = None
+                    if self.world.is_main:
+                        save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
+                    self.events.emit("run_started", step=self.step, parent=fork_of, **self.run_started_fields())
+                else:
+                    self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
+                                     data_position=self.stream.position, **self.run_started_fields())
             first_step = self.step
             while self.step < self.cfg.max_steps and not self.stop_agreed():
                 metrics = self.train_step_that_fits()
@@ -519,7 +527,8 @@ class Trainer(Declares):
             fields = {}
             if self.step == first_step and status == "stopped":
                 fields["message"] = ("stopped before the first step: nothing new to checkpoint"
-                                     + ("" if resume_from is None else f"; resume continues from {resume_from.name}"))
+                                     + ("" if resume_from is None or fork_of
+                                        else f"; resume continues from {resume_from.name}"))
             newest = rundir.complete_checkpoints(self.run_dir)
             reason = "max_steps reached"
             if status == "stopped":

@@ -102,6 +102,21 @@ def save_checkpoint(self: "Trainer") -> Path:
     return final
 
 
+def _apply_optimizer_settings(self: "Trainer") -> None:
+    """The preset's AdamW settings over those the loaded optimizer and scheduler states
+    carry, at the schedule's position: a fork (or a resume) with --set
+    training.learning_rate (weight_decay, adam_beta1/2) trains with the new value. With
+    the same settings these are the very values the checkpoint had (LambdaLR's formula)."""
+    cfg = self.cfg
+    self.scheduler.base_lrs = [cfg.learning_rate for _ in self.optimizer.param_groups]
+    step = self.scheduler.last_epoch
+    lrs = [base * rule(step) for rule, base in zip(self.scheduler.lr_lambdas, self.scheduler.base_lrs)]
+    for group, lr in zip(self.optimizer.param_groups, lrs):
+        group.update(lr=lr, initial_lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                     weight_decay=cfg.weight_decay)
+    self.scheduler._last_lr = lrs
+
+
 def load_checkpoint(self: "Trainer", folder: Path) -> None:
     """Every rank reads the same checkpoint and takes its own random states from it. A
     different number of processes is refused: the ranks' sampling streams and shares of
@@ -127,6 +142,7 @@ def load_checkpoint(self: "Trainer", folder: Path) -> None:
         set_peft_model_state_dict(self.model, load_peft_weights(str(folder), device=str(self.device)))
         self.optimizer.load_state_dict(state["optimizer"])
     self.scheduler.load_state_dict(state["scheduler"])
+    _apply_optimizer_settings(self)
     ranks = state.get("ranks") or [state]  # a checkpoint from before several processes
     _set_rank_random_state(self, ranks[self.world.rank])
     self.generator.set_state(state["generator"])

@@ -55,6 +55,17 @@ def engine_command(preset_path: Path, run_dir: Path, python: str | None = None, 
     return command
 
 
+def engine_fork_command(parent: Path, checkpoint: str, run_dir: Path, sets: list[str] = (),
+                        python: str | None = None) -> list[str]:
+    """The engine's command line for a fork of `parent` from its checkpoint `checkpoint`
+    (folder name) into `run_dir`, with `--set KEY=VALUE` for each of `sets`."""
+    command = [python or sys.executable, "-m", "engine", "fork", str(parent), "--checkpoint", checkpoint,
+               "--run-dir", str(run_dir), "--quiet"]
+    for item in sets:
+        command += ["--set", item]
+    return command
+
+
 class EngineHandle(QObject):
     """What the window needs of a running engine, launched here or found running.
 
@@ -152,11 +163,12 @@ class EngineProcess(EngineHandle):
 
     def __init__(self, run_dir: Path, preset_path: Path, python: str | None = None, env: dict | None = None,
                  stop_timeout_s: float = 120.0, kill_timeout_s: float = 10.0, parent=None, processes: int = 1,
-                 gpus: str = ""):
+                 gpus: str = "", command: list[str] | None = None):
         super().__init__(run_dir, stop_timeout_s, kill_timeout_s, parent)
         self.preset_path = Path(preset_path)
         self.processes = processes
-        self.command = engine_command(self.preset_path, self.run_dir, python, processes, gpus)
+        # `command`: another engine command than `run` (a fork: engine_fork_command).
+        self.command = command or engine_command(self.preset_path, self.run_dir, python, processes, gpus)
         self.env = dict(env or engine_environment())
         if gpus and processes <= 1:
             # One process takes no --gpus (the command stays as it always was): the same

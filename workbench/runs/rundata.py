@@ -54,6 +54,7 @@ class RunData:
         self.lifecycle: str | None = None  # type of the last lifecycle event
         self._last_lifecycle: dict = {}
         self.checkpoints: list[dict] = []
+        self.parent: dict | None = None  # a fork's run_started `parent`: {run, checkpoint, step}
         # (step, samples) of each eval event: greedy completions of the same held-out
         # prompts at every evaluation (the inspector's prompt history follows them).
         self.eval_samples: list[tuple[int, list[dict]]] = []
@@ -131,6 +132,8 @@ class RunData:
                 self.lifecycle = kind
                 self._last_lifecycle = event
                 if kind in ("run_started", "run_resumed"):
+                    if kind == "run_started":
+                        self.parent = event.get("parent") if isinstance(event.get("parent"), dict) else None
                     if kind == "run_resumed" and isinstance(step, int):
                         # Steps after the checkpoint are being redone: their old values go.
                         dropped = self.metrics.truncate_after(step) + self.evals.truncate_after(step)

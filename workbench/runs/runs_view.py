@@ -13,6 +13,7 @@ from PySide6.QtCore import QAbstractTableModel, QItemSelectionModel, QModelIndex
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QMenu,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
@@ -32,7 +33,7 @@ STATUS_COLOURS = {
     "running": "#1565c0", "starting": "#1565c0", "done": "#1e7e34", "stopped": "#8a6d00",
     "failed": "#b00020", "interrupted": "#b00020", "stale": "#c75000",
 }
-COLUMNS = ("name", "algorithm", "model", "status", "steps", "last reward", "started")
+COLUMNS = ("name", "algorithm", "model", "status", "steps", "last reward", "started", "family")
 
 
 def format_started(timestamp: float | None) -> str:
@@ -87,9 +88,13 @@ class RunsModel(QAbstractTableModel):
                 return "" if run.last_reward is None else f"{run.last_reward:.4g}"
             if column == "started":
                 return format_started(run.started)
+            if column == "family":
+                return run.family
         if role == Qt.ForegroundRole and column == "status":
             return QColor(STATUS_COLOURS.get(run.status, "#333"))
         if role == Qt.ToolTipRole:
+            if column == "family" and run.parent:
+                return f"forked from {run.parent.get('run')} at {run.parent.get('checkpoint')}"
             return run.note or str(run.path)
         if role == Qt.TextAlignmentRole and column in ("steps", "last reward"):
             return int(Qt.AlignRight | Qt.AlignVCenter)
@@ -98,11 +103,12 @@ class RunsModel(QAbstractTableModel):
 
 class RunsView(QWidget):
     """Signals: open_requested(path), compare_requested([paths]), preset_requested(path),
-    folder_changed(path)."""
+    fork_requested(path), folder_changed(path)."""
 
     open_requested = Signal(Path)
     compare_requested = Signal(list)
     preset_requested = Signal(Path)
+    fork_requested = Signal(Path)
     folder_changed = Signal(Path)
 
     def __init__(self, folder: Path, parent=None):
@@ -133,12 +139,15 @@ class RunsView(QWidget):
         self.compare_button = QPushButton("Compare selected")
         self.compare_button.setToolTip("Overlay the curves of the selected runs (select two or more with Ctrl/Shift)")
         self.preset_button = QPushButton("Load its preset into Set-up")
+        self.fork_button = QPushButton("Fork from here…")
+        self.fork_button.setToolTip("A new run from one of this run's checkpoints, with settings changed")
         self.hint = QLabel("Double-click a run to open it; select two or more and Compare.")
         self.hint.setStyleSheet("color:#5f6368")
         buttons = QHBoxLayout()
         buttons.addWidget(self.open_button)
         buttons.addWidget(self.compare_button)
         buttons.addWidget(self.preset_button)
+        buttons.addWidget(self.fork_button)
         buttons.addWidget(self.hint, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -152,6 +161,9 @@ class RunsView(QWidget):
         self.open_button.clicked.connect(self._open)
         self.compare_button.clicked.connect(self._compare)
         self.preset_button.clicked.connect(self._preset)
+        self.fork_button.clicked.connect(self._fork)
+        self.table.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
         self.set_folder(folder)
 
@@ -193,6 +205,7 @@ class RunsView(QWidget):
         count = len(self.selected_paths())
         self.open_button.setEnabled(count == 1)
         self.preset_button.setEnabled(count == 1)
+        self.fork_button.setEnabled(count == 1)
         self.compare_button.setEnabled(count >= 2)
 
     def _open(self) -> None:
@@ -209,6 +222,25 @@ class RunsView(QWidget):
         paths = self.selected_paths()
         if len(paths) == 1:
             self.preset_requested.emit(paths[0])
+
+    def _fork(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) == 1:
+            self.fork_requested.emit(paths[0])
+
+    def context_menu(self, row: int) -> QMenu:
+        """The menu of a run's row: Open, Fork from here…, Load its preset."""
+        path = self.model.runs[row].path
+        menu = QMenu(self)
+        menu.addAction("Open", lambda: self.open_requested.emit(path))
+        menu.addAction("Fork from here…", lambda: self.fork_requested.emit(path))
+        menu.addAction("Load its preset into Set-up", lambda: self.preset_requested.emit(path))
+        return menu
+
+    def _context_menu(self, pos) -> None:
+        index = self.table.indexAt(pos)
+        if index.isValid() and index.row() < len(self.model.runs):
+            self.context_menu(index.row()).exec(self.table.viewport().mapToGlobal(pos))
 
 
 _STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")

@@ -30,6 +30,27 @@ class RunSummary:
     last_reward: float | None = None
     started: float | None = None  # Unix time of run_started
     preset: dict | None = None
+    parent: dict | None = None  # a fork's: run_started's `parent` {run, checkpoint, step}
+    forks: int = 0  # runs of the same folder forked from this one
+
+    @property
+    def family(self) -> str:
+        """"fork of NAME @ step N", "2 forks", both, or ""."""
+        parts = [fork_label(self.parent)] if self.parent else []
+        if self.forks:
+            parts.append(f"{self.forks} fork{'s' if self.forks > 1 else ''}")
+        return "; ".join(parts)
+
+
+def fork_label(parent: dict | None) -> str:
+    """How the runs list names a fork's origin.
+
+    >>> fork_label({"run": "/runs/grpo-sort-20260101-000000", "checkpoint": "step_000050", "step": 50})
+    'fork of grpo-sort-20260101-000000 @ step 50'
+    """
+    if not isinstance(parent, dict) or not parent.get("run"):
+        return ""
+    return f"fork of {Path(str(parent['run'])).name} @ step {parent.get('step', '?')}"
 
 
 _TAIL_BYTES = 256 * 1024
@@ -54,6 +75,7 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
         summary.algorithm = str(first.get("algorithm") or "")
         summary.model = str((first.get("model") or {}).get("name_or_path") or "")
         summary.max_steps = first.get("max_steps")
+        summary.parent = first.get("parent") if isinstance(first.get("parent"), dict) else None
     if summary.preset is None:
         for path in (run_dir / rundir.PRESET_FILE, workbench_dir(run_dir) / LAUNCH_PRESET):
             try:
@@ -130,6 +152,13 @@ class RunIndex:
                 self._cache[folder] = (stamp, summary)
             found.append(self._cache[folder][1])
         found.sort(key=lambda s: s.started or 0, reverse=True)
+        by_path = {s.path.resolve(): s for s in found}
+        for summary in found:
+            summary.forks = 0
+        for summary in found:
+            parent = by_path.get(Path(str(summary.parent["run"])).resolve()) if summary.parent else None
+            if parent is not None:
+                parent.forks += 1
         return found
 
 
