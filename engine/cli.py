@@ -202,6 +202,15 @@ def progress_callback(max_steps: int, start_step: int, quiet: bool):
     return on_step, bar.close
 
 
+def print_alarm(alarm: dict) -> None:
+    """An alarm's warning line on stderr, above the progress bar (--quiet too: it is not progress)."""
+    from tqdm import tqdm
+
+    from engine.alarms import alarm_line
+
+    tqdm.write(f"warning: {alarm_line(alarm)}", file=sys.stderr)
+
+
 # What the progress bar shows, first found first: GRPO and PPO log `reward`, DPO logs
 # `loss` and `rewards/accuracies` (no reward: it samples nothing while training).
 _POSTFIX = (("reward", "reward"), ("rewards/accuracies", "acc"), ("loss", "loss"))
@@ -265,6 +274,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         if resume_from is not None:
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]
         on_step, close = progress_callback(preset.training.max_steps, start, quiet)
+        trainer.on_alarm = print_alarm
         try:
             status = trainer.run(on_step=on_step, resume_from=resume_from, fork_of=fork_of)
         finally:
@@ -480,6 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.fork import add_fork_parser
 
     add_fork_parser(sub).set_defaults(func=cmd_fork)
+    from engine.playground import add_playground_parser
+
+    add_playground_parser(sub)  # score-rewards: the reward playground's scoring (engine/playground.py)
     return parser
 
 

@@ -10,7 +10,12 @@
 An OUT that exists and is not empty is refused; each output is written to a hidden
 folder beside OUT and renamed when complete, so a failed export leaves no half folder.
 Exit status 0; 2 for bad input (no such run or checkpoint, OUT not empty, tensorboard
-not installed); 1 when loading or writing fails.
+not installed); 1 when loading or writing fails, or when SIGTERM cancels it (the hidden
+folder is removed first).
+
+`--progress` prints a line on stdout as each stage starts, for programs that show
+progress (the window's Export dialog): `progress: DONE/TOTAL WHAT`, DONE the stages
+finished of TOTAL for every output asked for, and a last `progress: TOTAL/TOTAL done`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -100,6 +106,54 @@ class _Staged:
         if self.out.is_dir():
             self.out.rmdir()  # empty: check_output made sure
         self.tmp.rename(self.out)
+
+
+# ------------------------------------------------------------------ progress
+
+# The stages of each output, in the order they are announced (the totals come from here).
+STAGES = {
+    "run": ("reading the run's events",),
+    "--adapter": ("adapter: copying the checkpoint's adapter", "adapter: saving the tokenizer",
+                  "adapter: writing the model card"),
+    "--merged": ("merged: loading the tokenizer", "merged: loading the base model", "merged: applying the adapter",
+                 "merged: merging", "merged: saving", "merged: tokenizer and model card"),
+    "--tensorboard": ("tensorboard: writing the event files",),
+}
+
+
+class Progress:
+    """`progress: DONE/TOTAL WHAT` lines on stdout as each stage starts (when on); a
+    stage may repeat its line with a detail (events written so far) without finishing.
+
+    >>> p = Progress(2, on=True); p.stage("reading the run's events"); p.stage("adapter"); p.finish()
+    progress: 0/2 reading the run's events
+    progress: 1/2 adapter
+    progress: 2/2 done
+    """
+
+    def __init__(self, total: int, on: bool):
+        self.total, self.on, self.done = total, on, -1
+
+    def stage(self, what: str) -> None:
+        self.done += 1
+        self.detail(what)
+
+    def detail(self, what: str) -> None:
+        if self.on:
+            print(f"progress: {max(self.done, 0)}/{self.total} {what}", flush=True)
+
+    def finish(self) -> None:
+        self.done = self.total
+        self.detail("done")
+
+
+class Cancelled(BaseException):
+    """SIGTERM during an export (the window's Cancel): a BaseException, so that no
+    library's `except Exception` swallows it on the way out through _Staged."""
+
+
+def _cancel_on_sigterm(signum, frame) -> None:
+    raise Cancelled()
 
 
 # ------------------------------------------------------------------ the model card
@@ -220,11 +274,17 @@ def _tokenizer(preset, run_dir: Path):
     return tokenizer
 
 
-def export_adapter(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict]) -> None:
+def export_adapter(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict],
+                   progress: Progress | None = None) -> None:
+    stages = iter(STAGES["--adapter"])
+    stage = progress.stage if progress is not None else (lambda what: None)
     with _Staged(out) as tmp:
+        stage(next(stages))
         for file in sorted(checkpoint.glob("adapter_*")):
             shutil.copy2(file, tmp / file.name)
+        stage(next(stages))
         _tokenizer(preset, run_dir).save_pretrained(tmp)
+        stage(next(stages))
         (tmp / "README.md").write_text(model_card(preset, run_dir, checkpoint, events, merged=False), encoding="utf-8")
 
 
@@ -259,12 +319,34 @@ def _advance(bar, next_stage: str) -> None:
         bar.set_postfix_str(next_stage)
 
 
-def export_merged(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict], quiet: bool) -> None:
+class _MergedBar:
+    """The merged export's tqdm bar (for a terminal) and its progress lines, advanced
+    together: `update(1)` / `set_postfix_str(next stage)` as load_merged calls them."""
+
+    def __init__(self, bar, progress: Progress | None):
+        self.bar, self.progress = bar, progress
+        self.stages = iter(STAGES["--merged"][2:])  # the first two are announced by export_merged
+
+    def update(self, n: int) -> None:
+        self.bar.update(n)
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+        if self.progress is not None:
+            self.progress.stage(next(self.stages))
+
+
+def export_merged(preset, run_dir: Path, checkpoint: Path, out: Path, events: list[dict], quiet: bool,
+                  progress: Progress | None = None) -> None:
     from tqdm import tqdm
 
-    with tqdm(total=5, desc="merged", unit="stage", file=sys.stderr, disable=quiet, dynamic_ncols=True) as bar:
-        bar.set_postfix_str("loading the base model")
+    stage = progress.stage if progress is not None else (lambda what: None)
+    with tqdm(total=5, desc="merged", unit="stage", file=sys.stderr, disable=quiet, dynamic_ncols=True) as tq:
+        bar = _MergedBar(tq, progress)
+        tq.set_postfix_str("loading the base model")
+        stage(STAGES["--merged"][0])
         tokenizer = _tokenizer(preset, run_dir)
+        stage(STAGES["--merged"][1])
         model = load_merged(preset, checkpoint, bar)
         if model.generation_config is not None and model.generation_config.pad_token_id is None:
             model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -277,18 +359,24 @@ def export_merged(preset, run_dir: Path, checkpoint: Path, out: Path, events: li
             bar.update(1)
 
 
-def export_tensorboard(events: list[dict], out: Path, quiet: bool) -> int:
+def export_tensorboard(events: list[dict], out: Path, quiet: bool, progress: Progress | None = None) -> int:
     """The events as TensorBoard files in `out`; returns the TensorBoard events written."""
     from tqdm import tqdm
 
     from engine.tensorboard_events import TensorBoardEvents
 
+    what = STAGES["--tensorboard"][0]
+    if progress is not None:
+        progress.stage(what)
+    every = max(1, len(events) // 20)  # about twenty detail lines, however long the run
     with _Staged(out) as tmp:
         board = TensorBoardEvents(tmp)
         try:
-            for event in tqdm(events, desc="tensorboard", unit="event", file=sys.stderr, disable=quiet,
-                              dynamic_ncols=True):
+            for i, event in enumerate(tqdm(events, desc="tensorboard", unit="event", file=sys.stderr,
+                                           disable=quiet, dynamic_ncols=True), 1):
                 board.write(event)
+                if progress is not None and (i % every == 0 or i == len(events)):
+                    progress.detail(f"{what} ({i}/{len(events)} events)")
         finally:
             board.close()
         return board.written
@@ -321,27 +409,40 @@ def run_export(args) -> int:
     except RuntimeError as exc:  # TensorBoardMissing
         print(f"error: --tensorboard: {exc}", file=sys.stderr)
         return EXIT_INVALID
-    events = rundir.read_events(run_dir)
+    progress = Progress(sum(len(STAGES[key]) for key in ["run", *outs]), getattr(args, "progress", False))
     try:
+        previous = signal.signal(signal.SIGTERM, _cancel_on_sigterm)
+    except ValueError:  # not the main thread (run_export called from a program): no cancelling by SIGTERM
+        previous = None
+    try:
+        progress.stage(STAGES["run"][0])
+        events = rundir.read_events(run_dir)
         if needs_model:
             from engine.hub_access import go_offline_if_unreachable, hub_ids_of
 
             go_offline_if_unreachable(hub_ids_of(preset, run_dir))  # before the hub libraries load
         if "--adapter" in outs:
-            export_adapter(preset, run_dir, checkpoint, outs["--adapter"], events)
+            export_adapter(preset, run_dir, checkpoint, outs["--adapter"], events, progress)
             print(f"adapter ({checkpoint.name}): {outs['--adapter']}  "
-                  "(PeftModel.from_pretrained(base_model, FOLDER))")
+                  "(PeftModel.from_pretrained(base_model, FOLDER))", flush=True)
         if "--merged" in outs:
-            export_merged(preset, run_dir, checkpoint, outs["--merged"], events, args.quiet)
+            export_merged(preset, run_dir, checkpoint, outs["--merged"], events, args.quiet, progress)
             print(f"merged model ({checkpoint.name}): {outs['--merged']}  "
-                  "(AutoModelForCausalLM.from_pretrained(FOLDER))")
+                  "(AutoModelForCausalLM.from_pretrained(FOLDER))", flush=True)
         if "--tensorboard" in outs:
-            count = export_tensorboard(events, outs["--tensorboard"], args.quiet)
+            count = export_tensorboard(events, outs["--tensorboard"], args.quiet, progress)
             print(f"tensorboard ({count} summaries from {len(events)} events): {outs['--tensorboard']}  "
-                  f"(tensorboard --logdir {outs['--tensorboard']})")
+                  f"(tensorboard --logdir {outs['--tensorboard']})", flush=True)
+        progress.finish()
+    except Cancelled:
+        print("error: export cancelled (SIGTERM); the output being written was removed", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as exc:  # loading or writing failed: say what, no traceback
         print(f"error: {failure_message(exc)}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return EXIT_OK
 
 
@@ -355,4 +456,6 @@ def add_export_parser(sub):
     p.add_argument("--merged", metavar="OUT", help="write the base model with the adapter merged in (fp32)")
     p.add_argument("--tensorboard", metavar="OUT", help="write the run's events as TensorBoard event files")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--progress", action="store_true", help="print `progress: DONE/TOTAL WHAT` lines on stdout as "
+                   "each stage starts (for programs that show progress, like the window)")
     return p

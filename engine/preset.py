@@ -17,9 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -27,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from engine.alarms.config import AlarmsConfig
+from engine.preset_base import Float, Section  # noqa: F401  (re-exported)
 from engine.preset_errors import PresetError, format_errors
 from engine.preset_io import (  # noqa: F401  (re-exported: engine.preset is where callers import them)
     apply_overrides, preset_to_dict, preset_to_yaml, read_preset_dict, save_preset,
@@ -37,30 +36,6 @@ from engine.preset_limits import (
 )
 
 BUILTIN_MODEL = "builtin:tiny"
-
-_FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|infinity|nan)$", re.I)
-
-
-def _yaml_float(value: Any) -> Any:
-    # YAML 1.1 reads `1e-3` (no dot) as a string; users write learning rates that way,
-    # so numeric text is accepted for float fields. Anything else goes on to strict checks.
-    # 'inf' / 'nan' are converted too, so that they are refused as non-finite numbers
-    # (Section's allow_inf_nan) rather than as text.
-    if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-        return float(value)
-    return value
-
-
-Float = Annotated[float, BeforeValidator(_yaml_float)]
-
-
-class Section(BaseModel):
-    """Base of every preset section: unknown keys and wrong types are errors."""
-
-    # allow_inf_nan=False: every float field of every section refuses .inf and .nan (no
-    # loss weight, rate or temperature means them), with the one message "finite number".
-    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True, allow_inf_nan=False)
-
 
 # --------------------------------------------------------------------------- model
 
@@ -462,6 +437,7 @@ class Preset(Section):
         description="Reward components; the total reward is their weighted sum.",
     )
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    alarms: AlarmsConfig = Field(default_factory=AlarmsConfig)
 
     @model_validator(mode="after")
     def _combinations(self):

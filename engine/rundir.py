@@ -28,7 +28,7 @@ CHECKPOINTS_DIR = "checkpoints"
 CHECKPOINT_STATE = "state.json"
 
 EVENT_TYPES = (
-    "run_started", "run_resumed", "metrics", "samples", "eval", "checkpoint", "micro_batch_size",
+    "run_started", "run_resumed", "metrics", "samples", "eval", "checkpoint", "micro_batch_size", "alarm",
     "run_finished", "run_failed",
 )
 

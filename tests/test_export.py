@@ -8,6 +8,7 @@ One short run on the built-in model (2 steps, report_to tensorboard) serves ever
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -237,3 +238,54 @@ def test_tensorboard_not_installed_says_how_to_install_it(run_dir, tmp_path):
     env["PYTHONPATH"] = str(tmp_path / "shadow") + os.pathsep + env["PYTHONPATH"]
     refused(engine("export", run_dir, "--tensorboard", tmp_path / "tb", env=env), "pip install tensorboard")
     assert not (tmp_path / "tb").exists()
+
+
+# ------------------------------------------------------------------ progress and cancelling
+
+
+def progress_lines(stdout: str) -> list[tuple[int, int, str]]:
+    found = [re.fullmatch(r"progress: (\d+)/(\d+) (.+)", line) for line in stdout.splitlines()
+             if line.startswith("progress: ")]
+    assert all(found), stdout
+    return [(int(m.group(1)), int(m.group(2)), m.group(3)) for m in found]
+
+
+def test_progress_lines_announce_each_stage_of_what_was_asked(run_dir, tmp_path):
+    from engine.export import STAGES
+
+    result = engine("export", run_dir, "--adapter", tmp_path / "a", "--tensorboard", tmp_path / "tb", "--progress")
+    assert result.returncode == 0, result.stderr
+    lines = progress_lines(result.stdout)
+    expected = [*STAGES["run"], *STAGES["--adapter"], *STAGES["--tensorboard"]]
+    assert {total for _, total, _ in lines} == {len(expected)}
+    done = [d for d, _, _ in lines]
+    assert done == sorted(done) and done[0] == 0 and lines[-1] == (len(expected), len(expected), "done")
+    # Each stage once, in order, as it starts (DONE counts those before it); the
+    # TensorBoard stage repeats its line with the events written so far.
+    firsts = {}
+    for d, _, what in lines[:-1]:
+        firsts.setdefault(d, what)
+    assert list(firsts.values()) == expected and list(firsts) == list(range(len(expected)))
+    events = len(rundir.read_events(run_dir))
+    assert lines[-2][2] == f"{STAGES['--tensorboard'][0]} ({events}/{events} events)"
+    assert not any("merged" in what for _, _, what in lines)
+    # The result lines are still there, and without --progress there is no progress line.
+    assert f"adapter (step_000002): {tmp_path / 'a'}" in result.stdout
+    quiet = engine("export", run_dir, "--adapter", tmp_path / "b")
+    assert quiet.returncode == 0 and "progress:" not in quiet.stdout
+
+
+def test_sigterm_cancels_an_export_and_leaves_no_half_folder(run_dir, tmp_path):
+    out = tmp_path / "merged"
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "export", str(run_dir), "--merged", str(out),
+                             "--progress", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(), cwd=ROOT)
+    first = proc.stdout.readline()  # the first stage has begun: the signal handler is in place
+    assert first.startswith("progress: 0/"), first
+    proc.terminate()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr and "error: export cancelled" in stderr
+    assert progress_lines(first + stdout)[-1][2] != "done"
+    assert not out.exists() and not (tmp_path / ".merged.export.tmp").exists()
+    assert list(tmp_path.iterdir()) == []

@@ -35,6 +35,8 @@ from PySide6.QtWidgets import (
 
 from engine import rundir
 from workbench import runs
+from workbench.alarms.model import arrival_message
+from workbench.alarms.panel import AlarmsPanel
 from workbench.dashboard import Dashboard, run_colour
 from workbench.inspector import InspectorView
 from workbench.runs.launcher import AttachedEngine, EngineHandle
@@ -47,12 +49,13 @@ from workbench.settings import Settings
 from workbench.setup import PresetDocument, SetupPanel
 from workbench.window.names import (CANCEL, DASHBOARD, DISCARD, INSPECTOR, LEAVE_RUNNING, LOG,  # noqa: F401
                                     RUNS, SAMPLES, SAVE, SETUP, STOP_RUN)
+from workbench.window.export import ExportMixin
 from workbench.window.fork import ForkMixin
 from workbench.window.presets import PresetsMixin
 from workbench.window.run_control import RunControlMixin, run_dir_name  # noqa: F401
 
 
-class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
+class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWindow):
     """Signals: `run_launched(path)`, `engine_finished(exit code)` (tests wait on them)."""
 
     run_launched = Signal(Path)
@@ -83,7 +86,15 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         self.header = RunHeader()
 
         dash_split = QSplitter(Qt.Horizontal)
-        dash_split.addWidget(self.dashboard)
+        # The plots over the Alarms panel (folded to its header while there are none).
+        self.alarms = AlarmsPanel()
+        self.dash_column = QSplitter(Qt.Vertical)
+        self.dash_column.addWidget(self.dashboard)
+        self.dash_column.addWidget(self.alarms)
+        self.dash_column.setStretchFactor(0, 2)
+        self.dash_column.setStretchFactor(1, 1)
+        self.dash_column.setCollapsible(1, False)
+        dash_split.addWidget(self.dash_column)
         compare_box = QWidget()
         compare_layout = QVBoxLayout(compare_box)
         compare_layout.setContentsMargins(0, 6, 6, 6)
@@ -105,6 +116,15 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         self.tabs.addTab(self.inspector, "Inspector")
         self.tabs.addTab(self.runs_view, "Runs")
         self.tabs.addTab(self.log_view, "Log")
+        # The reward playground: last, so the positions of the tabs before it stay as they were.
+        from workbench.playground.view import PlaygroundView
+
+        self.playground = PlaygroundView(
+            self.doc, current_run=lambda: self.shown[0].run_dir if self.shown else None,
+            runs_folder=lambda: self.settings.runs_path, show_setup=lambda: self.tabs.setCurrentWidget(self.setup))
+        self.tabs.addTab(self.playground, "Reward playground")
+        self.tabs.setTabToolTip(self.tabs.indexOf(self.playground), "Score a run's completions (or typed ones) "
+                                "with edited rewards, beside what the run had")
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()
@@ -126,10 +146,15 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         self.setup.validated.connect(self._validated)
         self.header.show_log.connect(self.show_engine_log)
         self.samples.inspect_requested.connect(self.inspect)
+        self.alarms.inspect_requested.connect(self.inspect)
+        self.alarms.samples_requested.connect(self.show_samples_of_steps)
+        self.alarms.alarms_arrived.connect(lambda alarms: self.show_message(arrival_message(alarms), "alarm"))
+        self.dashboard.alarm_clicked.connect(lambda alarm: self.alarms.select_event(alarm.event))
         self.runs_view.open_requested.connect(self.open_run)
         self.runs_view.compare_requested.connect(self.compare_runs)
         self.runs_view.preset_requested.connect(self.load_run_preset)
         self.runs_view.fork_requested.connect(self.fork_run)
+        self.runs_view.export_requested.connect(self.export_run)
         self.runs_view.folder_changed.connect(self._runs_folder_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
 
@@ -176,6 +201,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         menu.addAction(self.act_save_as)
         menu.addSeparator()
         menu.addAction(self.act_open_run)
+        menu.addAction(self.make_export_action())  # File ▸ Export Run… (workbench/window/export.py)
         menu.addSeparator()
         menu.addAction(self.act_quit)
         run_menu = self.menuBar().addMenu("&Run")
@@ -261,6 +287,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         self.dashboard.set_runs([run])
         self.compare_box.hide()
         self.samples.set_run(run)
+        self.alarms.set_run(run)
         self.inspector.set_run(run)
         self.log_view.set_run(path)
         if self.engine_dir is None or self.engine_dir.resolve() != path:
@@ -297,6 +324,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         width = self.dash_split.width() or self.width()
         self.dash_split.setSizes([max(400, width - 430), 430])
         self.samples.set_run(runs_[0])
+        self.alarms.set_run(runs_[0], of_run=True)
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
         self.clear_message("error")
@@ -352,6 +380,11 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, QMainWindow):
         """Open a sample's trajectory in the inspector (the samples table's double-click)."""
         self.tabs.setCurrentIndex(INSPECTOR)
         return self.inspector.open_trajectory(step, index)
+
+    def show_samples_of_steps(self, first: int, last: int) -> None:
+        """The Samples tab, filtered to steps first..last (an alarm's *Show samples*)."""
+        self.samples.show_steps(first, last)
+        self.tabs.setCurrentIndex(SAMPLES)
 
     # ================================================================== timer
 

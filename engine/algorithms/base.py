@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from engine import rundir
+from engine.alarms import AlarmWatcher, alarm_line
 from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
 from engine.algorithms.evaluation import evaluate_generations
@@ -129,6 +130,8 @@ class Trainer(Declares):
         self.stop = stop or StopFlag()
         self.step = 0
         self.nonfinite_steps = 0
+        self.watcher = AlarmWatcher(preset.alarms)
+        self.on_alarm = None  # called with each alarm event written (the CLI prints a line)
         self.events: rundir.EventWriter | None = None
         self._saved_step: int | None = None  # the step of the checkpoint saved last
 
@@ -504,6 +507,7 @@ class Trainer(Declares):
                         save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
                     self.events.emit("run_started", step=self.step, parent=fork_of, **self.run_started_fields())
                 else:
+                    self.watcher.replay(rundir.read_events(self.run_dir), until_step=self.step)
                     self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
                                      data_position=self.stream.position, **self.run_started_fields())
             first_step = self.step
@@ -511,6 +515,7 @@ class Trainer(Declares):
                 metrics = self.train_step_that_fits()
                 if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
                     self.events.emit("metrics", step=self.step, **metrics)
+                self.raise_alarms(self.watcher.observe_metrics(self.step, metrics))
                 if self.world.is_main:
                     self.write_step_outputs()
                 if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
@@ -557,9 +562,18 @@ class Trainer(Declares):
                                                     checkpointing=self.checkpointing)) from exc
         if result:
             self.events.emit("eval", step=self.step, **result)
+            self.raise_alarms(self.watcher.observe_eval(self.step, result))
             shown = ", ".join(f"{k} {v:.4g}" for k, v in result.items()
                               if k in ("accuracy", "reward", "preference_accuracy") and v is not None)
             log.info("eval at step %d: %s", self.step, shown or "no scores")
+
+    def raise_alarms(self, alarms: list[dict]) -> None:
+        """Write the watcher's alarms (engine/alarms), rank 0 alone."""
+        for alarm in alarms if self.world.is_main else ():
+            self.events.emit("alarm", **alarm)
+            log.warning(alarm_line(alarm))
+            if self.on_alarm is not None:
+                self.on_alarm(alarm)
 
     def _save_and_emit(self) -> None:
         path = self.save_checkpoint()  # every rank gives its random states; rank 0 writes

@@ -5,7 +5,8 @@ Models (no Qt; tests/test_import_graph.py holds them to it):
              declared (workbench/run_declaration.py reads the declaration)
   smoothing  the exponential moving average behind the smoothing slider
 Views (Qt): view (`Dashboard`: the controls over a grid of plots), curves (`MetricPlot`:
-one plot's curves, bands and readout; the run colours).
+one plot's curves, bands and readout; the run colours), markers (`AlarmMarker`: an
+alarm's line on the plot of its metric).
 
 The view names below load on first use, so importing a model pulls in no Qt.
 """

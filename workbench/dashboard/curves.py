@@ -1,5 +1,6 @@
 """One dashboard plot (`MetricPlot`): its curves for one run or several, the ± bands,
-the hover readout and the x axis; the run colours and line styles shared with the view.
+the hover readout, the x axis and the alarm markers (workbench/dashboard/markers.py);
+the run colours and line styles shared with the view.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.dashboard.markers import AlarmMarker, Mark
 from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec
 from workbench.dashboard.smoothing import SmoothedSeries
 from workbench.runs.rundata import MetricTable, RunData
@@ -199,6 +201,7 @@ class MetricPlot(QFrame):
         self.item.addItem(self.cursor, ignoreBounds=True)
         self.cursor.hide()
         self.curves: list[CurveItems] = []
+        self.markers: list[AlarmMarker] = []
         self._build(curves)
         self._legend = self._legend_html()
         self.readout.setText(self._legend)
@@ -265,6 +268,40 @@ class MetricPlot(QFrame):
         return out
 
     user_zoomed = Signal()
+    alarm_clicked = Signal(object)  # the Alarm of a marker clicked
+
+    # ----------------------------------------------------------------- alarms
+
+    def set_marks(self, marks: list[Mark]) -> None:
+        """Draw these alarm markers (replacing those drawn). Labels of markers near
+        each other are staggered down the plot so they do not cover each other."""
+        for marker in self.markers:
+            self.item.removeItem(marker)
+        self.markers = []
+        for k, mark in enumerate(sorted(marks, key=lambda m: m.x)):
+            marker = AlarmMarker(mark, position=0.92 - 0.14 * (k % 5))
+            marker.sigClicked.connect(self._marker_clicked)
+            self.item.addItem(marker, ignoreBounds=True)
+            self.markers.append(marker)
+
+    def _marker_clicked(self, marker: AlarmMarker, _event=None) -> None:
+        self.readout.setText(self._marker_html([marker]))
+        self.alarm_clicked.emit(marker.alarm)
+
+    def markers_near(self, scene_x: float, pixels: float = 6.0) -> list[AlarmMarker]:
+        """The markers within `pixels` of a scene x position (what the mouse is over)."""
+        box = self.item.getViewBox()
+        out = []
+        for marker in self.markers:
+            x = box.mapViewToScene(pg.Point(marker.value(), 0)).x()
+            if abs(x - scene_x) <= pixels:
+                out.append(marker)
+        return out
+
+    @staticmethod
+    def _marker_html(markers: list[AlarmMarker]) -> str:
+        return "&nbsp; ".join(f"<span style='color:{m.alarm.colour}'><b>⚠ {html.escape(m.mark.tooltip.splitlines()[0])}"
+                              f"</b> ({html.escape(m.alarm.steps_text)})</span>" for m in markers)
 
     def update_data(self, smoothing: float) -> None:
         any_values = False
@@ -336,7 +373,9 @@ class MetricPlot(QFrame):
             self.readout.setText(self._legend)
             return
         x = box.mapSceneToView(pos).x()
-        self.readout.setText(self.readout_at(x))
+        near = self.markers_near(pos.x())
+        # Over a marker: its alarm's title first, then the values there.
+        self.readout.setText((self._marker_html(near) + "<br>" if near else "") + self.readout_at(x))
         self.cursor.setPos(x)
         self.cursor.show()
 

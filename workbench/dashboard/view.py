@@ -12,6 +12,10 @@ its own line style; ± bands are drawn faint with their edges outlined in the ru
 (two filled bands would blend into one muddy colour), and a run whose curve is identical
 to another's (so hidden under it) is named in the legend ("B = A"). A curve of a few
 points is drawn with markers: a single point has no line to show.
+
+Each alarm of a run on show gets a marker line where its evidence began, on the plot of
+its metric (workbench/dashboard/markers.py); in a comparison every run's alarms are
+drawn, labelled with the run's name and in the run's line style.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from PySide6.QtWidgets import (
 from workbench.dashboard.curves import (
     COLUMNS, SHORT_SERIES, STEP, TIME, MetricPlot, identical_runs, run_colour,
 )
+from workbench.alarms.model import alarm_from_event
+from workbench.dashboard.markers import mark_for, plots_showing
 from workbench.dashboard.plotspec import EVAL, METRICS, CurveSpec, PlotSpec, choose_plots, expected_names
 from workbench.run_declaration import declaration_of
 from workbench.runs.rundata import RunData
@@ -47,6 +53,7 @@ class Dashboard(QWidget):
     overlay of several."""
 
     layout_changed = Signal()
+    alarm_clicked = Signal(object)  # the Alarm of a marker clicked on a plot
 
     def __init__(self, smoothing: float = 0.6, parent=None):
         super().__init__(parent)
@@ -57,6 +64,8 @@ class Dashboard(QWidget):
         self._other_metric = ""
         self.auto_x = True  # off once the user zooms or pans; Reset view turns it back on
         self._slice_pending = False
+        self._entries: list = []  # (PlotSpec, curves) of each plot, in order
+        self._marks_key: tuple | None = None
 
         self.smoothing = QSlider(Qt.Horizontal)
         self.smoothing.setObjectName("smoothing")
@@ -126,6 +135,7 @@ class Dashboard(QWidget):
         for run in self.runs:
             run.updated.connect(self._run_updated)
         self._layout_key = ()
+        self._marks_key = None
         self.placeholder.setVisible(not self.runs)
         self.scroll.setVisible(bool(self.runs))
         self._legend_key = None
@@ -186,9 +196,30 @@ class Dashboard(QWidget):
             self._rebuild(layout)  # draws every new plot
             return
         self._update_x_extent()
+        self.place_markers()
         for plot in self.plots:
             plot.stale = True
         self._draw_visible()
+
+    def place_markers(self) -> None:
+        """Put each alarm's marker on the plots of its metric (else on the first plot);
+        only when the alarms, the plots or the x axis changed."""
+        key = (self.x_mode, tuple(id(p) for p in self.plots), tuple((id(r), len(r.alarms)) for r in self.runs))
+        if key == self._marks_key:
+            return
+        self._marks_key = key
+        marks: dict[str, list] = {plot.spec.key: [] for plot in self.plots}
+        compare = len(self.runs) > 1
+        for r, run in enumerate(self.runs):
+            for event in run.alarms:
+                alarm = alarm_from_event(event)
+                keys = plots_showing(self._entries, alarm.metric) if alarm.metric else []
+                for plot_key in keys or [p.spec.key for p in self.plots[:1]]:
+                    mark = mark_for(run, r, alarm, self.x_mode, compare, on_own_plot=bool(keys))
+                    if mark is not None:
+                        marks[plot_key].append(mark)
+        for plot in self.plots:
+            plot.set_marks(marks[plot.spec.key])
 
     def _update_x_extent(self) -> None:
         """The x range every plot shows: 0 to max_steps while a run is short of it (the
@@ -226,6 +257,7 @@ class Dashboard(QWidget):
             plot.setParent(None)
             plot.deleteLater()
         self.plots = []
+        self._entries = []
         if layout is None:
             return
         entries = list(layout.plots)
@@ -250,6 +282,7 @@ class Dashboard(QWidget):
         for index, (spec, curves) in enumerate(entries):
             plot = MetricPlot(spec, curves, self.runs, self.x_mode, header=other_header if spec.key == "other" else None)
             plot.user_zoomed.connect(self._user_zoomed)
+            plot.alarm_clicked.connect(self.alarm_clicked)
             if first is None:
                 first = plot
                 plot.x_leader = True
@@ -259,12 +292,14 @@ class Dashboard(QWidget):
             plot.item.getViewBox().sigXRangeChanged.connect(self._x_range_changed)
             self.grid.addWidget(plot, index // COLUMNS, index % COLUMNS)
             self.plots.append(plot)
+            self._entries.append((spec, curves))
         for col in range(COLUMNS):
             self.grid.setColumnStretch(col, 1)
         # Lay the new plots out now, so the ones in view can be drawn before the first
         # paint (otherwise each is painted empty, then again with its data).
         self.scroll.widget().layout().activate()
         self._update_x_extent()
+        self.place_markers()
         weight = self.smoothing_weight
         for plot in self.plots:
             plot.show()

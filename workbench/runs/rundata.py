@@ -5,6 +5,9 @@ of this model, and a live run and a past run are read the same way (tail the eve
 `RunData.poll()` reads whatever was appended to events.jsonl since the last call (with
 engine.rundir's reader) and returns what changed; the window calls it on a timer. When
 something new arrived it emits `updated`, which the views of the run follow.
+
+`alarm` events (the engine's watch over its own metrics, docs/run-directory.md) are kept
+as logged, in order, in `RunData.alarms`; workbench/alarms/ shows them.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class RunUpdate:
     metrics: int = 0
     evals: int = 0
     samples: int = 0  # samples events (their generations are parsed when first shown)
+    alarms: int = 0  # alarm events
     lifecycle: bool = False
     rewound: bool = False  # a resume dropped steps that are being redone
 
@@ -54,6 +58,7 @@ class RunData:
         self.lifecycle: str | None = None  # type of the last lifecycle event
         self._last_lifecycle: dict = {}
         self.checkpoints: list[dict] = []
+        self.alarms: list[dict] = []  # `alarm` events with a kind and a step, in order (is_alarm)
         self.parent: dict | None = None  # a fork's run_started `parent`: {run, checkpoint, step}
         # (step, samples) of each eval event: greedy completions of the same held-out
         # prompts at every evaluation (the inspector's prompt history follows them).
@@ -126,6 +131,10 @@ class RunData:
                     self.eval_samples.append((step if isinstance(step, int) else 0, event["samples"]))
             elif kind == "checkpoint":
                 self.checkpoints.append(event)
+            elif kind == "alarm":
+                if is_alarm(event):
+                    self.alarms.append(event)
+                    update.alarms += 1
             elif kind in LIFECYCLE:
                 flush()
                 update.lifecycle = True
@@ -139,6 +148,11 @@ class RunData:
                         dropped = self.metrics.truncate_after(step) + self.evals.truncate_after(step)
                         self.samples.truncate_after(step)
                         self.eval_samples = [e for e in self.eval_samples if e[0] <= step]
+                        # Alarms of the redone steps go too: the watch fires them again
+                        # if the condition comes back.
+                        kept = [a for a in self.alarms if a["step"] <= step]
+                        dropped += len(self.alarms) - len(kept)
+                        self.alarms = kept
                         update.rewound = bool(dropped)
                     self.started, self.finished, self.failure = event, None, None
                 elif kind == "run_finished":
@@ -190,6 +204,17 @@ class RunData:
 
     def progress(self) -> Progress:
         return progress_of(self.metrics, self.last_step, self.max_steps)
+
+
+def is_alarm(event: dict) -> bool:
+    """Whether an `alarm` event can be shown: it names its kind and the step it fired
+    at (anything else in it may be missing or odd; the views make do).
+
+    >>> is_alarm({"type": "alarm", "kind": "kl_spike", "step": 3}), is_alarm({"type": "alarm", "step": 3})
+    (True, False)
+    """
+    kind, step = event.get("kind"), event.get("step")
+    return isinstance(kind, str) and bool(kind) and isinstance(step, int) and not isinstance(step, bool)
 
 
 def _read_yaml(path: Path) -> dict:

@@ -103,12 +103,13 @@ class RunsModel(QAbstractTableModel):
 
 class RunsView(QWidget):
     """Signals: open_requested(path), compare_requested([paths]), preset_requested(path),
-    fork_requested(path), folder_changed(path)."""
+    fork_requested(path), export_requested(path), folder_changed(path)."""
 
     open_requested = Signal(Path)
     compare_requested = Signal(list)
     preset_requested = Signal(Path)
     fork_requested = Signal(Path)
+    export_requested = Signal(Path)
     folder_changed = Signal(Path)
 
     def __init__(self, folder: Path, parent=None):
@@ -141,6 +142,9 @@ class RunsView(QWidget):
         self.preset_button = QPushButton("Load its preset into Set-up")
         self.fork_button = QPushButton("Fork from here…")
         self.fork_button.setToolTip("A new run from one of this run's checkpoints, with settings changed")
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Export this run: a checkpoint's LoRA adapter, a merged model, or its "
+                                      "metrics as TensorBoard events")
         self.hint = QLabel("Double-click a run to open it; select two or more and Compare.")
         self.hint.setStyleSheet("color:#5f6368")
         buttons = QHBoxLayout()
@@ -148,6 +152,7 @@ class RunsView(QWidget):
         buttons.addWidget(self.compare_button)
         buttons.addWidget(self.preset_button)
         buttons.addWidget(self.fork_button)
+        buttons.addWidget(self.export_button)
         buttons.addWidget(self.hint, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -162,6 +167,7 @@ class RunsView(QWidget):
         self.compare_button.clicked.connect(self._compare)
         self.preset_button.clicked.connect(self._preset)
         self.fork_button.clicked.connect(self._fork)
+        self.export_button.clicked.connect(self._export)
         self.table.setContextMenuPolicy(Qt.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
@@ -206,6 +212,7 @@ class RunsView(QWidget):
         self.open_button.setEnabled(count == 1)
         self.preset_button.setEnabled(count == 1)
         self.fork_button.setEnabled(count == 1)
+        self.export_button.setEnabled(count == 1)
         self.compare_button.setEnabled(count >= 2)
 
     def _open(self) -> None:
@@ -228,12 +235,18 @@ class RunsView(QWidget):
         if len(paths) == 1:
             self.fork_requested.emit(paths[0])
 
+    def _export(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) == 1:
+            self.export_requested.emit(paths[0])
+
     def context_menu(self, row: int) -> QMenu:
-        """The menu of a run's row: Open, Fork from here…, Load its preset."""
+        """The menu of a run's row: Open, Fork from here…, Export…, Load its preset."""
         path = self.model.runs[row].path
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.open_requested.emit(path))
         menu.addAction("Fork from here…", lambda: self.fork_requested.emit(path))
+        menu.addAction("Export…", lambda: self.export_requested.emit(path))
         menu.addAction("Load its preset into Set-up", lambda: self.preset_requested.emit(path))
         return menu
 

@@ -360,6 +360,18 @@ class SamplesView(QWidget):
         if self._stale:
             self._apply()
 
+    def show_steps(self, first: int, last: int) -> None:
+        """Show the samples of steps first..last only (an alarm's *Show samples*): the
+        step range set, the text filter cleared (it would hide some of them)."""
+        for box, value in ((self.step_from, first), (self.step_to, last)):
+            box.blockSignals(True)
+            box.setValue(value)
+            box.blockSignals(False)
+        self.search.blockSignals(True)
+        self.search.clear()
+        self.search.blockSignals(False)
+        self._filter_changed()
+
     def _filter_changed(self) -> None:
         low, high = self.step_from.value(), self.step_to.value()
         self.model.set_filter(self.search.text(), None if low < 0 else low, None if high < 0 else high)

@@ -56,7 +56,7 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
     return list(problems) + list(launch or []), notes, preview_prompts(data, seed, base_dir, model=model)
 
 
-SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training"}
+SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training", "alarms": "Alarms"}
 SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
 
 
@@ -113,7 +113,7 @@ class SetupPanel(QWidget):
         self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self, experiment, "")
         QVBoxLayout(experiment).addWidget(self.forms["experiment"])
         boxes: dict[str, QGroupBox] = {}
-        for key in ("model", "data", "training"):
+        for key in ("model", "data", "training", "alarms"):
             box = QGroupBox(SECTION_TITLES[key], self)
             box.setToolTip(top_specs[key].description)
             form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self, box, key)
@@ -133,7 +133,7 @@ class SetupPanel(QWidget):
         self.rewards = RewardsEditor(self)
 
         grid = QGridLayout()
-        columns = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards], [boxes["training"]]]
+        columns = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards], [boxes["training"], boxes["alarms"]]]
         for col, widgets in enumerate(columns):
             column = QVBoxLayout()
             for widget in widgets:

@@ -1,0 +1,297 @@
+"""One pure function per alarm: the run's metric and evaluation history in, a `Finding`
+(what it saw, over which steps, the numbers) or None out. Each alarm's title, why it
+matters and what to try are in KINDS. Thresholds come from the preset's `alarms`
+section (engine/alarms/config.py); the window is `alarms.window` steps.
+
+The metrics are the engine's own (TRL's names where TRL has them): `reward`,
+`frac_reward_zero_std`, `completions/mean_length`, `completions/clipped_ratio`, `kl`,
+`entropy`, `grad_norm`, `skipped_steps`; a metric an algorithm does not log leaves its
+alarms silent (DPO samples nothing while training: only the non-finite and held-out
+alarms apply to it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.alarms.config import AlarmsConfig
+
+__all__ = ["KINDS", "DETECTORS", "Finding", "History", "held_out_score"]
+
+
+@dataclass(frozen=True)
+class Kind:
+    title: str
+    why: str
+    try_fields: tuple[tuple[str, str], ...]  # (preset field, advice)
+
+
+KINDS: dict[str, Kind] = {
+    "no_learning_signal": Kind(
+        "No learning signal",
+        "Updates follow differences in reward between completions; where there are none (equal rewards, "
+        "truncated completions, a zero gradient), the steps teach the model nothing.",
+        (("algorithm.num_generations", "more completions per prompt make a group with different rewards likelier"),
+         ("rewards", "a reward with partial credit (e.g. sort_position beside exact_match) separates near misses"),
+         ("algorithm.temperature", "a higher temperature samples more varied completions"),
+         ("algorithm.max_completion_length", "room for the model to finish, if completions are cut off"))),
+    "kl_spike": Kind(
+        "KL spike",
+        "A sudden jump in KL means an update moved the policy far from the reference at once; such jumps often "
+        "precede a collapse into degenerate text.",
+        (("training.learning_rate", "lower it (e.g. by 3-10x)"),
+         ("training.max_grad_norm", "clip gradients harder"),
+         ("algorithm.beta", "a larger KL coefficient holds the policy nearer the reference"))),
+    "entropy_collapse": Kind(
+        "Entropy collapse",
+        "With little entropy left the policy samples nearly the same completion every time, so groups stop "
+        "differing and exploration ends.",
+        (("training.learning_rate", "lower it"),
+         ("algorithm.temperature", "sample at a higher temperature"),
+         ("algorithm.beta", "a KL penalty keeps the policy near the reference's spread"))),
+    "length_drift": Kind(
+        "Length drift",
+        "Completions grow or shrink while the held-out score stays put: the updates are changing how much the "
+        "model writes, not whether it is right.",
+        (("rewards", "check which component pays for length; add a length-neutral verifier or a brevity penalty"),
+         ("algorithm.max_completion_length", "bound the length"),
+         ("algorithm.loss_type", "`dr_grpo` or `dapo` normalise the loss without favouring long or short answers"))),
+    "reward_hacking": Kind(
+        "Reward rising with length",
+        "When the training reward rises only together with completion length, the policy may be earning reward "
+        "by writing more rather than by being right (the common reward-hacking sign).",
+        (("rewards", "read the samples of these steps; penalise length or reward only verified answers"),
+         ("algorithm.max_completion_length", "bound the length"),
+         ("data.eval_fraction", "a held-out split shows whether the gain is real"))),
+    "eval_falling": Kind(
+        "Held-out score falling",
+        "The training reward goes up while the held-out score goes down: the policy is fitting the reward or the "
+        "training prompts, not the task.",
+        (("rewards", "a reward that verifies the answer rather than its form"),
+         ("training.learning_rate", "lower it"),
+         ("algorithm.beta", "a KL penalty limits how far the policy drifts"),
+         ("training.max_steps", "stop at the best checkpoint (training.save_steps)"))),
+    "nonfinite_steps": Kind(
+        "Non-finite steps skipped",
+        "A NaN or inf loss or gradient skips the step; repeated, the run stops at training.max_nonfinite_steps.",
+        (("training.learning_rate", "lower it"),
+         ("training.max_grad_norm", "clip gradients harder"),
+         ("rewards", "check the rewards for extreme values"),
+         ("model.dtype", "bfloat16 rather than float16 (its range is wider)"))),
+}
+
+
+@dataclass
+class History:
+    """Every step's metrics and every evaluation the watcher has seen, in order."""
+
+    steps: list[int] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)
+    evals: list[tuple[int, dict]] = field(default_factory=list)
+
+    def series(self, key: str, last: int | None = None) -> list[tuple[int, float]]:
+        """(step, value) of the last `last` steps (all when None) where `key` is a finite number."""
+        rows = zip(self.steps[-last:] if last else self.steps, self.metrics[-last:] if last else self.metrics)
+        return [(s, float(m[key])) for s, m in rows if _number(m.get(key))]
+
+
+@dataclass(frozen=True)
+class Finding:
+    began: int
+    end: int
+    metric: str
+    saw: str
+    evidence: dict[str, list[list[float]]]
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mean(pairs: list[tuple[int, float]]) -> float:
+    return sum(v for _, v in pairs) / len(pairs)
+
+
+def _evidence(**series: list[tuple[int, float]]) -> dict[str, list[list[float]]]:
+    return {key.replace("__", "/"): [[s, round(v, 6)] for s, v in pairs] for key, pairs in series.items()}
+
+
+def _span(pairs: list[tuple[int, float]]) -> str:
+    return f"steps {pairs[0][0]}-{pairs[-1][0]}" if pairs[0][0] != pairs[-1][0] else f"step {pairs[0][0]}"
+
+
+def held_out_score(result: dict) -> tuple[str, float] | None:
+    """The held-out score an evaluation gives: accuracy by the verifier when there is one,
+    else DPO's preference accuracy, else the mean reward."""
+    for key in ("accuracy", "preference_accuracy", "reward"):
+        if _number(result.get(key)):
+            return key, float(result[key])
+    return None
+
+
+def _training_score(history: History) -> str | None:
+    for key in ("reward", "rewards/accuracies"):
+        if any(_number(m.get(key)) for m in history.metrics[-1:]):
+            return key
+    return None
+
+
+# ------------------------------------------------------------------ the detectors
+
+
+def no_learning_signal(history: History, cfg: AlarmsConfig) -> Finding | None:
+    checks = (
+        ("frac_reward_zero_std", lambda m: m >= cfg.equal_rewards_fraction,
+         lambda m, span: f"on average {m:.0%} of the prompt groups in {span} had completions that all got the same "
+                         f"reward (alarm at {cfg.equal_rewards_fraction:.0%}): their advantages are zero"),
+        ("completions/clipped_ratio", lambda m: m >= cfg.truncated_fraction,
+         lambda m, span: f"on average {m:.0%} of the completions in {span} were cut at max_completion_length "
+                         f"(alarm at {cfg.truncated_fraction:.0%})"),
+        ("grad_norm", lambda m: m <= 1e-8,
+         lambda m, span: f"the gradient norm was {m:.2g} on average in {span}: the updates changed nothing"),
+    )
+    for key, fires, words in checks:
+        pairs = history.series(key, cfg.window)
+        if len(pairs) == cfg.window and fires(_mean(pairs)):
+            return Finding(pairs[0][0], pairs[-1][0], key, words(_mean(pairs), _span(pairs)),
+                           _evidence(**{key.replace("/", "__"): pairs}))
+    return None
+
+
+def kl_spike(history: History, cfg: AlarmsConfig) -> Finding | None:
+    pairs = history.series("kl", cfg.window + 1)
+    if len(pairs) < 2:  # a run's first step has KL 0 exactly (policy = reference): a jump from it counts
+        return None
+    before, (step, now) = pairs[:-1], pairs[-1]
+    level = _mean(before)
+    if now >= cfg.kl_spike_min and now >= cfg.kl_spike_factor * level:
+        return Finding(step, step, "kl",
+                       f"KL was {now:.3g} at step {step}, {now / max(level, 1e-12):.1f}x its mean of {level:.3g} over "
+                       f"{_span(before)} (alarm at {cfg.kl_spike_factor:g}x and {cfg.kl_spike_min:g})",
+                       _evidence(kl=pairs))
+    return None
+
+
+def entropy_collapse(history: History, cfg: AlarmsConfig) -> Finding | None:
+    first, last = history.series("entropy")[: cfg.window], history.series("entropy", cfg.window)
+    if len(first) < cfg.window or len(last) < cfg.window or last[0][0] <= first[-1][0]:
+        return None
+    start, now = _mean(first), _mean(last)
+    if start > 0 and now < cfg.entropy_collapse_fraction * start:
+        return Finding(last[0][0], last[-1][0], "entropy",
+                       f"the mean entropy over {_span(last)} was {now:.3g} nats a token, {now / start:.0%} of its "
+                       f"{start:.3g} over {_span(first)} (alarm below {cfg.entropy_collapse_fraction:.0%})",
+                       _evidence(entropy=first + last))
+    return None
+
+
+def _scores(history: History) -> list[tuple[int, float, str]]:
+    out = []
+    for step, result in history.evals:
+        score = held_out_score(result)
+        if score is not None:
+            out.append((step, score[1], score[0]))
+    return out
+
+
+def length_drift(history: History, cfg: AlarmsConfig) -> Finding | None:
+    key = "completions/mean_length"
+    first, last = history.series(key)[: cfg.window], history.series(key, cfg.window)
+    scores = _scores(history)
+    if len(first) < cfg.window or len(last) < cfg.window or last[0][0] <= first[-1][0] or len(scores) < 2:
+        return None
+    start, now = _mean(first), _mean(last)
+    moved = abs(scores[-1][1] - scores[0][1])
+    if start <= 0 or abs(now - start) < cfg.length_drift_fraction * start or moved > cfg.eval_tolerance:
+        return None
+    threshold = start * (1 + cfg.length_drift_fraction * (1 if now > start else -1))
+    crossed = [s for s, v in history.series(key) if (v >= threshold if now > start else v <= threshold)]
+    began = crossed[0] if crossed else last[0][0]
+    name = scores[0][2]
+    return Finding(began, last[-1][0], key,
+                   f"the mean completion length went from {start:.3g} tokens ({_span(first)}) to {now:.3g} "
+                   f"({_span(last)}), {now / start - 1:+.0%}, while the held-out {name} stayed at "
+                   f"{scores[0][1]:.3g} -> {scores[-1][1]:.3g} (steps {scores[0][0]}-{scores[-1][0]})",
+                   _evidence(completions__mean_length=first + [p for p in history.series(key) if p[0] >= began],
+                             **{f"eval__{name}": [(s, v) for s, v, _ in scores]}))
+
+
+def _correlation(xs: list[float], ys: list[float]) -> float:
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+
+
+def reward_hacking(history: History, cfg: AlarmsConfig) -> Finding | None:
+    span = 2 * cfg.window
+    rows = [(s, float(m["reward"]), float(m["completions/mean_length"]))
+            for s, m in zip(history.steps[-span:], history.metrics[-span:])
+            if _number(m.get("reward")) and _number(m.get("completions/mean_length"))]
+    if len(rows) < span:
+        return None
+    rewards, lengths = [r for _, r, _ in rows], [n for _, _, n in rows]
+    w = cfg.window
+    r0, r1 = sum(rewards[:w]) / w, sum(rewards[-w:]) / w
+    n0, n1 = sum(lengths[:w]) / w, sum(lengths[-w:]) / w
+    corr = _correlation(rewards, lengths)
+    if corr >= cfg.hacking_correlation and n0 > 0 and n1 >= (1 + cfg.hacking_length_rise) * n0 and r1 > r0:
+        return Finding(rows[0][0], rows[-1][0], "reward",
+                       f"over steps {rows[0][0]}-{rows[-1][0]} the mean reward went {r0:.3g} -> {r1:.3g} and the mean "
+                       f"length {n0:.3g} -> {n1:.3g} tokens ({n1 / n0 - 1:+.0%}), correlated {corr:.2f} (alarm at "
+                       f"{cfg.hacking_correlation:g} with a length rise of {cfg.hacking_length_rise:.0%})",
+                       _evidence(reward=[(s, r) for s, r, _ in rows],
+                                 completions__mean_length=[(s, n) for s, _, n in rows]))
+    return None
+
+
+def eval_falling(history: History, cfg: AlarmsConfig) -> Finding | None:
+    scores, key = _scores(history), _training_score(history)
+    if len(scores) < 2 or key is None:
+        return None
+    best = max(scores[:-1], key=lambda t: t[1])
+    (step, now, name), (best_step, best_score, _) = scores[-1], best
+    train = history.series(key)
+    # the training reward's level when the held-out score was best (its first steps, when
+    # that was the evaluation before training)
+    at_best = [p for p in train if p[0] <= best_step][-cfg.window:]
+    if len(at_best) < cfg.window:
+        at_best = train[: cfg.window]
+    recent = [p for p in train if p[0] <= step][-cfg.window:]
+    if len(at_best) < cfg.window or len(recent) < cfg.window or recent[0][0] <= at_best[-1][0]:
+        return None
+    rise = _mean(recent) - _mean(at_best)
+    if best_score - now >= cfg.eval_drop and rise >= cfg.reward_rise:
+        return Finding(best_step, step, f"eval/{name}",
+                       f"the held-out {name} fell from {best_score:.3g} at step {best_step} to {now:.3g} at step "
+                       f"{step} while the training {key} rose from {_mean(at_best):.3g} ({_span(at_best)}) to "
+                       f"{_mean(recent):.3g} ({_span(recent)}) (alarm at a fall of {cfg.eval_drop:g} and a rise of "
+                       f"{cfg.reward_rise:g})",
+                       _evidence(**{f"eval__{name}": [(s, v) for s, v, _ in scores], key.replace("/", "__"): train
+                                    if len(train) <= 200 else at_best + recent}))
+    return None
+
+
+def nonfinite_steps(history: History, cfg: AlarmsConfig) -> Finding | None:
+    pairs = history.series("skipped_steps", 2)
+    if len(pairs) < 1:
+        return None
+    before = pairs[-2][1] if len(pairs) == 2 else 0.0
+    (step, total) = pairs[-1]
+    if total > before:
+        return Finding(step, step, "skipped_steps",
+                       f"step {step} was skipped: its loss or gradient was NaN or inf ({total:g} skipped so far; the "
+                       "run stops when more than training.max_nonfinite_steps are)", _evidence(skipped_steps=pairs))
+    return None
+
+
+DETECTORS = {
+    "no_learning_signal": no_learning_signal,
+    "kl_spike": kl_spike,
+    "entropy_collapse": entropy_collapse,
+    "length_drift": length_drift,
+    "reward_hacking": reward_hacking,
+    "eval_falling": eval_falling,
+    "nonfinite_steps": nonfinite_steps,
+}

@@ -1,0 +1,91 @@
+"""AlarmWatcher: the engine's watch over its own run. It is fed every step's metrics and
+every evaluation, runs the detectors (engine/alarms/detectors.py), and returns the
+`alarm` events to write. An alarm fires once when its condition begins and again only
+after the condition has stayed clear for `alarms.window` steps, so a run that stays flat
+(or flickers around a threshold) writes one alarm, not one a step. Each skipped
+non-finite step is its own alarm.
+
+A resumed run rebuilds the watch from the run's own events (`replay`): the metrics and
+evaluations logged so far, and the alarms already written, which are not written again.
+"""
+
+from __future__ import annotations
+
+from engine.alarms.config import AlarmsConfig
+from engine.alarms.detectors import DETECTORS, KINDS, Finding, History
+
+__all__ = ["AlarmWatcher", "alarm_event", "alarm_line"]
+
+# Evaluations are not step metrics: they wake only the detectors that read them.
+_EVAL_DETECTORS = ("length_drift", "eval_falling")
+
+
+def alarm_event(kind: str, finding: Finding, step: int) -> dict:
+    """The fields of an `alarm` event (docs/run-directory.md)."""
+    k = KINDS[kind]
+    return {"step": step, "kind": kind, "title": k.title, "began": finding.began,
+            "steps": [finding.began, finding.end], "metric": finding.metric, "saw": finding.saw,
+            "why": k.why, "try": [{"field": f, "advice": a} for f, a in k.try_fields],
+            "evidence": finding.evidence}
+
+
+def alarm_line(event: dict) -> str:
+    """The warning line the CLI prints for an alarm."""
+    fields = ", ".join(t["field"] for t in event["try"])
+    return f"alarm at step {event['step']}: {event['title']}: {event['saw']}. {event['why']} Try: {fields}."
+
+
+class AlarmWatcher:
+    def __init__(self, cfg: AlarmsConfig):
+        self.cfg = cfg
+        self.history = History()
+        self.last_held: dict[str, int] = {}  # kind -> the last step its condition held
+
+    def observe_metrics(self, step: int, metrics: dict) -> list[dict]:
+        if not self.cfg.enabled:
+            return []
+        self.history.steps.append(step)
+        self.history.metrics.append(metrics)
+        return self._check(step, [k for k in DETECTORS if k not in _EVAL_DETECTORS] + list(_EVAL_DETECTORS))
+
+    def observe_eval(self, step: int, result: dict) -> list[dict]:
+        if not self.cfg.enabled:
+            return []
+        self.history.evals.append((step, result))
+        return self._check(step, list(_EVAL_DETECTORS))
+
+    def _check(self, step: int, kinds: list[str]) -> list[dict]:
+        fired = []
+        for kind in kinds:
+            finding = DETECTORS[kind](self.history, self.cfg)
+            if finding is None:
+                continue
+            held = self.last_held.get(kind)
+            self.last_held[kind] = step
+            if held is None or step - held > self.cfg.window or kind == "nonfinite_steps":
+                fired.append(alarm_event(kind, finding, step))
+        return fired
+
+    def replay(self, events: list[dict], until_step: int) -> None:
+        """Rebuild the watch from a run's events up to `until_step` (a resumed run's
+        checkpoint): its metrics, evaluations and alarms (kinds already fired stay quiet
+        until they clear)."""
+        if not self.cfg.enabled:
+            return
+        metrics, evals = {}, {}  # a step logged again after an earlier resume: its last event counts
+        for event in events:
+            step = event.get("step")
+            if isinstance(step, int) and step <= until_step:
+                if event.get("type") == "metrics":
+                    metrics[step] = event
+                elif event.get("type") == "eval":
+                    evals[step] = event
+                elif event.get("type") == "alarm" and event.get("kind") in DETECTORS:
+                    self.last_held[event["kind"]] = step
+        for step in sorted(metrics):
+            self.history.steps.append(step)
+            self.history.metrics.append(metrics[step])
+        self.history.evals.extend(sorted(evals.items()))
+        for kind, detect in DETECTORS.items():
+            if kind in self.last_held and detect(self.history, self.cfg) is not None:
+                self.last_held[kind] = until_step  # still holding at the checkpoint: no second alarm

@@ -1,0 +1,123 @@
+"""The playground's table: one row per completion, the new component values, total and
+advantage beside what the run had (its reward and advantage from the samples event)."""
+
+from __future__ import annotations
+
+from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
+
+import math
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+
+from workbench.playground.model import Completion, ScoreResult
+from workbench.runs.samples_view import one_line
+
+GROUP, PROMPT, COMPLETION = "group", "prompt", "completion"
+TOTAL, RUN_TOTAL, ADVANTAGE, RUN_ADVANTAGE = "total", "run total", "advantage", "run advantage"
+_CHANGED = QColor(255, 243, 205)  # a value that differs from the run's
+_RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
+
+
+def component_column(label: str) -> str:
+    """The column of a component: `rewards/LABEL` (a label may be any word, `total` too)."""
+    return f"rewards/{label}"
+
+
+def _number(value) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "—"
+    return f"{value:.4f}"
+
+
+def _differs(new, old) -> bool:
+    return new is not None and old is not None and math.isfinite(old) and abs(new - old) > 1e-6 * max(1.0, abs(old))
+
+
+class ResultsTable(QTableWidget):
+    """Completions with the scores of the last result. `columns` names the columns in
+    order: group, prompt, completion, `rewards/LABEL` for each component, total, run
+    total, advantage, run advantage (tests read cells by these names)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("playground-results")
+        self.columns: list[str] = []
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.setAlternatingRowColors(True)
+        self.verticalHeader().setVisible(False)
+        self.horizontalHeader().setSectionResizeMode(QHeaderView.Interactive)
+        self.horizontalHeader().setStretchLastSection(False)
+        self.show_completions([])
+
+    # --- Public API
+
+    def show_completions(self, completions: list[Completion], result: ScoreResult | None = None) -> None:
+        """The completions, with the result's numbers when given (scored, in this order)."""
+        labels = result.labels if result is not None else []
+        weights = {component_column(k): v for k, v in result.weights.items()} if result is not None else {}
+        self.columns = [GROUP, PROMPT, COMPLETION, *map(component_column, labels), TOTAL, RUN_TOTAL, ADVANTAGE,
+                        RUN_ADVANTAGE]
+        self.clear()
+        self.setColumnCount(len(self.columns))
+        self.setRowCount(len(completions))
+        # A component's header: its label and weight.
+        self.setHorizontalHeaderLabels([f"{name.partition('/')[2]}\n× {weights[name]:g}" if name in weights else name
+                                        for name in self.columns])
+        header_tips = {TOTAL: "Σ weight × component, by the edited rewards",
+                       RUN_TOTAL: "The reward the run logged for this completion",
+                       ADVANTAGE: "The advantage GRPO would compute from the new totals",
+                       RUN_ADVANTAGE: "The advantage the run logged"}
+        if result is not None and not result.advantages_computed and result.advantages_reason:
+            header_tips[ADVANTAGE] = f"No advantages: {result.advantages_reason}"
+        for column, name in enumerate(self.columns):
+            tip = header_tips.get(name) or (f"component {name}, weight {weights[name]:g}" if name in weights else "")
+            if tip:
+                self.horizontalHeaderItem(column).setToolTip(tip)
+        for row, completion in enumerate(completions):
+            self._text(row, GROUP, "" if completion.group is None else str(completion.group))
+            self._text(row, PROMPT, str(completion.prompt))
+            self._text(row, COMPLETION, completion.completion)
+            self._value(row, RUN_TOTAL, completion.run_reward)
+            self._value(row, RUN_ADVANTAGE, completion.run_advantage)
+            if result is None or row >= len(result.totals):
+                continue
+            for label in labels:
+                new, old = result.values[row].get(label), completion.run_rewards.get(label)
+                item = self._value(row, component_column(label), new)
+                if isinstance(old, (int, float)):
+                    item.setToolTip(f"the run had {old:.4f}")
+                    if _differs(new, float(old)):
+                        item.setBackground(_CHANGED)
+            total = self._value(row, TOTAL, result.totals[row])
+            if _differs(result.totals[row], completion.run_reward):
+                total.setBackground(_CHANGED)
+            advantage = self._value(row, ADVANTAGE, result.advantages[row])
+            if _differs(result.advantages[row], completion.run_advantage):
+                advantage.setBackground(_CHANGED)
+        self.resizeColumnsToContents()
+        for column in (self.columns.index(PROMPT), self.columns.index(COMPLETION)):
+            self.setColumnWidth(column, min(self.columnWidth(column), 260))
+
+    def cell(self, row: int, name: str) -> str:
+        """The text shown in `row` under the column `name`."""
+        item = self.item(row, self.columns.index(name))
+        return item.text() if item is not None else ""
+
+    # --- Internals
+
+    def _text(self, row: int, name: str, text: str) -> QTableWidgetItem:
+        item = QTableWidgetItem(one_line(text))
+        item.setToolTip(text)
+        self.setItem(row, self.columns.index(name), item)
+        return item
+
+    def _value(self, row: int, name: str, value) -> QTableWidgetItem:
+        item = QTableWidgetItem(_number(value))
+        item.setTextAlignment(_RIGHT)
+        if value is not None:
+            item.setData(Qt.UserRole, value)
+        self.setItem(row, self.columns.index(name), item)
+        return item
