@@ -117,6 +117,10 @@ class TensorBoardEvents:
 
             text = yaml.safe_dump(event["preset"], sort_keys=False, allow_unicode=True)
             self._text("preset", "```yaml\n" + text + "```", 0, wall)
+        elif kind == "alarm" and isinstance(event.get("title"), str):
+            fields = ", ".join(t.get("field", "") for t in event.get("try") or [] if isinstance(t, dict))
+            self._text("alarms", f"**{event['title']}** (steps {event.get('steps')}): {event.get('saw', '')}. "
+                       f"{event.get('why', '')} Try: {fields}", step, wall)
         elif kind == "run_resumed":
             log_pb = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
             self._emit(self._event_pb2.Event(step=step + 1, session_log=log_pb), wall)

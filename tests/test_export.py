@@ -195,6 +195,21 @@ def test_a_resumed_run_drops_steps_logged_past_its_checkpoint(tmp_path):
     assert [(s.step, s.value, s.wall_time) for s in scalars] == [(1, 1.0, 101.0), (2, 2.0, 102.0), (3, 30.0, 203.0)]
 
 
+def test_alarms_go_to_tensorboard_as_text(tmp_path):
+    from engine.tensorboard_events import TensorBoardEvents
+
+    board = TensorBoardEvents(tmp_path)
+    board.write({"type": "alarm", "step": 4, "time": 104.0, "kind": "no_learning_signal", "title": "No learning signal",
+                 "steps": [1, 4], "saw": "all groups equal", "why": "Nothing to learn.",
+                 "try": [{"field": "algorithm.num_generations", "advice": "more"}]})
+    board.close()
+    texts = read_board(tmp_path).Tensors("alarms")
+    assert [t.step for t in texts] == [4]
+    text = texts[0].tensor_proto.string_val[0].decode()
+    assert text.startswith("**No learning signal** (steps [1, 4]): all groups equal.")
+    assert text.endswith("Try: algorithm.num_generations")
+
+
 # ------------------------------------------------------------------ errors
 
 
