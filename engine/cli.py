@@ -37,6 +37,7 @@ from engine.failures import (failure_location, failure_message, no_checkpoint_me
                              user_code_location)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
+from engine.progress import print_alarm, progress_callback, progress_postfix  # noqa: F401  (re-exported)
 from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -186,51 +187,6 @@ def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool, world
     _final_event(run_dir, "run_failed", **fields)
     suffix = f" ({where[0]}:{where[1]})" if where else ""
     print(f"error: {message}{suffix}\nsee {run_dir / rundir.LOG_FILE}", file=sys.stderr)
-
-
-def progress_callback(max_steps: int, start_step: int, quiet: bool):
-    if quiet:
-        return None, lambda: None
-    from tqdm import tqdm
-
-    bar = tqdm(total=max_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True, file=sys.stderr)
-
-    def on_step(step, metrics):
-        bar.update(step - bar.n)
-        bar.set_postfix(progress_postfix(metrics), refresh=False)
-
-    return on_step, bar.close
-
-
-def print_alarm(alarm: dict) -> None:
-    """An alarm's warning line on stderr, above the progress bar (--quiet too: it is not progress)."""
-    from tqdm import tqdm
-
-    from engine.alarms import alarm_line
-
-    tqdm.write(f"warning: {alarm_line(alarm)}", file=sys.stderr)
-
-
-# What the progress bar shows, first found first: GRPO and PPO log `reward`, DPO logs
-# `loss` and `rewards/accuracies` (no reward: it samples nothing while training).
-_POSTFIX = (("reward", "reward"), ("rewards/accuracies", "acc"), ("loss", "loss"))
-
-
-def progress_postfix(metrics: dict) -> dict[str, str]:
-    """The progress bar's postfix: the metrics this algorithm logs, those that are
-    numbers now (a skipped step logs loss None; a metric may be missing).
-
-    >>> progress_postfix({"reward": 0.5, "loss": None})
-    {'reward': '0.500'}
-    >>> progress_postfix({"loss": 0.69, "rewards/accuracies": 0.75})
-    {'acc': '0.750', 'loss': '0.690'}
-    """
-    shown = {}
-    for key, label in _POSTFIX:
-        value = metrics.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            shown[label] = f"{value:.3f}"
-    return shown
 
 
 def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool,

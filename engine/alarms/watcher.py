@@ -46,7 +46,7 @@ class AlarmWatcher:
             return []
         self.history.steps.append(step)
         self.history.metrics.append(metrics)
-        return self._check(step, [k for k in DETECTORS if k not in _EVAL_DETECTORS] + list(_EVAL_DETECTORS))
+        return self._check(step, list(DETECTORS))
 
     def observe_eval(self, step: int, result: dict) -> list[dict]:
         if not self.cfg.enabled:
