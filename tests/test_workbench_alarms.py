@@ -268,3 +268,22 @@ def test_markers_follow_the_x_axis(qtbot, window, tmp_path):
     # write_run logs a step a second: step 10 is 10 s after the run began.
     expected = float(run.metrics.times[list(run.metrics.steps).index(10)] - run.first_time)
     assert [m.value() for m in dash.plot("zero_std").markers] == [pytest.approx(expected)]
+
+
+def test_selecting_an_alarm_brings_its_plot_into_view(qtbot, window, tmp_path):
+    window.resize(1200, 700)  # a dashboard taller than its view: the plots scroll
+    window.open_run(alarmed_run(tmp_path))
+    dash, panel = window.dashboard, window.alarms
+    qtbot.waitUntil(lambda: dash.scroll.verticalScrollBar().maximum() > 0, timeout=5000)
+    zero_std = dash.plot("zero_std")
+    dash.scroll.verticalScrollBar().setValue(0)
+    click_row(qtbot, panel.list, 1)  # entropy collapse: the entropy plot
+    dash.scroll.verticalScrollBar().setValue(dash.scroll.verticalScrollBar().maximum())
+    top = zero_std.mapTo(dash.scroll.widget(), zero_std.rect().topLeft()).y()
+    click_row(qtbot, panel.list, 0)  # no learning signal: the plot of frac_reward_zero_std
+    view = dash.scroll.viewport().rect().translated(0, dash.scroll.verticalScrollBar().value())
+    assert view.top() <= top and top + zero_std.height() <= view.bottom() + 1
+    entropy = dash.plot("entropy")
+    click_row(qtbot, panel.list, 1)
+    view = dash.scroll.viewport().rect().translated(0, dash.scroll.verticalScrollBar().value())
+    assert view.top() <= entropy.mapTo(dash.scroll.widget(), entropy.rect().topLeft()).y() < view.bottom()

@@ -148,6 +148,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.samples.inspect_requested.connect(self.inspect)
         self.alarms.inspect_requested.connect(self.inspect)
         self.alarms.samples_requested.connect(self.show_samples_of_steps)
+        self.alarms.alarm_selected.connect(lambda alarm: self.dashboard.show_metric(alarm.metric))
         self.alarms.alarms_arrived.connect(lambda alarms: self.show_message(arrival_message(alarms), "alarm"))
         self.dashboard.alarm_clicked.connect(lambda alarm: self.alarms.select_event(alarm.event))
         self.runs_view.open_requested.connect(self.open_run)

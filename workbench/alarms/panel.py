@@ -46,6 +46,8 @@ class AlarmsPanel(QFrame):
     """(step, rollout index): open this recorded rollout in the inspector."""
     alarms_arrived = Signal(list)
     """[Alarm, ...]: alarms read while the run was shown (a live run), not those it had."""
+    alarm_selected = Signal(object)
+    """Alarm: the one selected in the list (the dashboard brings its plot into view)."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -203,6 +205,8 @@ class AlarmsPanel(QFrame):
         self.details.show_alarm(alarm)
         self.show_samples.setEnabled(alarm is not None)
         self._update_links()
+        if alarm is not None:
+            self.alarm_selected.emit(alarm)
 
     def _update_links(self) -> None:
         alarm = self.current

@@ -201,6 +201,15 @@ class Dashboard(QWidget):
             plot.stale = True
         self._draw_visible()
 
+    def show_metric(self, metric: str) -> bool:
+        """Scroll the first plot that draws `metric` (an alarm's) into view; False when none does."""
+        keys = plots_showing(self._entries, metric) if metric else []
+        plot = next((p for p in self.plots if p.spec.key in keys), None)
+        if plot is None:
+            return False
+        self.scroll.ensureWidgetVisible(plot, 0, 0)
+        return True
+
     def place_markers(self) -> None:
         """Put each alarm's marker on the plots of its metric (else on the first plot);
         only when the alarms, the plots or the x axis changed."""
