@@ -377,3 +377,11 @@ def test_tab_lists_the_runs_folder_and_takes_the_set_up_rewards(qtbot, window, t
     qtbot.mouseClick(view.from_run, Qt.LeftButton)
     assert [r["name"] for r in view.doc.get("rewards")] == ["exact_match", "sort_position"]
     assert not view.host.rewards.items[0].problems.error.isVisible()
+
+
+def test_a_cell_is_shaded_only_when_it_reads_differently_from_the_runs():
+    from workbench.playground.results import _differs
+
+    assert not _differs(-0.93532, -0.93527)  # both read -0.9353: a change from the std's epsilon
+    assert _differs(-1.5042, -1.1944) and _differs(0.5, 0.4)
+    assert not _differs(None, 0.4) and not _differs(0.4, float("nan"))

@@ -32,7 +32,9 @@ def _number(value) -> str:
 
 
 def _differs(new, old) -> bool:
-    return new is not None and old is not None and math.isfinite(old) and abs(new - old) > 1e-6 * max(1.0, abs(old))
+    # at the precision shown: a shaded cell always reads differently from the run's value
+    # (a 5e-5 change from the std's epsilon would otherwise be shaded yet look the same)
+    return new is not None and old is not None and math.isfinite(old) and _number(new) != _number(old)
 
 
 class ResultsTable(QTableWidget):
