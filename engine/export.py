@@ -21,7 +21,6 @@ finished of TOTAL for every output asked for, and a last `progress: TOTAL/TOTAL 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import signal
 import sys
@@ -29,7 +28,7 @@ import warnings
 from pathlib import Path
 
 from engine import rundir
-from engine.failures import failure_message, no_checkpoint_message
+from engine.failures import NoSuchCheckpoint, checkpoint_step, failure_message, named_checkpoint
 from engine.preset import BUILTIN_MODEL, PresetError, load_preset
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -45,34 +44,13 @@ class ExportError(ValueError):
 # ------------------------------------------------------------------ checking input
 
 
-def checkpoint_step(name: str) -> int | None:
-    """`step_50`, `step_000050`, `50` or `checkpoints/step_000050` -> 50; None otherwise.
-
-    >>> [checkpoint_step(n) for n in ("step_50", "step_000050", "50", "checkpoints/step_000050/", "best")]
-    [50, 50, 50, 50, None]
-    """
-    match = re.fullmatch(r"(?:step_)?(\d+)", Path(str(name).strip()).name)
-    return int(match.group(1)) if match else None
-
-
 def find_checkpoint(run_dir: Path, name: str | None = None) -> Path:
     """The complete checkpoint folder `name` names, or the newest one; ExportError naming
     the available ones when there is no such checkpoint."""
-    run_dir = Path(run_dir)
-    available = rundir.complete_checkpoints(run_dir)
-    if not available:
-        why = no_checkpoint_message(run_dir)
-        if why.startswith(f"{run_dir} has no complete checkpoint"):
-            why = why.replace("to resume from", "to export", 1)
-        raise ExportError(why)
-    if name is None:
-        return available[-1]
-    step = checkpoint_step(name)
-    found = [p for p in available if step is not None and checkpoint_step(p.name) == step]
-    if not found:
-        names = ", ".join(p.name for p in available)
-        raise ExportError(f"--checkpoint {name}: {run_dir} has no complete checkpoint {name!r}; available: {names}")
-    return found[0]
+    try:
+        return named_checkpoint(run_dir, name, "to export")
+    except NoSuchCheckpoint as exc:
+        raise ExportError(str(exc)) from None
 
 
 def check_output(path: str | Path, flag: str) -> Path:

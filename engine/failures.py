@@ -3,6 +3,7 @@ the user's own code (a custom reward function), for `run_failed` and the CLI."""
 
 from __future__ import annotations
 
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -105,3 +106,39 @@ def no_checkpoint_message(run_dir: Path) -> str:
     preset = run_dir / rundir.PRESET_FILE
     again = f"rl-engine run {preset if preset.exists() else 'PRESET'} --run-dir NEW_FOLDER"
     return f"{run_dir} has no complete checkpoint to resume from: {why}. Start it again: {again}"
+
+
+class NoSuchCheckpoint(ValueError):
+    """`named_checkpoint` found none: the message says why (the available ones, or why
+    the run has none)."""
+
+
+def checkpoint_step(name: str) -> int | None:
+    """`step_50`, `step_000050`, `50` or `checkpoints/step_000050` -> 50; None otherwise.
+
+    >>> [checkpoint_step(n) for n in ("step_50", "step_000050", "50", "checkpoints/step_000050/", "best")]
+    [50, 50, 50, 50, None]
+    """
+    match = re.fullmatch(r"(?:step_)?(\d+)", Path(str(name).strip()).name)
+    return int(match.group(1)) if match else None
+
+
+def named_checkpoint(run_dir: Path, name: str | None, purpose: str) -> Path:
+    """The complete checkpoint `name` names (step_N, step_000050 or N), or the newest one
+    when None; NoSuchCheckpoint listing the available ones, or saying why the run has
+    none ("... no complete checkpoint to {purpose}: ..."), when there is none such."""
+    run_dir = Path(run_dir)
+    available = rundir.complete_checkpoints(run_dir)
+    if not available:
+        why = no_checkpoint_message(run_dir)
+        if why.startswith(f"{run_dir} has no complete checkpoint"):
+            why = why.replace("to resume from", purpose, 1)
+        raise NoSuchCheckpoint(why)
+    if name is None:
+        return available[-1]
+    step = checkpoint_step(name)
+    found = [p for p in available if step is not None and checkpoint_step(p.name) == step]
+    if not found:
+        names = ", ".join(p.name for p in available)
+        raise NoSuchCheckpoint(f"--checkpoint {name}: {run_dir} has no complete checkpoint {name!r}; available: {names}")
+    return found[0]

@@ -24,13 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
 from engine import rundir
-from engine.failures import no_checkpoint_message
+from engine.failures import NoSuchCheckpoint, named_checkpoint
 from engine.preset import Preset, PresetError, load_preset
 
 EXIT_INVALID = 2
@@ -57,16 +56,6 @@ CARRIED_FIELDS = (
 )
 
 
-def _step_of(name: str) -> int | None:
-    """`step_50`, `step_000050`, `50` or `checkpoints/step_000050` -> 50; None otherwise.
-
-    >>> [_step_of(n) for n in ("step_50", "step_000050", "50", "checkpoints/step_000050/", "best")]
-    [50, 50, 50, 50, None]
-    """
-    match = re.fullmatch(r"(?:step_)?(\d+)", Path(str(name).strip()).name)
-    return int(match.group(1)) if match else None
-
-
 def find_checkpoint(run_dir: Path, name: str | None = None) -> Path:
     """The complete checkpoint `name` names (step_N, step_000050 or N), or the newest one;
     ForkError listing the available ones when there is none such."""
@@ -75,20 +64,10 @@ def find_checkpoint(run_dir: Path, name: str | None = None) -> Path:
         raise ForkError(f"{run_dir}: no such run folder")
     if not (run_dir / rundir.PRESET_FILE).exists():
         raise ForkError(f"{run_dir} has no {rundir.PRESET_FILE}: not a run folder")
-    available = rundir.complete_checkpoints(run_dir)
-    if not available:
-        why = no_checkpoint_message(run_dir)
-        if why.startswith(f"{run_dir} has no complete checkpoint"):
-            why = why.replace("to resume from", "to fork from", 1)
-        raise ForkError(why)
-    if name is None:
-        return available[-1]
-    step = _step_of(name)
-    found = [p for p in available if step is not None and _step_of(p.name) == step]
-    if not found:
-        names = ", ".join(p.name for p in available)
-        raise ForkError(f"--checkpoint {name}: {run_dir} has no complete checkpoint {name!r}; available: {names}")
-    return found[0]
+    try:
+        return named_checkpoint(run_dir, name, "to fork from")
+    except NoSuchCheckpoint as exc:
+        raise ForkError(str(exc)) from None
 
 
 def checkpoint_step(checkpoint: Path) -> int:
