@@ -6,6 +6,7 @@
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
     rl-engine export RUN_DIR [--checkpoint step_N] [--adapter OUT] [--merged OUT] [--tensorboard OUT]
     rl-engine fork RUN_DIR [--checkpoint step_N] [--run-dir NEW] [--set key=value ...] [--nproc-per-node N]
+    rl-engine score-rewards REQUEST.json|-   (the reward playground's scoring: JSON in, JSON out)
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
