@@ -1,5 +1,6 @@
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,21 @@ def engine_env():
 @pytest.fixture
 def python():
     return sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _background_jobs_delivered():
+    """A window's pre-launch check may still be in flight when its test ends; while it is,
+    garbage collection is off (workbench.setup.background). Let it land before the next
+    test, so no test starts with collection off because of the one before it."""
+    yield
+    background = sys.modules.get("workbench.setup.background")
+    if background is None:
+        return
+    from PySide6.QtCore import QCoreApplication
+
+    deadline = time.monotonic() + 10
+    while background.pending_jobs() and time.monotonic() < deadline:
+        QCoreApplication.processEvents()
+        time.sleep(0.005)
+    assert background.pending_jobs() == 0, "a background job still runs 10 s after its test"
