@@ -44,9 +44,9 @@ class LoraConfig(Section):
     r: int = Field(16, ge=1, le=4096, description="LoRA rank: width of the low-rank update.")
     alpha: Float = Field(32.0, gt=0, le=MAX_LORA_ALPHA, description="LoRA alpha; the update is scaled by alpha / r.")
     dropout: Float = Field(0.0, ge=0.0, lt=1.0, description=(
-        "Dropout on the LoRA input, in DPO updates only. GRPO and PPO run every pass "
-        "dropout-free (as TRL): their importance ratio compares two passes, and dropout "
-        "would make it noise."))
+        "Dropout on the LoRA input, in DPO updates with algorithm.disable_dropout false only. "
+        "GRPO and PPO run every pass dropout-free (as TRL): their importance ratio compares "
+        "two passes, and dropout would make it noise."))
     target_modules: Union[Literal["auto"], list[str]] = Field(
         "auto",
         description="Module names to adapt, or `auto` to pick the attention and MLP "
@@ -213,6 +213,10 @@ class DPOConfig(Section):
     )
     max_completion_length: int = Field(
         256, ge=1, le=MAX_TOKENS, description="Chosen and rejected are cut to this many tokens; also the generation length at eval."
+    )
+    disable_dropout: bool = Field(
+        True, description="Every dropout off in updates, the adapter's included (TRL's default); false lets "
+        "model.lora.dropout act in updates."
     )
 
     @model_validator(mode="after")

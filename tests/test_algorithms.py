@@ -327,6 +327,25 @@ def test_ppo_first_epoch_ratio_is_exactly_one_with_lora_dropout(tmp_path):
     assert metrics["policy/clipfrac_avg"] == 0.0 and metrics["policy/approxkl_avg"] == 0.0
 
 
+@pytest.mark.parametrize("disable_dropout", [True, False])
+def test_dpo_updates_are_dropout_free_unless_asked(tmp_path, disable_dropout):
+    # TRL's DPOConfig turns every dropout off by default, the adapter's included: the same
+    # step under two different random states gives the same loss. With disable_dropout
+    # false, lora.dropout acts in the update and the two losses differ.
+    from test_trainer import randomise_lora_b
+
+    losses = []
+    for seed in (1, 2):
+        data = small_preset_dict(max_steps=1)
+        data["model"]["lora"]["dropout"] = 0.5
+        data["algorithm"] = {"name": "dpo", "max_completion_length": 16, "disable_dropout": disable_dropout}
+        trainer = DPOTrainer(preset_from_dict(data), tmp_path / f"run{seed}")
+        randomise_lora_b(trainer.model)
+        torch.manual_seed(seed)
+        losses.append(trainer.train_step()["loss"])
+    assert (losses[0] == losses[1]) is disable_dropout
+
+
 @pytest.mark.parametrize("make", [ppo_preset, dpo_preset], ids=["ppo", "dpo"])
 def test_one_step_changes_the_adapter_and_value_head_only(tmp_path, make):
     # A finite loss does not show that anything trained: the step must move the LoRA

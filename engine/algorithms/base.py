@@ -94,8 +94,9 @@ def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
     passes that give old logprobs and in the updates, as TRL's `disable_dropout`: a pass
     whose logprobs feed an importance ratio (GRPO, PPO) must be dropout-free, or at
     identical weights the ratio is not 1 but noise (up to 0.19 in logprob with LoRA
-    dropout 0.05). With `lora_dropout` (DPO only: it has no ratio, it compares with a
-    reference pass that has the adapter off) the adapter's dropout is on in updates.
+    dropout 0.05). With `lora_dropout` (DPO with `disable_dropout` false only: it has no
+    ratio, it compares with a reference pass that has the adapter off) the adapter's
+    dropout is on in updates.
     Under gradient checkpointing the decoder layers' own flags are on in updates."""
     model.eval()
     if updating and lora_dropout:

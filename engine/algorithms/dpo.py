@@ -180,7 +180,7 @@ class DPOTrainer(Trainer):
         ref_chosen, ref_rejected = self.reference_side_logps(examples, rows)
         t1 = time.perf_counter()
 
-        set_update_mode(self.model, True, lora_dropout=True)  # no ratio in DPO: see set_update_mode
+        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)  # no ratio in DPO: see set_update_mode
         self.optimizer.zero_grad(set_to_none=True)
         num_recorded = self.num_recorded(len(examples)) * PAIR
         B = len(examples)
