@@ -26,7 +26,7 @@ from workbench.runs import export_dialog
 from workbench.runs.export_dialog import ExportDialog
 from workbench.window import export as window_export
 from workbench.window.export import staged_folder
-from workbench.window.names import RUNS
+from workbench.window.names import CANCEL, CANCEL_EXPORT, RUNS
 from workbench_helpers import type_text as type_and_finish
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)
 
@@ -253,6 +253,30 @@ def test_cancel_stops_the_engine_and_leaves_no_folder(window, qtbot, run, tmp_pa
     for out in outs:
         assert not out.exists() and not staged_folder(out).exists(), out
     assert not dialog.running and dialog.export_button.isEnabled()
+
+
+def test_closing_the_window_during_an_export_asks_then_cancels_it_cleanly(window, qtbot, run):
+    # Closed mid-export, the window used to kill the engine outright (QProcess's
+    # destructor), leaving its hidden half-written folders behind.
+    dialog = open_from_runs_tab(qtbot, window, run)
+    click_box(qtbot, dialog.boxes["merged"])
+    outs = [Path(dialog.folders[k].text()) for k in ("adapter", "merged")]
+    job = start(qtbot, window, dialog)
+    qtbot.waitUntil(lambda: dialog.progress.maximum() > 0 or not job.running, timeout=WAIT_MS)
+    assert job.running, job.message
+    asked = []
+    window.ask = lambda title, text, choices: asked.append((title, choices)) or CANCEL
+    assert not window.close()  # kept open: the export goes on
+    assert asked == [("An export is in progress", [CANCEL_EXPORT, CANCEL])] and job.running
+    window.ask = lambda title, text, choices: CANCEL_EXPORT
+    pid = job.process.processId()
+    assert window.close()
+    assert not job.running and job.cancelled and not job.ok
+    assert "error: export cancelled" in job.stderr  # the engine tidied up after its SIGTERM
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    for out in outs:
+        assert not out.exists() and not staged_folder(out).exists(), out
 
 
 def test_examples_in_the_docstrings():

@@ -406,7 +406,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
     # ================================================================== close
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if not self.confirm_discard():
+        if not self.confirm_discard() or not self.close_export():
             event.ignore()
             return
         if self.engine is not None and self.engine.running:

@@ -22,6 +22,7 @@ from engine import rundir
 from workbench.runs.export_dialog import KINDS, ExportDialog
 from workbench.runs.launcher import engine_environment
 from workbench.runs.status import clean_output
+from workbench.window.names import CANCEL, CANCEL_EXPORT
 
 _PROGRESS = re.compile(r"progress: (\d+)/(\d+) (.*)")
 
@@ -116,6 +117,17 @@ class ExportJob(QObject):
         self.cancelled = True
         self.process.terminate()
         self._kill.start(self.KILL_AFTER_MS)
+
+    def cancel_and_wait(self) -> None:
+        """Cancel, and block until the engine has ended (killed KILL_AFTER_MS after the
+        SIGTERM at the latest) with no half-written folder left: for a window that is
+        closing, where the process would otherwise be killed outright and leave its
+        hidden staged folders behind."""
+        self.cancel()
+        if not self.process.waitForFinished(self.KILL_AFTER_MS):
+            self.process.kill()
+            self.process.waitForFinished(5_000)
+        self._end(False, "export cancelled; nothing was left half-written")  # no-op if it ended
 
     # ------------------------------------------------------------ the process
 
@@ -224,6 +236,22 @@ class ExportMixin:
         self.show_message(f"Exporting {name}…", "export")
         job.start()
         return job
+
+    def close_export(self) -> bool:
+        """The window is closing: an export in progress is cancelled (nothing half-written
+        is left) if the user agrees. False: keep the window open."""
+        job = self.export_job
+        if job is None or not job.running:
+            return True
+        name = self.export_dialog.run_dir.name if self.export_dialog is not None else "A run"
+        answer = self.ask("An export is in progress",
+                          f"{name} is being exported. Closing the window cancels the export (nothing "
+                          "half-written is left); or keep the window open until it is done.",
+                          [CANCEL_EXPORT, CANCEL])
+        if answer != CANCEL_EXPORT:
+            return False
+        job.cancel_and_wait()
+        return True
 
     def cancel_export(self) -> None:
         if self.export_job is not None and self.export_job.running:

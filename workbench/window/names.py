@@ -5,3 +5,4 @@
 SETUP, DASHBOARD, SAMPLES, INSPECTOR, RUNS, LOG = range(6)
 SAVE, DISCARD, CANCEL = "Save", "Discard", "Cancel"
 STOP_RUN, LEAVE_RUNNING = "Stop the run", "Leave it running"
+CANCEL_EXPORT = "Cancel the export and close"
