@@ -3,7 +3,8 @@
     --adapter OUT      the checkpoint's LoRA adapter (peft format), the tokenizer as the
                        run used it and a model card: PeftModel.from_pretrained(base, OUT)
     --merged OUT       the base model (loaded as the run loaded it, fp32 on the CPU) with
-                       the adapter merged in: AutoModelForCausalLM.from_pretrained(OUT)
+                       the adapter merged in, saved in the dtype the base model was stored
+                       in (bf16 stays bf16): AutoModelForCausalLM.from_pretrained(OUT)
     --tensorboard OUT  the run's events as TensorBoard event files (engine/tensorboard_events.py)
 
 `--checkpoint` picks one (step_N, step_000050 or N; default the newest complete one).
@@ -266,19 +267,37 @@ def export_adapter(preset, run_dir: Path, checkpoint: Path, out: Path, events: l
         (tmp / "README.md").write_text(model_card(preset, run_dir, checkpoint, events, merged=False), encoding="utf-8")
 
 
+def stored_dtype(config):
+    """The dtype a model's weights were saved in, from its config (`dtype`, or the older
+    `torch_dtype`); None when the config does not say.
+
+    >>> import torch; from types import SimpleNamespace as C
+    >>> stored_dtype(C(dtype="bfloat16")), stored_dtype(C(torch_dtype=torch.float16)), stored_dtype(C())
+    (torch.bfloat16, torch.float16, None)
+    """
+    import torch
+
+    value = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(value, str):
+        value = getattr(torch, value, None)
+    return value if isinstance(value, torch.dtype) and value.is_floating_point else None
+
+
 def load_merged(preset, checkpoint: Path, bar=None):
     """The run's base model, loaded as the engine loads it but fp32 on the CPU, with the
-    checkpoint's adapter merged in."""
+    checkpoint's adapter merged in; then cast to the dtype the base was stored in, so a
+    bf16 model exports at its own size, not twice it (the merge itself is fp32)."""
     import torch
     from peft import PeftModel
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from engine.models import ModelLoadError, _load_hint, resolve_model_path
 
     path = resolve_model_path(preset.model.name_or_path)
+    trust = preset.model.trust_remote_code
     try:
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
-                                                    trust_remote_code=preset.model.trust_remote_code)
+        dtype = stored_dtype(AutoConfig.from_pretrained(path, trust_remote_code=trust)) or torch.float32
+        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
     _advance(bar, "applying the adapter")
@@ -288,7 +307,7 @@ def load_merged(preset, checkpoint: Path, bar=None):
         warnings.simplefilter("ignore", FutureWarning)
         merged = model.merge_and_unload()
     _advance(bar, "saving")
-    return merged
+    return merged.to(dtype)
 
 
 def _advance(bar, next_stage: str) -> None:
@@ -431,7 +450,7 @@ def add_export_parser(sub):
     p.add_argument("--checkpoint", metavar="step_N", help="which checkpoint (step_N, step_000050 or N; "
                    "default: the newest complete one)")
     p.add_argument("--adapter", metavar="OUT", help="write the LoRA adapter (peft format), tokenizer and model card")
-    p.add_argument("--merged", metavar="OUT", help="write the base model with the adapter merged in (fp32)")
+    p.add_argument("--merged", metavar="OUT", help="write the base model with the adapter merged in (in the base's stored dtype)")
     p.add_argument("--tensorboard", metavar="OUT", help="write the run's events as TensorBoard event files")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--progress", action="store_true", help="print `progress: DONE/TOTAL WHAT` lines on stdout as "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -142,6 +143,32 @@ def test_merged_model_loads_with_transformers_and_generates_as_base_plus_adapter
     torch.testing.assert_close(last_logits(merged, tokenizer, prompts), last_logits(adapted, tokenizer, prompts),
                                rtol=0, atol=1e-4)
     assert "library_name: transformers" in (exported / "merged" / "README.md").read_text()
+
+
+def test_merged_model_keeps_the_dtype_the_base_was_stored_in(run_dir, exported, tmp_path):
+    # Merged in fp32, it was also saved in fp32: a bf16 base exported at twice its size.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.models import resolve_model_path
+
+    tiny = resolve_model_path("builtin:tiny")
+    bf16_base = tmp_path / "tiny-bf16"
+    base_model().to(torch.bfloat16).save_pretrained(bf16_base)
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(bf16_base)
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    preset_file = run / rundir.PRESET_FILE
+    preset_file.write_text(preset_file.read_text().replace("builtin:tiny", str(bf16_base)))
+    result = engine("export", run, "--merged", tmp_path / "merged", "--checkpoint", "2")
+    assert result.returncode == 0, result.stderr
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
+    assert AutoModelForCausalLM.from_pretrained(exported / "merged").dtype == torch.float32  # an fp32 base stays fp32
+
+    def weights_bytes(folder):
+        return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+
+    assert weights_bytes(tmp_path / "merged") < 0.6 * weights_bytes(exported / "merged")
 
 
 def read_board(folder) -> EventAccumulator:

@@ -51,8 +51,8 @@ class ExportKind:
 KINDS = (
     ExportKind("adapter", "--adapter", "LoRA adapter", "The checkpoint's adapter in peft's format, the tokenizer as "
                "the run used it and a model card: PeftModel.from_pretrained(base, FOLDER)", True),
-    ExportKind("merged", "--merged", "Merged model", "The base model (fp32) with the adapter merged in, the tokenizer "
-               "and a model card: AutoModelForCausalLM.from_pretrained(FOLDER)", True),
+    ExportKind("merged", "--merged", "Merged model", "The base model with the adapter merged in (saved in the base's own dtype), "
+               "the tokenizer and a model card: AutoModelForCausalLM.from_pretrained(FOLDER)", True),
     ExportKind("tensorboard", "--tensorboard", "TensorBoard events", "Every metric, evaluation and sample the run "
                "logged, as TensorBoard event files: tensorboard --logdir FOLDER", False),
 )
