@@ -275,26 +275,52 @@ def dtype_bytes(dtype: str, device: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def update_rows(preset) -> tuple[int, int]:
-    """(rows, distinct prompts) of one update micro-batch. micro_batch_size null or
-    `auto` (its first try) is the whole batch; a PPO micro-batch is cut from a
-    mini-batch; DPO counts pairs, two rows each, sharing a prompt."""
+def update_rows(preset, processes: int = 1) -> tuple[int, int]:
+    """(rows, distinct prompts) of one update micro-batch on one process. micro_batch_size
+    null or `auto` (its first try) is the process's whole share of the batch; a PPO
+    micro-batch is cut from a mini-batch; DPO counts pairs, two rows each, sharing a
+    prompt. With several processes each runs its share (World.share: whole groups, whole
+    pairs; the largest share is counted).
+
+    >>> from engine.preset import preset_from_dict
+    >>> update_rows(preset_from_dict({"training": {"batch_size": 64}}), processes=3)  # 8 groups of 8: 3, 3, 2
+    (24, 3)
+    """
     train, algo = preset.training, preset.algorithm
-    size = train.micro_batch_size if isinstance(train.micro_batch_size, int) else train.batch_size
+    micro = train.micro_batch_size if isinstance(train.micro_batch_size, int) else None
     if algo.name == "dpo":
+        share = math.ceil(train.batch_size / processes)
+        size = min(micro or share, share)
         return 2 * size, size
     group = getattr(algo, "num_generations", 1)
+    rows = train.batch_size
     if algo.name == "ppo":
-        size = min(size, train.batch_size // algo.num_mini_batches)
+        rows = train.batch_size // algo.num_mini_batches
         if algo.num_mini_batches > 1:
             group = 1  # random mini-batches break the groups (engine.algorithms.ppo)
+    share = math.ceil(rows // group / processes) * group
+    size = min(micro or share, share)
     return size, math.ceil(size / group)
 
 
+def sharded_weight_bytes(weights: int, embeddings: int, layers: int, processes: int) -> int:
+    """The base weights one process holds under FSDP2 (engine/distributed/sharding.py):
+    the embeddings and head whole, each decoder layer's 1/N, and two layers gathered at
+    a time (the one running and the one prefetched).
+
+    >>> sharded_weight_bytes(weights=1100, embeddings=100, layers=10, processes=4)  # 100 + 250 + 2 x 100
+    550
+    """
+    per_layer = (weights - embeddings) // layers
+    return embeddings + math.ceil((weights - embeddings) / processes) + 2 * per_layer
+
+
 def estimate_memory(preset, config: dict, *, parameters: int | None = None, prompt_tokens: int,
-                    device: str = "cuda") -> MemoryEstimate:
+                    device: str = "cuda", processes: int = 1) -> MemoryEstimate:
     """The memory a preset's run needs on `device` ("cuda" or "cpu"), from the model's
-    config.json, its parameter count when known, and the longest prompt in tokens."""
+    config.json, its parameter count when known, and the longest prompt in tokens. With
+    several `processes` (--nproc-per-node), what each one needs: its share of the
+    update's rows, and with training.fsdp its shard of the decoder layers."""
     s = model_shape(config)
     parameters = parameters or count_parameters(s)
     model, train, algo = preset.model, preset.training, preset.algorithm
@@ -303,10 +329,13 @@ def estimate_memory(preset, config: dict, *, parameters: int | None = None, prom
     embeddings = s.vocab * s.hidden * (1 if s.tied else 2)
     weights = weight_bytes(parameters, nbytes, four_bit, embeddings)
     optimizer = lora_parameters(s, model.lora.r, model.lora.target_modules) * ADAM_BYTES_PER_PARAMETER
+    if train.fsdp and processes > 1:  # the adapter lives in the sharded layers too
+        weights = sharded_weight_bytes(weights, embeddings * nbytes, s.layers, processes)
+        optimizer = math.ceil(optimizer / processes)
     value_head = (s.hidden + 1) * ADAM_BYTES_PER_PARAMETER if algo.name == "ppo" else 0
 
     T = algo.max_completion_length
-    rows, prompts = update_rows(preset)
+    rows, prompts = update_rows(preset, processes)
     common = dict(rows=rows, prompts=prompts, prompt_len=prompt_tokens, completion_len=T,
                   dtype_bytes=nbytes, lora_r=model.lora.r)
     without = activation_bytes(s, **common, checkpointing=False)
@@ -314,7 +343,8 @@ def estimate_memory(preset, config: dict, *, parameters: int | None = None, prom
     checkpointing = wants_checkpointing(train.gradient_checkpointing, parameters)
 
     # Sampling: a training rollout (batch_size rows) or a greedy evaluation batch
-    # (max(batch_size, 32) prompts, each its own), whichever is larger.
+    # (max(batch_size, 32) prompts, each its own), whichever is larger. Evaluation is
+    # not shared between processes, so this does not shrink with several.
     sample_rows = max(train.batch_size, 32)
     cache = kv_cache_bytes(s, sample_rows, prompt_tokens + T, nbytes)
     prompt_pass = sample_rows * prompt_tokens * max(3 * s.hidden, 2 * s.intermediate) * nbytes
@@ -330,7 +360,8 @@ def estimate_memory(preset, config: dict, *, parameters: int | None = None, prom
     return MemoryEstimate(**parts, margin=margin, gradient_checkpointing=bool(checkpointing), device=device)
 
 
-def estimate_for_folder(preset, folder, *, prompt_tokens: int, device: str = "cuda") -> MemoryEstimate:
+def estimate_for_folder(preset, folder, *, prompt_tokens: int, device: str = "cuda",
+                        processes: int = 1) -> MemoryEstimate:
     """The estimate for a model folder on disk (config.json, and the parameter count
     from its safetensors headers when it has them). ValueError when config.json cannot
     be read."""
@@ -347,4 +378,5 @@ def estimate_for_folder(preset, folder, *, prompt_tokens: int, device: str = "cu
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.json'} does not hold a JSON object")
     parameters = describe_model(folder.name, 0, folder).parameters
-    return estimate_memory(preset, config, parameters=parameters, prompt_tokens=prompt_tokens, device=device)
+    return estimate_memory(preset, config, parameters=parameters, prompt_tokens=prompt_tokens, device=device,
+                           processes=processes)

@@ -92,7 +92,7 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         return 2
     if preset.model.name_or_path != BUILTIN_MODEL:
         print(f"first prompt as the model sees it:\n{first}")
-    line, too_big = _memory_report(preset, longest)
+    line, too_big = _memory_report(preset, longest, processes)
     if too_big:
         print(f"error: {preset_path} is invalid:\n  - {line}", file=sys.stderr)
         return 2
@@ -102,9 +102,10 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     return 0
 
 
-def _memory_report(preset, longest: int) -> tuple[str, bool]:
+def _memory_report(preset, longest: int, processes: int = 1) -> tuple[str, bool]:
     """The memory estimate's line (engine/memory_estimate.py), and whether it exceeds the
-    GPU the run would use; ("", False) when the model's config cannot be found."""
+    GPU the run would use; ("", False) when the model's config cannot be found. With
+    several processes, what each one needs (its share of the batch, its FSDP shard)."""
     import torch
 
     from engine.hub_cache import cached_snapshot
@@ -116,16 +117,19 @@ def _memory_report(preset, longest: int) -> tuple[str, bool]:
     wanted = preset.model.device
     cuda = torch.cuda.is_available() and (wanted == "auto" or wanted.startswith("cuda"))
     try:
-        estimate = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda" if cuda else "cpu")
+        estimate = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda" if cuda else "cpu",
+                                       processes=processes)
     except (TypeError, ValueError, KeyError):
         return "", False
     if not cuda:
         where = "the mps device" if wanted == "mps" else "the CPU"
-        return f"memory: on {where}: about {estimate.amount()} of RAM ({estimate.breakdown()})", False
+        each = f" each of {processes} processes:" if processes > 1 else ""
+        return f"memory: on {where}:{each} about {estimate.amount()} of RAM ({estimate.breakdown()})", False
     index = int(wanted.partition(":")[2] or torch.cuda.current_device())
     props = torch.cuda.get_device_properties(index)
     has = props.total_memory
-    line = f"memory: {estimate.describe()}; this GPU ({props.name}) has {has / GIB:.1f} GiB"
+    each = f"each of {processes} processes " if processes > 1 else ""
+    line = f"memory: {each}{estimate.describe()}; this GPU ({props.name}) has {has / GIB:.1f} GiB"
     if estimate.total <= has:
         return line, False
     return (f"{line}. Lower training.micro_batch_size, set training.gradient_checkpointing: true, lower "

@@ -4,6 +4,8 @@ training step of the built-in model on the CPU (bench/memory_check.py measures).
 from __future__ import annotations
 
 import ast
+import math
+import re
 import importlib.util
 from pathlib import Path
 
@@ -178,3 +180,57 @@ def test_validate_fails_when_the_estimate_exceeds_the_gpu(monkeypatch, capsys):
                         lambda index: types.SimpleNamespace(name="Big GPU", total_memory=80 * GIB))
     assert validate(preset, ["data.num_train=50", "data.num_eval=4"]) == 0
     assert "memory: needs about" in capsys.readouterr().out
+
+
+def test_several_processes_each_count_their_share_and_their_fsdp_shard():
+    # With --nproc-per-node the estimate was the whole batch and the whole model on each
+    # process, so validate refused sharded runs that fit.
+    def rows(processes, **training):
+        return update_rows(preset(training={"batch_size": 64, **training}), processes)
+
+    assert rows(2) == (32, 4) and rows(3) == (24, 3)  # 8 groups of 8: 4 + 4; 3 + 3 + 2
+    assert rows(2, micro_batch_size=8) == (8, 1) and rows(4, micro_batch_size=32) == (16, 2)
+    dpo = preset(algorithm={"name": "dpo"}, training={"batch_size": 16})
+    assert update_rows(dpo, 4) == (8, 4)  # 4 pairs a process, two rows each
+    ppo = preset(algorithm={"name": "ppo", "num_mini_batches": 4}, training={"batch_size": 64})
+    assert update_rows(ppo, 2) == (8, 8)  # a mini-batch of 16, 8 a process
+
+    one = estimate_memory(preset(), QWEN25_05B, prompt_tokens=200)
+    two = estimate_memory(preset(), QWEN25_05B, prompt_tokens=200, processes=2)
+    assert two.weights == one.weights and two.optimizer == one.optimizer  # data parallel: whole copies
+    assert two.activations < 0.55 * one.activations
+    four = estimate_memory(preset(training={"fsdp": True}), QWEN25_05B, prompt_tokens=200, processes=4)
+    s = model_shape(QWEN25_05B)
+    embeddings = s.vocab * s.hidden * 2  # tied, bf16: whole on every process
+    layers = one.weights - embeddings
+    assert four.weights == embeddings + math.ceil(layers / 4) + 2 * (layers // 24)
+    assert four.optimizer == math.ceil(one.optimizer / 4)
+
+
+def test_validate_counts_each_process(monkeypatch, capsys):
+    # A GPU between what one process needs alone and what each of two needs: refused for
+    # one process, valid for two, and the line says it is per process.
+    import types
+
+    import torch
+
+    from engine.memory_estimate import estimate_for_folder
+    from engine.models import resolve_model_path
+    from engine.preset import load_preset
+    from engine.validate import validate
+
+    path, overrides = str(ROOT / "presets" / "grpo-sort.yaml"), ["data.num_train=50", "data.num_eval=4"]
+    assert validate(path, overrides) == 0
+    longest = int(re.search(r"longest prompt (\d+) tokens", capsys.readouterr().out).group(1))
+    loaded = load_preset(path, overrides)
+    folder = resolve_model_path("builtin:tiny")
+    alone, each = (estimate_for_folder(loaded, folder, prompt_tokens=longest, processes=n).total for n in (1, 2))
+    assert each < alone
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(name="Mid GPU", total_memory=(alone + each) // 2))
+    assert validate(path, overrides) == 2
+    assert "this GPU (Mid GPU)" in capsys.readouterr().err
+    assert validate(path, overrides, processes=2) == 0
+    assert "memory: each of 2 processes needs about" in capsys.readouterr().out

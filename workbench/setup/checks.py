@@ -162,12 +162,13 @@ def _splits(preset: Preset, base_dir: Path | None):
     return result
 
 
-def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResult:
+def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: int = 1) -> CheckResult:
     """Problems the engine would report at start-up, found without torch: data that does
     not load, reward options of the wrong type, a custom reward's file or function that
     is missing (the file is read, not run), a reward-model folder that is missing or has
     other than one label, a model folder that is not a model, and prompts plus
-    max_completion_length longer than the model's context."""
+    max_completion_length longer than the model's context. Notes include the memory
+    estimate for each of `processes` processes."""
     result = CheckResult()
 
     for index, reward in enumerate(preset.rewards):
@@ -239,26 +240,28 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None) -> CheckResul
         result.notes.append(("algorithm.max_completion_length",
                              f"fits: longest prompt {longest} tokens + {preset.algorithm.max_completion_length} "
                              f"<= context {info.context_length}"))
-    result.notes += memory_notes(preset, folder, longest)
+    result.notes += memory_notes(preset, folder, longest, processes)
     return result
 
 
-def memory_notes(preset: Preset, folder: Path, longest: int) -> list[tuple[str, str]]:
+def memory_notes(preset: Preset, folder: Path, longest: int, processes: int = 1) -> list[tuple[str, str]]:
     """The memory estimate (engine/memory_estimate.py) as a note on micro_batch_size, the
-    first knob to turn; the form knows no GPU, so both the GPU's and the CPU's figure."""
+    first knob to turn; the form knows no GPU, so both the GPU's and the CPU's figure.
+    With several processes, what each one needs."""
     from engine.memory_estimate import estimate_for_folder
 
     try:
-        cpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cpu")
-        gpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda")
+        cpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cpu", processes=processes)
+        gpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda", processes=processes)
     except (ValueError, TypeError, KeyError, OSError):
         return []
+    needs = f"each of {processes} processes needs" if processes > 1 else "needs"
     if preset.model.device in ("cpu", "mps"):
-        return [("training.micro_batch_size", f"needs about {cpu.amount()} of RAM ({cpu.breakdown()})")]
+        return [("training.micro_batch_size", f"{needs} about {cpu.amount()} of RAM ({cpu.breakdown()})")]
     dtype = "4-bit" if preset.model.load_in_4bit else {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16",
                                                        "float32": "fp32"}[preset.model.dtype]
     return [("training.micro_batch_size",
-             f"needs about {gpu.amount()} of GPU memory ({dtype}) or {cpu.amount()} of RAM on the CPU "
+             f"{needs} about {gpu.amount()} of GPU memory ({dtype}) or {cpu.amount()} of RAM on the CPU "
              f"({gpu.breakdown()})")]
 
 

@@ -45,13 +45,14 @@ from workbench.setup.section_form import AlgorithmBox, SectionForm
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
 def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir, model: dict,
-               launch: list | None = None):
+               launch: list | None = None, processes: int = 1):
     """The pre-launch checks (for a preset the schema accepts) and the data preview:
     (problems, notes, (examples, reason)); notes None when the checks could not run.
-    The launch controls' problems (`launch`) come last. Runs on a worker thread after edits."""
+    The launch controls' problems (`launch`) come last; the memory note is per process
+    (`processes`, the launch controls' count). Runs on a worker thread after edits."""
     notes = None
     if preset is not None:
-        check = prelaunch_checks(preset, base_dir)
+        check = prelaunch_checks(preset, base_dir, processes)
         problems, notes = check.problems, check.notes
     return list(problems) + list(launch or []), notes, preview_prompts(data, seed, base_dir, model=model)
 
@@ -270,7 +271,7 @@ class SetupPanel(QWidget):
         launch = launch_problems(preset, self.launch.process_count(), self.launch.gpu_text())
         data, seed, base_dir = copy.deepcopy(self.doc.get("data") or {}), self.doc.get("training.seed"), self.doc.base_dir
         model = copy.deepcopy(self.doc.get("model") or {})
-        job = partial(_check_job, preset, problems, data, seed, base_dir, model, launch)
+        job = partial(_check_job, preset, problems, data, seed, base_dir, model, launch, self.launch.process_count())
         if not background:
             return self._finish(self._generation, *job())
         problems = problems + launch
