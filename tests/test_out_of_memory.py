@@ -59,6 +59,38 @@ def test_auto_halves_the_micro_batch_and_trains_as_the_smaller_one_would(tmp_pat
     assert metrics == expected  # same prompts, samples, rewards and losses: the retry started clean
 
 
+def test_out_of_memory_after_a_steps_first_update_retakes_it_from_its_starting_weights(tmp_path, monkeypatch):
+    # GRPO with num_iterations 2 updates twice a step. Out of memory in the second
+    # iteration, the retry used to start from the weights (and AdamW moments, and
+    # learning-rate schedule) the first iteration had already moved.
+    original = Trainer.completion_logits
+
+    def completion_logits(self, rollout, rows, group_size=None):
+        second_iteration = self.scheduler.last_epoch % 2 == 1
+        if torch.is_grad_enabled() and second_iteration and rows.stop - rows.start > 4:
+            raise torch.OutOfMemoryError(CUDA_OOM)
+        return original(self, rollout, rows, group_size)
+
+    monkeypatch.setattr(Trainer, "completion_logits", completion_logits)
+
+    def metrics(name, micro_batch_size):
+        data = small_preset_dict(micro_batch_size=micro_batch_size, max_steps=2)
+        data["algorithm"]["num_iterations"] = 2
+        trainer = GRPOTrainer(preset_from_dict(data), tmp_path / name)
+        trainer.run()
+        events = rundir.read_events(tmp_path / name)
+        kept = [{k: v for k, v in e.items() if not k.startswith(("timing", "throughput", "step_time", "time"))}
+                for e in events if e["type"] == "metrics"]
+        return kept, [(e["old"], e["new"]) for e in events if e["type"] == "micro_batch_size"], trainer
+
+    retried, changes, trainer = metrics("auto", "auto")
+    assert changes == [(8, 4)]  # in the first step's second iteration
+    fixed, no_changes, fixed_trainer = metrics("fixed", 4)
+    assert no_changes == [] and retried == fixed
+    for a, b in zip(trainer.trainable_parameters(), fixed_trainer.trainable_parameters()):
+        assert torch.equal(a, b)
+
+
 def test_without_auto_the_run_fails_naming_the_fields(tmp_path, tight_memory):
     trainer = GRPOTrainer(preset_from_dict(small_preset_dict(micro_batch_size=4)), tmp_path / "r")
     with pytest.raises(OutOfMemory) as err:

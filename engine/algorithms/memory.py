@@ -4,7 +4,10 @@ halve the micro-batch and take the step again.
 A step that runs out of memory is retried from where it began: the data position and
 every random state are restored first, so the retried step samples what the failed one
 would have, and a run that halved its micro-batch trains on the same batches as one that
-had the smaller micro-batch from the start.
+had the smaller micro-batch from the start. A step that updates more than once (PPO's
+epochs and mini-batches, GRPO's num_iterations) may run out after its first update, so
+its trained weights and optimizer state are kept on the CPU as it begins and put back
+before the retry.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["OutOfMemory", "StepSnapshot", "is_out_of_memory", "out_of_memory_message", "train_step_that_fits"]
+__all__ = ["OutOfMemory", "StepSnapshot", "UpdateSnapshot", "is_out_of_memory", "out_of_memory_message", "train_step_that_fits"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +89,44 @@ class StepSnapshot:
         trainer.generator.set_state(self.generator)
 
 
+def _on_cpu(value):
+    """A copy of an optimizer state_dict with every tensor on the CPU (the live one's
+    tensors are the optimizer's own, updated in place)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
+
+
+@dataclass
+class UpdateSnapshot:
+    """What an update changes: the trained weights (adapter, PPO's value head) and the
+    optimizer, scheduler and loss-scaler states, copied to the CPU. Small: LoRA weights
+    and their AdamW moments."""
+
+    weights: list[torch.Tensor]
+    optimizer: dict
+    scheduler: dict
+    scaler: dict
+
+    @classmethod
+    def take(cls, trainer) -> "UpdateSnapshot":
+        return cls([p.detach().to("cpu", copy=True) for p in trainer.trainable_parameters()],
+                   _on_cpu(trainer.optimizer.state_dict()), trainer.scheduler.state_dict(),
+                   trainer.scaler.state_dict())
+
+    def restore(self, trainer) -> None:
+        with torch.no_grad():
+            for param, saved in zip(trainer.trainable_parameters(), self.weights):
+                param.copy_(saved)
+        trainer.optimizer.load_state_dict(self.optimizer)  # moves the state to the weights' device
+        trainer.scheduler.load_state_dict(self.scheduler)
+        trainer.scaler.load_state_dict(self.scaler)
+
+
 def free_memory(trainer) -> None:
     """Drop what the failed step held: gradients, and the allocator's cached blocks."""
     trainer.optimizer.zero_grad(set_to_none=True)
@@ -97,8 +138,10 @@ def train_step_that_fits(self) -> dict:  # self: the Trainer
     """train_step; on GPU out-of-memory, with micro_batch_size `auto`, the micro-batch
     is halved and the step taken again from where it began (a `micro_batch_size`
     event says so); otherwise the run fails naming the fields that would make it fit."""
+    auto = self.cfg.micro_batch_size == "auto"
     while True:
         snapshot = StepSnapshot.take(self)
+        updates = UpdateSnapshot.take(self) if auto and self.updates_per_step() > 1 else None
         self.phase = "rollout"
         try:
             return self.train_step()
@@ -106,7 +149,6 @@ def train_step_that_fits(self) -> dict:  # self: the Trainer
             if not is_out_of_memory(exc):
                 raise
             free_memory(self)
-            auto = self.cfg.micro_batch_size == "auto"
             size = self.micro_batches(self.cfg.batch_size)[0].stop
             if not auto or self.phase == "rollout" or size <= 1:
                 raise OutOfMemory(out_of_memory_message(
@@ -114,6 +156,8 @@ def train_step_that_fits(self) -> dict:  # self: the Trainer
                     max_tokens=self.algo.max_completion_length, auto=auto,
                     checkpointing=self.checkpointing)) from exc
             snapshot.restore(self)
+            if updates is not None:
+                updates.restore(self)
             self.auto_micro_batch = size // 2
             log.warning("step %d: out of GPU memory with micro-batches of %d; trying %d", self.step + 1,
                         size, self.auto_micro_batch)
