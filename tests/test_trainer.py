@@ -128,6 +128,27 @@ def test_checkpoint_is_a_loadable_peft_adapter(tmp_path):
             assert torch.equal(param, trained[name].detach())
 
 
+def test_a_checkpoint_is_on_the_disk_before_it_is_named_complete(tmp_path, monkeypatch):
+    # Safe against kill -9 already (written as step_N.tmp, then renamed); a power cut could
+    # still keep the rename but not the files' contents unless they are fsynced first.
+    import os
+
+    from engine.algorithms import checkpoints
+
+    synced, renamed = [], []
+    real_fsync, real_rename = os.fsync, type(tmp_path).rename
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
+    monkeypatch.setattr(type(tmp_path), "rename", lambda self, target: renamed.append((len(synced), str(self)))
+                        or real_rename(self, target))
+    trainer = make_trainer(tmp_path, max_steps=1)
+    checkpoints.save_checkpoint(trainer)
+    (final,) = rundir.complete_checkpoints(tmp_path / "run")
+    (before_rename, tmp), = [r for r in renamed if r[1].endswith(".tmp")]
+    written = {tmp + "/" + str(p.relative_to(final)) for p in final.rglob("*")}
+    assert written and written | {tmp} <= set(synced[:before_rename])  # every file and the folder, first
+    assert str(final.parent) in synced[before_rename:]  # then the rename itself
+
+
 def test_stop_then_resume_continues_at_the_right_step_and_data(tmp_path):
     # uninterrupted reference run
     reference = make_trainer(tmp_path, "straight", max_steps=4)

@@ -3,12 +3,15 @@ RNG states, step and data position, so that a resumed run continues exactly.
 
 A checkpoint is written to step_N.tmp and renamed, and deleted by renaming to a .tmp
 name first: a kill at any moment leaves every checkpoint folder complete or named .tmp
-(which resume ignores). `self` is the Trainer (engine/algorithms/base.py).
+(which resume ignores). Its files and folder are flushed to the disk (fsync) before the
+rename, so a power cut cannot leave a complete-looking checkpoint with empty files
+after the older ones were pruned. `self` is the Trainer (engine/algorithms/base.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -58,6 +61,24 @@ def _discard_checkpoint(folder: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def _fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries (a rename inside it), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a folder; the files are what matter
+        if not path.is_dir():
+            raise
+    finally:
+        os.close(fd)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Flush every file in `folder` (recursively), then the folder itself."""
+    for path in sorted(folder.rglob("*")) + [folder]:
+        _fsync(path)
+
+
 def save_checkpoint(self: "Trainer") -> Path:
     """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
     Written to step_N.tmp, then renamed: a checkpoint on disk is always complete.
@@ -94,9 +115,11 @@ def save_checkpoint(self: "Trainer") -> Path:
     state = {"step": self.step, "data_position": self.stream.position,
              "nonfinite_steps": self.nonfinite_steps, "time": time.time(), "world_size": self.world.size}
     (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
+    fsync_folder(tmp)
     if final.exists():
         _discard_checkpoint(final)
     tmp.rename(final)
+    _fsync(final.parent)  # the rename itself
     for old in rundir.complete_checkpoints(self.run_dir)[: -self.cfg.save_total_limit]:
         _discard_checkpoint(old)
     return final
