@@ -141,6 +141,19 @@ def test_more_processes_than_prompts_a_step_is_a_problem(panel, qtbot):
     assert panel.launch.processes_label.styleSheet() == ""
 
 
+def test_the_memory_note_is_per_process(panel, qtbot):
+    # Each process trains its share of the batch: the form's estimate said what one
+    # process alone would need, whatever the process count.
+    def memory_note():
+        panel.validate_now()
+        return dict(panel.notes)["training.micro_batch_size"]
+
+    alone = memory_note()
+    assert alone.startswith("needs about")
+    type_processes(qtbot, panel.launch.processes, "2")
+    assert memory_note().startswith("each of 2 processes needs about")
+
+
 def test_run_is_refused_while_the_processes_do_not_fit(window, qtbot, launched):
     window.doc.new(small_preset())
     type_processes(qtbot, window.setup.launch.processes, "4")
