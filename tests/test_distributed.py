@@ -40,6 +40,7 @@ def test_shares_cover_the_batch_in_whole_units_rank_0_first():
     assert [s.stop - s.start for s in uneven] == [3, 3, 4]
     assert uneven[0].start == 0 and uneven[-1].stop == 10
     assert all(a.stop == b.start for a, b in zip(uneven, uneven[1:]))
+    assert World(rank=2, size=3).share(10, rank=0) == uneven[0]  # another rank's share, asked by name
 
 
 def test_one_process_collectives_change_nothing():

@@ -341,7 +341,7 @@ class Trainer(Declares):
     def num_recorded(self, batch: int, unit: int = 1) -> int:
         """How many of the batch's first rows the inspector records: training.record_rollouts,
         at most rank 0's share (rank 0 writes the records, from the passes it ran)."""
-        first = World(rank=0, size=self.world.size).share(batch, unit)
+        first = self.world.share(batch, unit, rank=0)
         return min(self.cfg.record_rollouts, first.stop)
 
     def take_examples(self) -> tuple[list[Example], list[str], dict[str, list]]:

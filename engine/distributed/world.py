@@ -61,14 +61,15 @@ class World:
 
     # ------------------------------------------------------------ row shares
 
-    def share(self, rows: int, unit: int = 1) -> slice:
-        """The rows of a batch of `rows` that this rank runs, in whole units (a GRPO
-        group, a DPO pair): contiguous, rank 0 first, sizes differing by at most a unit.
+    def share(self, rows: int, unit: int = 1, rank: int | None = None) -> slice:
+        """The rows of a batch of `rows` that this rank (or `rank`) runs, in whole units (a
+        GRPO group, a DPO pair): contiguous, rank 0 first, sizes differing by at most a unit.
 
         input:  rows 12, unit 3 (4 groups), 2 ranks   output: rank 0 slice(0, 6), rank 1 slice(6, 12)
         """
+        rank = self.rank if rank is None else rank
         units = rows // unit
-        start, stop = units * self.rank // self.size, units * (self.rank + 1) // self.size
+        start, stop = units * rank // self.size, units * (rank + 1) // self.size
         return slice(start * unit, stop * unit)
 
     # ------------------------------------------------------------ collectives
