@@ -421,9 +421,11 @@ class TrainingConfig(Section):
     max_nonfinite_steps: int = Field(
         5, ge=0, le=MAX_COUNT, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
     )
-    report_to: Literal["none", "tensorboard"] = Field(
-        "none", description="Also write the run's metrics as TensorBoard event files into RUN_DIR/tensorboard/ as they "
-        "are logged (pip install tensorboard); `rl-engine export RUN_DIR --tensorboard OUT` does it for a past run."
+    report_to: Literal["none", "tensorboard", "wandb", "trackio"] = Field(
+        "none", description="Also send the run's metrics somewhere as they are logged: `tensorboard` writes event "
+        "files into RUN_DIR/tensorboard/ (pip install tensorboard; `rl-engine export RUN_DIR --tensorboard OUT` "
+        "does it for a past run); `wandb` or `trackio` log to a run of that name in project $WANDB_PROJECT / "
+        "$TRACKIO_PROJECT (default rl-workbench), when the package is installed."
     )
 
 

@@ -16,6 +16,7 @@ from engine.distributed.launch import world_size_problems
 from engine.failures import failure_message
 from engine.hub_access import download_hint, go_offline_if_unreachable, hub_ids_of, hub_offline
 from engine.preset import BUILTIN_MODEL, PresetError, load_preset
+from engine.reporting import missing_reporter
 from engine.rewards import reward_source_problems
 
 __all__ = ["validate", "missing_offline"]
@@ -75,6 +76,9 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     base_dir = Path(preset_path).resolve().parent
     problems = reward_source_problems(preset.rewards, base_dir)
     problems += [("processes", p) for p in world_size_problems(preset, processes)]
+    missing = missing_reporter(preset.training.report_to)
+    if missing:
+        problems.append(("training.report_to", missing))
     if problems:
         print(f"error: {preset_path} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
         return 2

@@ -39,7 +39,7 @@ from engine.rewards import build_reward_components, combine_rewards
 from engine.rollout import Rollout, sample
 from engine.token_logits import TokenLogits
 from engine.stopping import StopFlag
-from engine.tensorboard_events import tee_for
+from engine.reporting import tee_for
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from engine.hub_access import download_hint
 from engine.hub_cache import cached_snapshot
 from engine.preset import BUILTIN_MODEL, Preset
 from engine.preset_paths import local_or_hub_id, resolve_data_path
+from engine.reporting import missing_reporter
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -180,6 +181,9 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
             result.problems.append((f"rewards.{index}.options", str(exc)))
     # A custom reward's file and function (read, never run) and a local reward model's folder.
     result.problems += reward_source_problems(preset.rewards, base_dir)
+    missing = missing_reporter(preset.training.report_to)
+    if missing:
+        result.problems.append(("training.report_to", missing))
 
     try:
         train, held_out = _splits(preset, base_dir)
