@@ -73,8 +73,8 @@ def missing_reporter(report_to: str) -> str | None:
 
 def tee_for(events, run_dir: str | Path, report_to: str):
     """`events` wrapped to also report to `report_to` (training.report_to: tensorboard,
-    wandb or trackio); `events` itself for `none`. A reporter whose package is missing is refused naming the field and the
-    install line (TensorBoardMissing, TrackerMissing)."""
+    wandb or trackio); `events` itself for `none`. A reporter whose package is missing
+    is refused naming the field and the install line (TensorBoardMissing, TrackerMissing)."""
     if report_to == "none":
         return events
     try:
