@@ -39,6 +39,20 @@ def python():
     return sys.executable
 
 
+@pytest.fixture
+def nan_grpo_loss(monkeypatch):
+    """GRPO's loss made NaN (its info and token values kept), for the non-finite paths."""
+    from engine.algorithms import grpo
+
+    real = grpo.grpo_loss
+
+    def nan_loss(*args, **kwargs):
+        loss, info, tok = real(*args, **kwargs)
+        return loss * float("nan"), info, tok
+
+    monkeypatch.setattr(grpo, "grpo_loss", nan_loss)
+
+
 @pytest.fixture(autouse=True)
 def _background_jobs_delivered():
     """A window's pre-launch check may still be in flight when its test ends; while it is,

@@ -238,16 +238,7 @@ def test_a_length_reward_that_costs_accuracy_raises_eval_falling(tmp_path):
     assert falling["metric"] == "eval/accuracy" and scores[-1][1] <= max(v for _, v in scores) - 0.1
 
 
-def test_non_finite_steps_raise_an_alarm(tmp_path, monkeypatch):
-    from engine.algorithms import grpo
-
-    real = grpo.grpo_loss
-
-    def nan_loss(*args, **kwargs):
-        loss, info, tok = real(*args, **kwargs)
-        return loss * float("nan"), info, tok
-
-    monkeypatch.setattr(grpo, "grpo_loss", nan_loss)
+def test_non_finite_steps_raise_an_alarm(tmp_path, nan_grpo_loss):
     alarms, _ = provoke(tmp_path, dict(max_steps=2, max_nonfinite_steps=5))
     assert [(a["kind"], a["step"]) for a in alarms if a["kind"] == "nonfinite_steps"] == [("nonfinite_steps", 1),
                                                                                            ("nonfinite_steps", 2)]

@@ -177,16 +177,7 @@ def test_stop_then_resume_continues_at_the_right_step_and_data(tmp_path):
         assert [s["completion"] for s in after[step]] == [s["completion"] for s in ref_samples[step]]
 
 
-def test_nonfinite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
-    import engine.algorithms.grpo as trainer_module
-
-    real = trainer_module.grpo_loss
-
-    def poisoned(*args, **kwargs):
-        loss, info, tok = real(*args, **kwargs)
-        return loss * float("nan"), info, tok
-
-    monkeypatch.setattr(trainer_module, "grpo_loss", poisoned)
+def test_nonfinite_loss_skips_steps_then_stops(tmp_path, nan_grpo_loss):
     trainer = make_trainer(tmp_path, max_steps=5, max_nonfinite_steps=2)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     with pytest.raises(RunAborted, match="max_nonfinite_steps"):
