@@ -296,8 +296,9 @@ def load_merged(preset, checkpoint: Path, bar=None):
     path = resolve_model_path(preset.model.name_or_path)
     trust = preset.model.trust_remote_code
     try:
-        dtype = stored_dtype(AutoConfig.from_pretrained(path, trust_remote_code=trust)) or torch.float32
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        dtype = stored_dtype(config) or torch.float32  # read before loading in fp32 sets config.dtype
+        base = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32, trust_remote_code=trust)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
     _advance(bar, "applying the adapter")

@@ -42,7 +42,7 @@ def _import_tensorboard():
     return event_pb2, summary_pb2, text_pb, EventFileWriter
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """A finite int or float as a float; None for anything else (bools, null, text)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -101,7 +101,7 @@ class TensorBoardEvents:
         """One run event; events of other types (checkpoint, run_finished, ...) are skipped."""
         kind, step, wall = event.get("type"), event.get("step"), event.get("time")
         step = step if isinstance(step, int) and not isinstance(step, bool) else 0
-        wall = float(wall) if _number(wall) is not None else None
+        wall = float(wall) if finite_number(wall) is not None else None
         if kind == "metrics":
             self._scalars("", event, step, wall)
         elif kind == "eval":
@@ -132,7 +132,7 @@ class TensorBoardEvents:
     _SKIP = frozenset({"type", "time", "step", "samples"})
 
     def _scalars(self, prefix: str, fields: dict, step: int, wall: float | None) -> None:
-        values = [(prefix + key, _number(value)) for key, value in fields.items() if key not in self._SKIP]
+        values = [(prefix + key, finite_number(value)) for key, value in fields.items() if key not in self._SKIP]
         values = [self._summary_pb2.Summary.Value(tag=tag, simple_value=v) for tag, v in values if v is not None]
         if values:
             self._emit(self._event_pb2.Event(step=step, summary=self._summary_pb2.Summary(value=values)), wall)

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from engine.tensorboard_events import _number
+from engine.tensorboard_events import finite_number
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ class TrackerRun:
             raise TrackerMissing(f"the {name} package is not installed: pip install {name}") from None
         self.name, self.run_dir = name, Path(run_dir)
         self.run = None
-        self.written = 0
 
     # ------------------------------------------------------------ the tracked run
 
@@ -96,7 +95,6 @@ class TrackerRun:
     def _log(self, values: dict, step: int) -> None:
         if values:
             self.module.log(values, step=step)
-            self.written += 1
 
     def _table(self, columns: list[str], rows: list[list[Any]]):
         return self.module.Table(columns=columns, data=rows)
@@ -118,21 +116,18 @@ class TrackerRun:
         if kind in ("metrics", "eval"):
             prefix = "eval/" if kind == "eval" else ""
             values = {prefix + k: n for k, v in event.items() if k not in self._SKIP
-                      for n in [_number(v)] if n is not None}
+                      for n in [finite_number(v)] if n is not None}
             if kind == "eval" and event.get("samples"):
                 values["eval/samples"] = self._table(*sample_rows(event["samples"]))
             self._log(values, step)
         elif kind == "samples" and event.get("samples"):
             self._log({"samples": self._table(*sample_rows(event["samples"]))}, step)
-        elif kind == "micro_batch_size" and _number(event.get("new")) is not None:
-            self._log({"micro_batch_size": _number(event["new"])}, step)
+        elif kind == "micro_batch_size" and finite_number(event.get("new")) is not None:
+            self._log({"micro_batch_size": finite_number(event["new"])}, step)
         elif kind == "alarm" and isinstance(event.get("title"), str):
             fields = ", ".join(t.get("field", "") for t in event.get("try") or [] if isinstance(t, dict))
             row = [event["title"], str(event.get("steps", "")), str(event.get("saw", "")), fields]
             self._log({"alarms": self._table(["alarm", "steps", "saw", "try"], [row])}, step)
-
-    def flush(self) -> None:
-        pass  # both trackers send as they log
 
     def close(self) -> None:
         if self.run is not None:

@@ -139,9 +139,9 @@ def train_step_that_fits(self) -> dict:  # self: the Trainer
     is halved and the step taken again from where it began (a `micro_batch_size`
     event says so); otherwise the run fails naming the fields that would make it fit."""
     auto = self.cfg.micro_batch_size == "auto"
+    snapshot = StepSnapshot.take(self)  # restored before each retry, so taken once
+    updates = UpdateSnapshot.take(self) if auto and self.updates_per_step() > 1 else None
     while True:
-        snapshot = StepSnapshot.take(self)
-        updates = UpdateSnapshot.take(self) if auto and self.updates_per_step() > 1 else None
         self.phase = "rollout"
         try:
             return self.train_step()
