@@ -71,6 +71,8 @@ def build_model(shape: str, device: str) -> Path:
     shape_fields = {k: v for k, v in SHAPES[shape].items() if v is not None}
     config.update(dict(shape_fields, max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
                        tie_word_embeddings=True))
+    if getattr(config, "layer_types", None) is not None:  # transformers 5 lists one per layer: resize it
+        config.layer_types = ["full_attention"] * config.num_hidden_layers
     assert config.vocab_size >= len(AutoTokenizer.from_pretrained(folder))
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, spec["dtype"]))

@@ -85,6 +85,23 @@ def test_the_launcher_runs_the_engine_under_torchrun():
     assert command[-5:] == ["engine", "run", "p.yaml", "--run-dir", "r"]
 
 
+def test_an_option_torchrun_lacks_is_left_out_not_refused():
+    """torch 2.11's torchrun refused --shutdown-timeout (exit 2, seen on a GPU machine);
+    the wrapper drops it there and keeps it where torchrun has it."""
+    from engine.distributed.torchrun import known_arguments
+
+    command = torchrun_command(["run", "p.yaml"], 1)[3:]
+    assert any(a.startswith("--shutdown-timeout=") for a in command)
+    older = known_arguments(command, {"--standalone", "--nproc-per-node"})
+    assert not any(a.startswith("--shutdown-timeout") for a in older)
+    assert older == [a for a in command if not a.startswith("--shutdown-timeout")]
+    assert known_arguments(command, {"--standalone", "--nproc-per-node", "--shutdown-timeout"}) == command
+    from torch.distributed.run import get_args_parser  # this torch's own parser accepts what is left
+
+    get_args_parser().parse_args(known_arguments(command, {s for a in get_args_parser()._actions
+                                                           for s in a.option_strings}))
+
+
 # ------------------------------------------------------------- end to end
 
 
