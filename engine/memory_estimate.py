@@ -159,17 +159,34 @@ def saved_per_token(s: ModelShape, r: int) -> float:
     next projections keeps), q, k, v and the output that SDPA keeps, the merged heads
     that o_proj's LoRA keeps. MLP: SwiGLU keeps gate, up, silu(gate) and their product
     (4 I); GPT-2's tanh GELU, written as element-wise ops, keeps about 4 I and c_proj's
-    LoRA its output (5 I). And r for each LoRA A output. Counted in the model's dtype:
-    measured in fp32 only (bench/memory_check.py); the fp32 copies a bf16 RMSNorm makes
-    are not counted.
+    LoRA its output (5 I). And r for each LoRA A output. Counted in the model's dtype;
+    a 16-bit model keeps fp32 copies besides (fp32_copies_per_token).
     """
     if s.gpt2:
         return 7 * s.hidden + 5 * s.intermediate + 4 * r
     return 5 * s.hidden + 2 * s.kv_dim + 4 * s.intermediate + 7 * r
 
 
+def fp32_copies_per_token(s: ModelShape, targets="auto") -> int:
+    """fp32 elements one layer of a 16-bit (bf16, fp16) model keeps per token beside
+    saved_per_token's: peft casts the input of each adapted projection to the adapter's
+    fp32 before its LoRA A, a copy per projection even where projections share their
+    input. Measured on a CPU in bf16 (bench/memory_check.py --qwen2 --set
+    model.dtype=bfloat16): without them the estimate was 0.65 of the peak, with them 1.12
+    (GRPO) and 1.08 (PPO), as in fp32; on an H100 it was 0.72 without them at
+    Qwen2.5-0.5B's shape (docs/gpu.md).
+
+    >>> fp32_copies_per_token(model_shape({"hidden_size": 8, "intermediate_size": 32, "num_hidden_layers": 1,
+    ...                                    "num_attention_heads": 2, "vocab_size": 10}))
+    80
+    """
+    shapes = linear_shapes(s)
+    names = shapes if targets == "auto" else [t for t in targets if t in shapes]
+    return sum(i for name in names for i, _ in shapes[name])
+
+
 def activation_bytes(s: ModelShape, *, rows: int, prompts: int, prompt_len: int, completion_len: int,
-                     dtype_bytes: int, lora_r: int, checkpointing: bool) -> int:
+                     dtype_bytes: int, lora_r: int, checkpointing: bool, lora_targets="auto") -> int:
     """Activations kept for the backward pass of one micro-batch of `rows` rows.
 
     Each distinct prompt is run once (engine.forward's shared prefix) and its keys and
@@ -182,10 +199,12 @@ def activation_bytes(s: ModelShape, *, rows: int, prompts: int, prompt_len: int,
         prompts = rows  # engine.forward: the plain pass, each row its own prompt
     tokens = prompts * prompt_len + rows * completion_len
     shared_kv = 2 * s.kv_dim * rows * (prompt_len + completion_len) if prompts < rows else 0
-    one_layer = tokens * saved_per_token(s, lora_r) + shared_kv
+    one_layer = (tokens * saved_per_token(s, lora_r) + shared_kv) * dtype_bytes
+    if dtype_bytes < 4:
+        one_layer += tokens * fp32_copies_per_token(s, lora_targets) * 4
     if checkpointing:
-        return int((s.layers * tokens * s.hidden + 2 * one_layer) * dtype_bytes)
-    return int(s.layers * one_layer * dtype_bytes)
+        return int(s.layers * tokens * s.hidden * dtype_bytes + 2 * one_layer)
+    return int(s.layers * one_layer)
 
 
 def logits_bytes(tokens: int, vocab: int) -> int:
@@ -337,7 +356,7 @@ def estimate_memory(preset, config: dict, *, parameters: int | None = None, prom
     T = algo.max_completion_length
     rows, prompts = update_rows(preset, processes)
     common = dict(rows=rows, prompts=prompts, prompt_len=prompt_tokens, completion_len=T,
-                  dtype_bytes=nbytes, lora_r=model.lora.r)
+                  dtype_bytes=nbytes, lora_r=model.lora.r, lora_targets=model.lora.target_modules)
     without = activation_bytes(s, **common, checkpointing=False)
     with_ = activation_bytes(s, **common, checkpointing=True)
     checkpointing = wants_checkpointing(train.gradient_checkpointing, parameters)
