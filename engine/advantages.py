@@ -7,11 +7,11 @@ the generations of one prompt contiguous:
 Std is the unbiased (n - 1) estimate, as TRL uses (torch.std default).
 
 Group statistics are taken in float64 and the results returned in float32. A group whose
-rewards are all equal must give exactly zero advantage: in float32 the mean of eight
-0.7s is not 0.7, the residue (~6e-8) divided by std + eps (1e-4) became an advantage of
-+-6e-4, and the group's std was not 0. In float64 the sum of up to 2**29 equal float32
-values is exact, so their mean is the value itself, the centred rewards and the std are
-exactly 0.
+rewards are all equal must give exactly zero advantage and zero std (frac_reward_zero_std
+counts std == 0): the mean of equal values is not always the value itself (in float32
+eight 0.7s gave a residue of ~6e-8, an advantage of +-6e-4 after dividing by std + eps
+1e-4; in float64 three float64 0.7s still leave 1.1e-16), so such a group is detected
+and centred to exact zeros (:func:`_centred`), and every estimator works from that.
 """
 
 import torch
@@ -33,12 +33,29 @@ def _grouped(rewards, num_generations):
     return rewards.double().view(-1, num_generations)
 
 
+def _centred(grouped):
+    """Each reward minus its group's mean, exactly 0 in a group of equal rewards (where
+    the computed mean can differ from the value in its last bit).
+
+    e.g. [[0.7, 0.7, 0.7], [1, 0, 2]] (float64) -> [[0, 0, 0], [0, -1, 1]]
+         (0.7 - mean(0.7, 0.7, 0.7) would be 1.1e-16)
+    """
+    equal = (grouped == grouped[:, :1]).all(dim=1, keepdim=True)  # (P, 1)
+    return torch.where(equal, 0.0, grouped - grouped.mean(dim=1, keepdim=True))  # (P, G)
+
+
+def _group_std(centred):
+    """Unbiased std of each group from its centred rewards: (P, G) -> (P, 1), exactly 0
+    for a group of equal rewards."""
+    return ((centred**2).sum(dim=1, keepdim=True) / (centred.shape[1] - 1)).sqrt()
+
+
 # How centred rewards are scaled: (centred (P, G), grouped rewards (P, G), eps) -> (P, G).
 _SCALERS = {
     # Dr. GRPO drops the std: dividing by it up-weights near-unanimous groups.
     "none": lambda centred, grouped, eps: centred,
     # Original GRPO: each group's own spread.
-    "group": lambda centred, grouped, eps: centred / (grouped.std(dim=1, keepdim=True) + eps),
+    "group": lambda centred, grouped, eps: centred / (_group_std(centred) + eps),
     # One spread for the whole batch: keeps the relative size of groups' signals.
     "batch": lambda centred, grouped, eps: centred / (grouped.std() + eps),
 }
@@ -63,7 +80,7 @@ def group_advantages(rewards, num_generations, scale_rewards="group", eps=1e-4):
             f"unknown scale_rewards {scale_rewards!r}; allowed: {sorted(_SCALERS)}"
         )
     grouped = _grouped(rewards, num_generations)  # (P, G)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)  # (P, G)
+    centred = _centred(grouped)  # (P, G)
     return _SCALERS[scale_rewards](centred, grouped, eps).reshape(-1).float()  # (B,)
 
 
@@ -78,7 +95,7 @@ def group_reward_std(rewards, num_generations):
 
     e.g. rewards [1, 0, 1, 1], G=2 -> [sqrt(0.5), 0] = [0.7071, 0]
     """
-    return _grouped(rewards, num_generations).std(dim=1).float()
+    return _group_std(_centred(_grouped(rewards, num_generations))).reshape(-1).float()
 
 
 # ------------------------------------------------------------------ RLOO, REINFORCE++
@@ -97,9 +114,10 @@ def rloo_advantages(rewards, num_generations):
     e.g. rewards [1, 0, 0, 1, 1, 1], G=3 -> baselines [0, 0.5, 0.5, 1, 1, 1]
          -> [1, -0.5, -0.5, 0, 0, 0]
     """
-    grouped = _grouped(rewards, num_generations)  # (P, G)
-    others = (grouped.sum(dim=1, keepdim=True) - grouped) / (num_generations - 1)
-    return (grouped - others).reshape(-1).float()
+    # r_i - mean of the others = G / (G - 1) * (r_i - group mean): from the exact centred
+    # rewards, a group of equal rewards gets exactly 0.
+    centred = _centred(_grouped(rewards, num_generations))  # (P, G)
+    return (centred * num_generations / (num_generations - 1)).reshape(-1).float()
 
 
 def masked_whiten(values, mask, shift_mean=True, eps=1e-8):
@@ -174,8 +192,7 @@ def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
     e.g. rewards [1, 0, 1, 1], G=2, mask all ones (T=1) -> centred [0.5, -0.5, 0, 0]
          -> std 0.4082 -> [[1.2247], [-1.2247], [0], [0]]
     """
-    grouped = _grouped(rewards, num_generations)
-    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)  # (B,) float64
+    centred = _centred(_grouped(rewards, num_generations)).reshape(-1)  # (B,) float64
     return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float64), mask).float()
 
 

@@ -35,6 +35,7 @@ from engine import rundir
 from engine.distributed.launch import (checkpoint_world_size_problem, launch_from_cli, launched_by_torchrun,
                                       launched_rank)
 from engine.failures import (failure_location, failure_message, no_checkpoint_message,  # noqa: F401 (re-exported)
+                             naming_the_file, startup_problems, storage_error, storage_message,
                              user_code_location)
 from engine.preset import PresetError, load_preset
 from engine.preset_paths import absolute_preset_paths
@@ -49,11 +50,31 @@ def default_run_dir(preset_name: str) -> Path:
     return Path("runs") / f"{preset_name}-{stamp}"
 
 
+class _QuietFileHandler(logging.FileHandler):
+    """A log write the disk refuses (full, say) is dropped: logging's own report of it
+    is a traceback on stderr, over the one line that says what happened."""
+
+    def handleError(self, record) -> None:
+        pass
+
+
+def open_run_folder(run_dir: Path, retry: str) -> str | None:
+    """Create the run folder (where missing) and its log; None, or the one line saying
+    why the folder cannot be written (`retry`: what to do then, see storage_message)."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        setup_logging(run_dir)
+    except OSError as exc:
+        error = storage_error(exc) or exc
+        return storage_message(error, run_dir, retry)
+    return None
+
+
 def setup_logging(run_dir: Path) -> None:
     """engine.log; engine.rankN.log for rank N > 0 of a run in several processes."""
     rank = launched_rank()
     name = rundir.LOG_FILE if rank == 0 else f"engine.rank{rank}.log"
-    handler = logging.FileHandler(run_dir / name, encoding="utf-8")
+    handler = _QuietFileHandler(run_dir / name, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -131,19 +152,25 @@ def start_stdin_reader(stop: StopFlag) -> None:
         threading.Thread(target=read_stdin, name="stdin-stop", daemon=True).start()
 
 
-def _final_event(run_dir: Path, type: str, **fields) -> None:
-    """Write a run's last event (run_finished or run_failed), once; rank 0's to write."""
+def _final_event(run_dir: Path, type: str, **fields) -> bool:
+    """Write a run's last event (run_finished or run_failed), once; rank 0's to write.
+    False when the disk refused it (full, say): the caller's message is then all there is."""
     global _UNFINISHED_RUN
     if launched_rank() != 0:
         _UNFINISHED_RUN = None
-        return
-    events = rundir.EventWriter(run_dir)
+        return True
+    written = True
     try:
-        events.emit(type, **fields)
-    finally:
-        events.close()
+        events = rundir.EventWriter(run_dir)
+        try:
+            events.emit(type, **fields)
+        finally:
+            events.close()
+    except OSError:
+        written = False
     if _UNFINISHED_RUN == run_dir:
         _UNFINISHED_RUN = None
+    return written
 
 
 def _record_setup_stop(run_dir: Path, reason: str) -> None:
@@ -167,8 +194,9 @@ def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool, world
     """run_failed with the failure's message. In a run of several processes a rank other
     than 0 leaves why it failed for rank 0, which names the rank that ended the run."""
     logging.getLogger("engine").error("run failed:\n%s", "".join(traceback.format_exception(exc)))
-    message = failure_message(exc, during_setup)
-    where = failure_location(exc)
+    refused = storage_error(exc)
+    message = storage_message(refused, run_dir, "") if refused else failure_message(exc, during_setup)
+    where = None if refused else failure_location(exc)
     fields = {"message": message, "error_type": type(exc).__name__}
     if world is not None and world.distributed:
         from engine.distributed.ranks import root_cause, write_rank_failure
@@ -185,16 +213,20 @@ def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool, world
         fields["aborted"] = True
     if where:
         fields.update(file=where[0], line=where[1])
-    _final_event(run_dir, "run_failed", **fields)
-    suffix = f" ({where[0]}:{where[1]})" if where else ""
-    print(f"error: {message}{suffix}\nsee {run_dir / rundir.LOG_FILE}", file=sys.stderr)
+    written = _final_event(run_dir, "run_failed", **fields)
+    # The message may name the place already ("(at FILE, line 13)"): say it once.
+    suffix = f" ({where[0]}:{where[1]})" if where and where[0] not in message else ""
+    see = f"\nsee {run_dir / rundir.LOG_FILE}" if written else ""
+    print(f"error: {message}{suffix}{see}", file=sys.stderr)
 
 
 def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool,
           fork_of: dict | None = None) -> int:
     """Set up and run the trainer; every way it ends writes a final event: run_finished
     (done, stopped, or stopped during set-up) or run_failed (a failure, or a second
-    Ctrl-C). Exit status 0 for run_finished, 1 for run_failed."""
+    Ctrl-C). Exit status 0 for run_finished, 1 for run_failed, 2 for run_failed during
+    set-up on input the preset gave (a model, data or reward that cannot be used: what
+    `validate` refuses with 2)."""
     global _UNFINISHED_RUN
     stop, previous = _ACTIVE_STOP, None
     if stop is None:  # called without main(): install the handlers here
@@ -220,7 +252,10 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         if resume_from is None and launched_rank() == 0 and not (run_dir / rundir.PRESET_FILE).exists():
             from engine.preset import save_preset
 
-            save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+            try:
+                save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+            except OSError as exc:
+                raise naming_the_file(exc, run_dir / rundir.PRESET_FILE) from exc
         from engine.hub_access import go_offline_if_unreachable, hub_ids_of
 
         go_offline_if_unreachable(hub_ids_of(preset, preset_dir))  # before the hub libraries load
@@ -250,12 +285,30 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         during_setup = stop.phase == SETUP
         stop.phase = FINISHING
         _record_failure(run_dir, exc, during_setup, world)
-        return EXIT_FAILED
+        return EXIT_INVALID if during_setup and is_input_error(exc) else EXIT_FAILED
     finally:
         if previous is not None:
             restore_handlers(previous)
         if world is not None:
             world.close()
+
+
+def is_input_error(exc: BaseException) -> bool:
+    """A set-up failure on what the preset names (a bad value, a model folder or data
+    file that cannot be used, a reward that cannot load), not the engine or the machine."""
+    from engine.models import ModelLoadError
+
+    if storage_error(exc) is not None or isinstance(exc, KeyboardInterrupt):
+        return False
+    return isinstance(exc, (ValueError, ModelLoadError, FileNotFoundError, ImportError))
+
+
+def refused_at_start(preset, base_dir: Path, source) -> bool:
+    """Print what keeps the preset from starting, as `validate` does (failures.startup_problems)."""
+    problems = startup_problems(preset, base_dir)
+    if problems:
+        print(f"error: {source} is invalid:\n" + "\n".join(f"  - {p}" for p in problems), file=sys.stderr)
+    return bool(problems)
 
 
 def cmd_run(args) -> int:
@@ -276,10 +329,14 @@ def cmd_run(args) -> int:
     # The run's preset.yaml must still find its prompt file, custom rewards and reward
     # models when the run is resumed or reopened from elsewhere.
     preset = absolute_preset_paths(preset, preset_dir)
+    if refused_at_start(preset, preset_dir, args.preset):
+        return EXIT_INVALID
     if args.nproc_per_node and not launched_by_torchrun():
         return launch_from_cli(args, preset, run_dir, ["run", args.preset, "--run-dir", str(run_dir)])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    setup_logging(run_dir)
+    problem = open_run_folder(run_dir, " or choose another --run-dir")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
     return train(preset, run_dir, None, preset_dir, args.quiet)
 
 
@@ -294,6 +351,8 @@ def cmd_resume(args) -> int:
     except PresetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    if refused_at_start(preset, run_dir, run_dir / rundir.PRESET_FILE):  # --set may have changed it
+        return EXIT_INVALID
     launching = bool(args.nproc_per_node) and not launched_by_torchrun()
     size = args.nproc_per_node if launching else int(os.environ.get("WORLD_SIZE", "1"))
     problem = checkpoint_world_size_problem(checkpoints[-1], size or 1)
@@ -302,7 +361,10 @@ def cmd_resume(args) -> int:
         return EXIT_INVALID
     if launching:
         return launch_from_cli(args, preset, run_dir, ["resume", str(run_dir)])
-    setup_logging(run_dir)
+    problem = open_run_folder(run_dir, f", then rl-engine resume {run_dir}")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
     return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
 
 
@@ -312,77 +374,6 @@ def cmd_validate(args) -> int:
     from engine.validate import validate
 
     return validate(args.preset, args.set, args.nproc_per_node or 1)
-
-
-def parse_fields(items: list[str]) -> dict[str, str]:
-    """`--field answer=" 1 2 3"` -> {"answer": " 1 2 3"}; the value is kept as written
-    (spaces included). PresetError for an item that is not NAME=VALUE."""
-    fields, problems = {}, []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip().isidentifier():
-            problems.append(f"--field {item!r}: expected NAME=VALUE, e.g. --field answer=' 1 2 3'")
-        else:
-            fields[key.strip()] = value
-    if problems:
-        raise PresetError(problems, "--field")
-    return fields
-
-
-def format_reward_table(components, parts: dict[str, list[float]], total: float) -> str:
-    """The table try-reward prints: one line per component, then the weighted total.
-
-    component      weight    value  weighted  source
-    exact_match         1   1.0000    1.0000
-    sort_position     0.5   1.0000    0.5000
-    brevity           0.1  -0.5000   -0.0500  my_rewards.py:brevity
-    total                             1.4500
-    """
-    rows = [("component", "weight", "value", "weighted", "source")]
-    for label, weight, reward in components:
-        value = parts[label][0]
-        source = getattr(reward, "reward_source", "") or ""
-        rows.append((label, f"{weight:g}", f"{value:.4f}", f"{weight * value:.4f}", source))
-    rows.append(("total", "", "", f"{total:.4f}", ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = []
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:4], widths[1:])]
-        lines.append(("  ".join(cells) + ("  " + row[4] if row[4] else "")).rstrip())
-    return "\n".join(lines)
-
-
-def cmd_try_reward(args) -> int:
-    """Score one completion with the preset's rewards and print each component and the
-    weighted total. Exit 0; 2 for a bad preset, --field or a missing field; 1 when a
-    reward fails to load or to score (the message names it, and the file and line of a
-    fault in a custom function)."""
-    from engine.rewards import MissingFieldError, build_reward_components, combine_rewards
-
-    try:
-        preset = load_preset(args.preset, args.set)
-        fields = parse_fields(args.field)
-    except PresetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    base_dir = Path(args.preset).resolve().parent
-    try:
-        components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
-        totals, parts = combine_rewards(components, [args.prompt], [args.completion],
-                                        {k: [v] for k, v in fields.items()})
-    except MissingFieldError as exc:
-        print(f"error: {failure_message(exc)}\n  give it with --field NAME=VALUE, e.g. --field answer=' 1 2 3'",
-              file=sys.stderr)
-        return EXIT_INVALID
-    except Exception as exc:
-        message = failure_message(exc)
-        where = user_code_location(exc)
-        if where and where[0] not in message:
-            message += f" ({where[0]}:{where[1]})"
-        print(f"error: {message}", file=sys.stderr)
-        return EXIT_FAILED
-    print(format_reward_table(components, parts, totals[0]))
-    return EXIT_OK
 
 
 def cmd_fork(args) -> int:
@@ -432,15 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                    help="also check that N processes can share each step")
     p.set_defaults(func=cmd_validate)
-    p = sub.add_parser("try-reward", help="score one completion with the preset's rewards; prints each component")
-    p.add_argument("preset")
-    p.add_argument("--prompt", required=True, help="the prompt, as the policy sees it")
-    p.add_argument("--completion", required=True,
-                   help="the completion to score (text starting with '-': --completion=-5)")
-    p.add_argument("--field", action="append", default=[], metavar="NAME=VALUE",
-                   help="a data field the rewards read, e.g. --field answer=' 1 2 3' (repeatable)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.set_defaults(func=cmd_try_reward)
+    from engine.try_reward import add_try_reward_parser
+
+    add_try_reward_parser(sub)  # try-reward: one completion through the preset's rewards (engine/try_reward.py)
     from engine.export import add_export_parser
 
     add_export_parser(sub).set_defaults(func=cmd_export)

@@ -3,6 +3,7 @@ the user's own code (a custom reward function), for `run_failed` and the CLI."""
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 import traceback
@@ -29,7 +30,9 @@ def user_code_location(exc: BaseException) -> tuple[str, int] | None:
         if not filename or filename.startswith("<"):  # <frozen importlib...>, <string>
             return None
         path = Path(filename).resolve()
-        if "site-packages" in path.parts or any(root in path.parents for root in skip):
+        # A compiled module's frames name their source relative to nothing ("pyarrow/
+        # error.pxi"): resolved against the current folder, a file that does not exist.
+        if not path.is_file() or "site-packages" in path.parts or any(root in path.parents for root in skip):
             return None
         return path
 
@@ -69,6 +72,80 @@ def failure_message(exc: BaseException, during_setup: bool = False) -> str:
     if isinstance(exc, (ValueError, PresetError, RuntimeError, OSError)) and not isinstance(exc, NotImplementedError):
         return text
     return f"{type(exc).__name__}: {text}"
+
+
+# A write the disk refused: why, in words, and what the user can do about it.
+_STORAGE_REASONS = {
+    errno.ENOSPC: ("no space is left on its device", "free some space there"),
+    errno.EDQUOT: ("the disk quota is used up", "free some space there"),
+    errno.EROFS: ("its file system is read-only", "use a folder you can write to"),
+    errno.EACCES: ("permission denied", "use a folder you can write to (or fix its permissions)"),
+    errno.EPERM: ("permission denied", "use a folder you can write to (or fix its permissions)"),
+    errno.ENOTDIR: ("a part of its path is a file, not a folder", "use another folder"),
+}
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    seen = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+def storage_error(exc: BaseException) -> OSError | None:
+    """The refused write in `exc`'s chain: an OSError of a full, read-only or forbidden
+    disk, or safetensors' Rust error for a full disk (not an OSError: "... (os error 28)")."""
+    for error in _chain(exc):
+        if isinstance(error, OSError) and error.errno in _STORAGE_REASONS:
+            return error
+        if re.search(r"\(os error 28\)", str(error)):
+            return OSError(errno.ENOSPC, "No space left on device")
+    return None
+
+
+def naming_the_file(exc: OSError, path: Path) -> OSError:
+    """`exc` with `path` as its file: a write refused mid-file ("[Errno 28] No space left
+    on device") names none, and the message should say what was being written."""
+    if exc.filename or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
+def storage_message(error: OSError, run_dir: Path, retry: str) -> str:
+    """One line for a write the disk refused: the run folder, the file being written (as
+    a path inside the folder where it is one), why, and what to do; `retry` says how to
+    go on afterwards ("or choose another --run-dir", "then rl-engine resume DIR").
+
+    >>> storage_message(OSError(28, "No space left on device", "/r/checkpoints/step_4.tmp/a"), Path("/r"), "")
+    'cannot write the run folder /r (checkpoints/step_4.tmp/a): no space is left on its device; free some space there'
+    """
+    reason, fix = _STORAGE_REASONS.get(error.errno, (error.strerror or str(error), "check the folder"))
+    what = ""
+    if error.filename:
+        name = Path(str(error.filename))
+        try:
+            inside = name.resolve().relative_to(Path(run_dir).resolve())
+            what = f" ({inside})" if inside.parts else ""  # the folder itself: named already
+        except ValueError:
+            what = f" ({name})"
+    return f"cannot write the run folder {run_dir}{what}: {reason}; {fix}{retry}"
+
+
+def startup_problems(preset, base_dir: Path | None) -> list[str]:
+    """What `rl-engine validate` refuses in a valid preset without loading anything: a
+    custom reward's file or function that is missing, a reward-model folder that is
+    not one, a `training.report_to` whose package is not installed. `run` and `resume`
+    refuse them before the run folder is made, with validate's exit status 2, rather
+    than failing the run after the model has loaded. Lines like "rewards.0.name: ..."."""
+    from engine.reporting import missing_reporter
+    from engine.rewards import reward_source_problems
+
+    problems = [f"{field}: {message}" for field, message in reward_source_problems(preset.rewards, base_dir)]
+    missing = missing_reporter(preset.training.report_to)
+    if missing:
+        problems.append(f"training.report_to: {missing}")
+    return problems
 
 
 def no_checkpoint_message(run_dir: Path) -> str:

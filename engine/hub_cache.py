@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import yaml
 from huggingface_hub import scan_cache_dir
 from huggingface_hub.errors import CacheNotFound
 
@@ -207,7 +209,8 @@ def describe_dataset(repo_id: str, size_on_disk: int, snapshot: Path) -> CachedD
     files = sum(1 for p in snapshot.rglob("*") if not p.is_dir())
     try:
         subsets, data_files = _subsets(snapshot)
-    except OSError as exc:
+        subsets = tuple(declared_configs(snapshot)) or subsets  # the README's names win over folders
+    except (OSError, ValueError) as exc:
         return CachedDataset(repo_id, size_on_disk, snapshot, files=files, problem=f"cannot be read: {exc}")
     problem = None if data_files else "no data files (parquet, json, csv, ...): the download is incomplete"
     return CachedDataset(repo_id, size_on_disk, snapshot, subsets, files, problem)
@@ -282,3 +285,130 @@ def cached_snapshot(repo_id: str, repo_type: str = "model") -> Path | None:
             return named
     folders = [p for p in snapshots.iterdir() if p.is_dir()]
     return max(folders, key=lambda p: p.stat().st_mtime) if folders else None
+
+
+# ------------------------------------------------------- a data set's files in a snapshot
+# Offline, `datasets` reads only its own prepared Arrow cache, never the hub cache that
+# `hf download` fills; so the engine reads a snapshot's files itself, found as the hub
+# finds them: the README's `configs:`, else the file naming conventions below.
+
+LOADABLE_SUFFIXES = (".parquet", ".arrow", ".json", ".jsonl", ".ndjson", ".csv", ".tsv")
+# Split names the conventions recognise in file names; files naming none are all "train",
+# as `datasets` does for a folder of unnamed files.
+KNOWN_SPLITS = {"train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval", "evaluation"}
+
+
+def _front_matter(snapshot: Path) -> dict:
+    """The YAML block at the top of the repo's README.md ({} when there is none)."""
+    try:
+        text = (snapshot / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    match = re.match(r"---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(\r?\n|$)", text, re.DOTALL)
+    if not match:
+        return {}
+    try:
+        data = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{snapshot / 'README.md'}: its YAML header cannot be read ({exc})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def declared_configs(snapshot: Path) -> dict[str, dict]:
+    """The subsets the README's `configs:` declares, by `config_name` ({} when none are)."""
+    configs = _front_matter(snapshot).get("configs")
+    if not isinstance(configs, list):
+        return {}
+    return {str(c.get("config_name", "default")): c for c in configs if isinstance(c, dict)}
+
+
+def snapshot_subsets(snapshot: Path) -> tuple[tuple[str, ...], str | None]:
+    """(every subset, the one used when none is named): the README's configs (the default
+    is the one marked `default: true`, else "default", else the only one), else the
+    top-level folders holding data files ("default" for files at the top or in data/)."""
+    configs = declared_configs(snapshot)
+    if configs:
+        marked = [name for name, c in configs.items() if c.get("default") is True]
+        names = tuple(configs)
+    else:
+        marked, names = [], _subsets(snapshot)[0]
+    if marked:
+        return names, marked[0]
+    if "default" in names:
+        return names, "default"
+    return names, names[0] if len(names) == 1 else None
+
+
+def snapshot_splits(snapshot: Path, subset: str) -> dict[str, list[Path]]:
+    """The data files of each split of one subset (one of `snapshot_subsets`)."""
+    config = declared_configs(snapshot).get(subset)
+    if config is None:
+        return _conventional_splits(snapshot, subset)
+    folder = snapshot / str(config.get("data_dir", ""))  # data_files' globs are relative to it
+    spec = config.get("data_files")
+    if spec is None:
+        return _conventional_splits(folder, None)
+    return {split: _glob(folder, globs) for split, globs in _split_patterns(spec).items()}
+
+
+def _split_patterns(spec) -> dict[str, list[str]]:
+    """`data_files` in its YAML shapes: a glob, a list of globs (both the train split), a
+    list of {split, path} with path a glob or a list, or a {split: path} mapping."""
+    if isinstance(spec, str):
+        return {"train": [spec]}
+    if isinstance(spec, dict):
+        return {str(k): [v] if isinstance(v, str) else list(v) for k, v in spec.items()}
+    out: dict[str, list[str]] = {}
+    for entry in spec or []:
+        if isinstance(entry, str):
+            out.setdefault("train", []).append(entry)
+        elif isinstance(entry, dict):
+            path = entry.get("path", [])
+            out.setdefault(str(entry.get("split", "train")), []).extend([path] if isinstance(path, str) else path)
+    return out
+
+
+def _glob(snapshot: Path, patterns: list[str]) -> list[Path]:
+    """The snapshot's files matching any pattern (the hub's globs: `*` within a folder,
+    `**` across folders), sorted."""
+    files = [p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if not p.is_dir()]
+    found = set()
+    for pattern in patterns:
+        rule = re.compile(_glob_regex(str(pattern).lstrip("./")))
+        found.update(name for name in files if rule.fullmatch(name))
+    return [snapshot / name for name in sorted(found)]
+
+
+def _glob_regex(pattern: str) -> str:
+    """`**/` and `**` across folders, `*` and `?` within one.
+
+    >>> bool(re.fullmatch(_glob_regex("main/train-*"), "main/train-00000-of-00001.parquet"))
+    True
+    >>> bool(re.fullmatch(_glob_regex("*/train-*"), "a/b/train-0.parquet"))
+    False
+    """
+    table = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return "".join(table.get(part) or re.escape(part) for part in re.split(r"(\*\*/|\*\*|\*|\?)", pattern))
+
+
+def _conventional_splits(folder: Path, subset: str | None) -> dict[str, list[Path]]:
+    """The splits of a subset without a declared config: the data files in its folder (for
+    "default": at the top and in data/), a split per leading name (train-00000-of-00001
+    .parquet, test.jsonl, train/part-0.parquet), all "train" when no name is a split's."""
+    if subset == "default":  # files at the top, and data/ as if it were the top
+        tops = [(p, p.name) for p in folder.iterdir() if p.is_file()]
+        inside = [(p, p.relative_to(folder / "data")) for p in (folder / "data").rglob("*")]
+    else:
+        root = folder if subset is None else folder / subset
+        tops, inside = [], [(p, p.relative_to(root)) for p in root.rglob("*")]
+    by_name: dict[str, list[Path]] = {}
+    for path, relative in sorted(tops + inside, key=lambda pair: str(pair[0])):
+        if not path.is_file() or not path.name.endswith(LOADABLE_SUFFIXES):
+            continue
+        parts = Path(relative).parts
+        head = parts[0] if len(parts) > 1 else re.split(r"[-.]", path.name, maxsplit=1)[0]
+        by_name.setdefault(head, []).append(path)
+    if not any(name in KNOWN_SPLITS for name in by_name):
+        files = sorted(p for paths in by_name.values() for p in paths)
+        return {"train": files} if files else {}
+    return by_name

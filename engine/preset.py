@@ -122,7 +122,7 @@ class GRPOConfig(SamplingFields):
         8, ge=2, le=MAX_BATCH, description="Completions sampled per prompt; advantages are relative within this group."
     )
     beta: Float = Field(
-        0.0, ge=0.0, le=MAX_COEF, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass."
+        0.0, ge=0.0, le=MAX_COEF, description="Weight of the KL penalty to the reference model (k3 estimator); 0 skips the reference pass over the batch (the recorded rollouts still get one, for the inspector's per-token KL)."
     )
     epsilon: Float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range of the probability ratio: 1 - epsilon.")
     epsilon_high: Union[Float, None] = Field(

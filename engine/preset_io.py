@@ -95,5 +95,9 @@ def save_preset(preset: Preset, path: str | Path) -> None:
     """Write the preset as YAML, atomically (write a temp file, then rename)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(preset_to_yaml(preset), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text(preset_to_yaml(preset), encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -296,3 +296,28 @@ MAX_LORA_ALPHA = 100_000.0
 # Options of registry rewards and built-in tasks that are numbers (a tolerance, a target
 # length, a digit count): a billion is beyond anything they measure.
 MAX_OPTION_MAGNITUDE = 1e9
+
+
+def context_problem(lengths: list[int], max_completion_length: int, limit: int | None,
+                    where: Callable[[int], str] | None = None) -> str | None:
+    """Why prompts of `lengths` tokens plus max_completion_length do not fit a context of
+    `limit` tokens, naming the longest prompt by `where(its index)`; None when they fit
+    (or the context is not known)."""
+    if limit is None or not lengths:
+        return None
+    longest = max(lengths)
+    need = longest + max_completion_length
+    if need <= limit:
+        return None
+    index = lengths.index(longest)
+    at = f" ({where(index)})" if where is not None else ""
+    room = limit - longest
+    if room < 1:  # no completion length helps: the prompt itself must change
+        over = sum(1 for n in lengths if n >= limit)
+        others = f"; {over} of {len(lengths)} prompts are that long" if over > 1 else ""
+        return (f"data: the longest prompt{at} has {longest} tokens, more than the model's whole context of "
+                f"{limit} tokens before any completion{others}. Shorten or drop that row (the preset has no "
+                f"prompt length limit), or use a model with a longer context.")
+    return (f"algorithm.max_completion_length: the longest prompt{at} has {longest} tokens; with "
+            f"max_completion_length {max_completion_length} a sequence needs {need} positions but the model's "
+            f"context is {limit}. Lower max_completion_length to at most {room}, or shorten that prompt.")

@@ -19,12 +19,14 @@ Example:
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
-from engine.preset import Preset
-from engine.rewards.paths import absolute_reward_paths
+from engine.preset import BUILTIN_MODEL, Preset
+from engine.rewards.paths import absolute_reward_paths, looks_like_local_path
 
-__all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths"]
+__all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths", "model_path_problem"]
 
 
 def resolve_data_path(path: str | Path, preset_dir: str | Path | None = None) -> Path:
@@ -78,3 +80,50 @@ def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Pres
         name, options = absolute_reward_paths(reward.name, reward.options, preset_dir)
         rewards.append(reward.model_copy(update={"name": name, "options": options}))
     return preset.model_copy(update={"rewards": rewards})
+
+
+def _stat_error(path: Path) -> int | None:
+    """The errno stat() gives for `path` (following symlinks), None when it succeeds."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def model_path_problem(name: str, preset_dir: str | Path | None = None) -> str | None:
+    """Why `model.name_or_path` cannot be a model when it is a local path: missing, a
+    dangling symlink or a symlink loop, a file, a folder without config.json; None for
+    a folder that may hold a model, a built-in name or a hub id (``org/name``), which
+    the hub libraries check. A path that looks local (``/``, ``./``, ``~``, two
+    slashes) is never taken for a hub id: the hub would only answer that it is not
+    one. Relative paths are looked for as :func:`resolve_data_path` does.
+
+    Example:
+        >>> model_path_problem("org/model"), model_path_problem(BUILTIN_MODEL)
+        (None, None)
+        >>> model_path_problem("/no/such/model")
+        "model.name_or_path: could not load '/no/such/model': no such folder (the path does not exist); give the folder of a saved model (one with config.json) or a hub id like 'org/name'"
+    """
+    if name.startswith("builtin:"):
+        return None  # engine.models and the window's checks know the built-in names
+    path = resolve_data_path(name, preset_dir)
+    if not looks_like_local_path(name) and not path.is_dir():
+        return None  # 'gpt2' or 'org/name' with no such folder here: a hub id, as transformers takes it
+    fix = "give the folder of a saved model (one with config.json) or a hub id like 'org/name'"
+    said = f"model.name_or_path: could not load {name!r}:"
+    error = _stat_error(path)
+    if error == errno.ELOOP:
+        return f"{said} a symlink loop (its links point back at each other); {fix}"
+    if error is not None and path.is_symlink():
+        return f"{said} no such folder (it is a symlink to {os.readlink(path)!r}, which does not exist); {fix}"
+    if error is not None:
+        return f"{said} no such folder (the path does not exist); {fix}"
+    if not path.is_dir():
+        return f"{said} it is a file, not a folder; {fix}"
+    if not (path / "config.json").exists():
+        held = sorted(p.name for p in path.iterdir())
+        has = f"it has only {', '.join(held[:6])}{', ...' if len(held) > 6 else ''}" if held else "it is empty"
+        return (f"{said} the folder holds no model files (no config.json; {has}); give the folder a model was "
+                "saved to (save_pretrained, or `hf download ID --local-dir FOLDER`)")
+    return None

@@ -13,6 +13,7 @@ torch nor Qt: the workbench reads runs through it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -81,7 +82,8 @@ def drop_torn_last_line(path: str | Path) -> int:
 class EventWriter:
     """Appends events to events.jsonl; each line is flushed as it is written so a reader
     never waits on a buffer. A torn last line left by a killed engine is dropped first
-    (drop_torn_last_line), so every line of the file parses."""
+    (drop_torn_last_line), so every line of the file parses. A line the disk refuses (full,
+    say) is an OSError naming events.jsonl, and what of it reached the file is cut off."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / EVENTS_FILE
@@ -95,15 +97,43 @@ class EventWriter:
         if step is not None:
             event["step"] = step
         event.update(fields)
-        self._file.write(dumps(event) + "\n")
-        self._file.flush()
+        line = dumps(event) + "\n"
+        try:
+            self._file.write(line)
+            self._file.flush()
+        except OSError as exc:
+            self._abandon()
+            raise self._refused(exc) from exc
         return event
+
+    def _refused(self, exc: OSError) -> OSError:
+        # The library's error names no file (a flush); the reader's message needs it.
+        return OSError(exc.errno, exc.strerror or str(exc), str(self.path)) if not exc.filename else exc
+
+    def _abandon(self) -> None:
+        """After a failed write: close (the rest of the line may fail to flush again) and
+        cut the torn line off, so the file holds complete lines only; an events.jsonl left
+        empty is removed, or the folder would look like a run (`run` refuses it)."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
+        try:
+            drop_torn_last_line(self.path)
+            if self.path.stat().st_size == 0:
+                self.path.unlink()
+        except OSError:
+            pass
 
     def close(self) -> None:
         if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+            try:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+            except OSError as exc:
+                self._abandon()
+                raise self._refused(exc) from exc
 
 
 class NullEventWriter:
@@ -238,8 +268,12 @@ def write_trajectories(run_dir: str | Path, step: int, records: list[dict]) -> P
     path = trajectory_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(dumps(r) + "\n" for r in records), encoding="utf-8")
-    tmp.replace(path)
+    try:
+        tmp.write_text("".join(dumps(r) + "\n" for r in records), encoding="utf-8")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
     return path
 
 

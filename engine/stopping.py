@@ -13,7 +13,9 @@ A run has phases, and a stop means something different in each:
     finishing  the final event is being written: further stops are ignored.
 
 A second Ctrl-C aborts in every phase but finishing (the CLI's handler raises
-KeyboardInterrupt; the run ends with run_failed).
+KeyboardInterrupt; the run ends with run_failed). Every SIGINT is counted
+(:func:`sigint_count`): a KeyboardInterrupt with no Ctrl-C behind it (a reward function
+that raises it) is that code's failure, not the user's abort.
 
 This module imports neither torch nor Qt: the CLI installs its handlers with it before
 anything heavy is imported.
@@ -21,9 +23,31 @@ anything heavy is imported.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 
 STARTING, SETUP, TRAINING, FINISHING = "starting", "setup", "training", "finishing"
+
+# SIGINTs that reached a StopFlag in this process. Only ever grows, so a caller compares
+# the count before and after a call instead of resetting it (tests run many flags).
+_sigints = 0
+
+
+def sigint_count() -> int:
+    """How many SIGINTs (Ctrl-C) the engine's handlers have received in this process."""
+    return _sigints
+
+
+def ctrl_c_since(count: int) -> bool:
+    """Whether a KeyboardInterrupt raised now in the main thread may be the user's
+    Ctrl-C: a SIGINT arrived since :func:`sigint_count` was ``count``, or SIGINT is
+    still Python's own handler, which raises KeyboardInterrupt without counting it
+    (the engine used as a library, not through the CLI).
+
+    e.g. under the CLI, a reward that raises KeyboardInterrupt itself: ctrl_c_since(n)
+    is False (nothing arrived), so the run reports the reward, not "aborted".
+    """
+    return _sigints != count or signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 class StopDuringSetup(BaseException):
@@ -43,6 +67,9 @@ class StopFlag:
     phase: str = TRAINING
 
     def request(self, reason: str) -> None:
+        global _sigints
+        if reason == signal.SIGINT.name:  # the CLI's handler passes the signal's name
+            _sigints += 1
         if not self.requested:
             self.requested, self.reason = True, reason
 

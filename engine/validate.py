@@ -16,6 +16,7 @@ from engine.distributed.launch import world_size_problems
 from engine.failures import failure_message
 from engine.hub_access import download_hint, go_offline_if_unreachable, hub_ids_of, hub_offline
 from engine.preset import BUILTIN_MODEL, PresetError, load_preset
+from engine.preset_paths import model_path_problem
 from engine.reporting import missing_reporter
 from engine.rewards import reward_source_problems
 
@@ -43,15 +44,20 @@ def _unavailable(preset, base_dir: Path) -> list[tuple[str, str]]:
 
 def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     """Load the data and the tokenizer, template the prompts; (summary, longest prompt in
-    tokens, the first prompt as the model sees it)."""
+    tokens, the first prompt as the model sees it). ValueError naming the reward when
+    one reads a data column the data lacks (engine/input_checks.py)."""
     from transformers import AutoConfig
 
     from engine.chat import chat_format, template_examples
     from engine.data import load_splits
+    from engine.input_checks import prompt_location, reward_field_problems
     from engine.models import (check_context_fits, context_length, load_tokenizer, resolve_model_path,
                                tokenizer_chat_template)
 
     train, held_out = load_splits(preset.data, preset.training.seed, base_dir)
+    fields = reward_field_problems(preset, train + held_out)
+    if fields:
+        raise ValueError("\n  - ".join(f"{path}: {message}" for path, message in fields))
     path = resolve_model_path(preset.model.name_or_path)
     tokenizer = load_tokenizer(path, preset.model.trust_remote_code)
     fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), preset.data.system_prompt,
@@ -60,7 +66,8 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
     config = AutoConfig.from_pretrained(path, trust_remote_code=preset.model.trust_remote_code)
     longest = check_context_fits(tokenizer, [e.prompt for e in examples], preset.algorithm.max_completion_length,
-                                 context_length(config))
+                                 context_length(config),
+                                 where=lambda i: prompt_location(preset.data, base_dir, (train + held_out)[i]))
     summary = f"{len(train)} train / {len(held_out)} held-out prompts, chat template: {fmt.source}"
     return summary, longest, examples[0].prompt
 
@@ -75,6 +82,9 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         return 2
     base_dir = Path(preset_path).resolve().parent
     problems = reward_source_problems(preset.rewards, base_dir)
+    model_problem = model_path_problem(preset.model.name_or_path, base_dir)
+    if model_problem:
+        problems.append(tuple(model_problem.split(": ", 1)))
     problems += [("processes", p) for p in world_size_problems(preset, processes)]
     missing = missing_reporter(preset.training.report_to)
     if missing:

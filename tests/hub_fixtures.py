@@ -329,7 +329,7 @@ configs:
 
 
 def cache_dataset(hf_home: Path, repo_id: str, files: dict[str, Path],
-                  config_name: str = "main") -> Path:
+                  config_name: str = "main", *, arrow_cache: bool = True, readme: str | bool = True) -> Path:
     """Put data files into HF_HOME's hub cache as a dataset repo (openai/gsm8k's layout:
     main/train-00000-of-00001.parquet ...), with a README declaring the config, and also
     prepare `datasets`' own Arrow cache for that config.
@@ -339,15 +339,23 @@ def cache_dataset(hf_home: Path, repo_id: str, files: dict[str, Path],
     CachedDatasetModuleFactory, which only looks for a prepared Arrow cache at
     HF_HOME/datasets/<org>___<name>/<config>/<version>/<hash>/ (dataset_info.json and
     <name>-<split>.arrow files), exactly what an earlier online load leaves behind.
+
+    `arrow_cache=False` lays out only what `hf download` does (blobs, symlinked snapshot,
+    refs/main): the engine must then read the snapshot's files itself. `readme`: True for
+    the README declaring `config_name` as above, False for none, or the README's text.
     Returns the hub snapshot folder (load it by path to read the hub files themselves)."""
     files = dict(files)
-    readme = Path(hf_home) / "hub" / f".{repo_id.replace('/', '--')}-README.md"
-    readme.parent.mkdir(parents=True, exist_ok=True)
-    readme.write_text(GSM8K_README.replace("main", config_name))
-    files.setdefault("README.md", readme)
+    if readme is not False:
+        text = GSM8K_README.replace("main", config_name) if readme is True else readme
+        readme_file = Path(hf_home) / "hub" / f".{repo_id.replace('/', '--')}-README.md"
+        readme_file.parent.mkdir(parents=True, exist_ok=True)
+        readme_file.write_text(text)
+        files.setdefault("README.md", readme_file)
     snapshot = _cache_repo(hf_home, "dataset", repo_id, files)
-    readme.unlink()
-    _prepare_arrow_cache(hf_home, repo_id, snapshot, config_name)
+    if readme is not False:
+        readme_file.unlink()
+    if arrow_cache:
+        _prepare_arrow_cache(hf_home, repo_id, snapshot, config_name)
     return snapshot
 
 

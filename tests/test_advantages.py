@@ -132,3 +132,30 @@ def test_reinforce_pp_baseline_equal_rewards_give_exactly_zero(value):
     assert torch.equal(out[:8], torch.zeros(8, 3))
     a = 0.5 / math.sqrt(24 * 0.25 / 47 + 1e-8)
     close(out[8:, 0], [a, -a] * 4)
+
+
+# ------------------------- equal float64 rewards: the mean is not the value in its last bit
+# Rewards as Python floats (float64): mean(0.7, 0.7, 0.7) = 2.0999999999999996 / 3
+# = 0.6999999999999998, so each centred reward was 1.1e-16, the group std 1.4e-16 (not
+# counted by frac_reward_zero_std) and the advantage 1.1e-16 / (1.4e-16 + 1e-4) = 1.1e-12.
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_three_equal_float64_rewards_give_exactly_zero(scale):
+    rewards = torch.tensor([0.7, 0.7, 0.7, 1.0, 0.0, 2.0], dtype=torch.float64)  # G = 3
+    out = group_advantages(rewards, 3, scale)
+    assert torch.equal(out[:3], torch.zeros(3))
+    # group [1, 0, 2]: mean 1, centred [0, -1, 1], unbiased std sqrt((0 + 1 + 1) / 2) = 1
+    if scale == "group":
+        a = 1 / (1 + 1e-4)
+        close(out[3:], [0.0, -a, a])
+    std = group_reward_std(rewards, 3)
+    assert std[0].item() == 0.0 and (std == 0).float().mean().item() == 0.5
+    close(std, [0.0, 1.0])
+    # RLOO: 3 / 2 * centred -> [0, 0, 0, 0, -1.5, 1.5]
+    rloo = rloo_advantages(rewards, 3)
+    assert torch.equal(rloo[:3], torch.zeros(3))
+    close(rloo[3:], [0.0, -1.5, 1.5])
+    # REINFORCE++-baseline: the equal group's centred zeros whiten to exact zeros
+    out = reinforce_pp_baseline_advantages(rewards, torch.ones(6, 2), 3)
+    assert torch.equal(out[:3], torch.zeros(3, 2))

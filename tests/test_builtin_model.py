@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from engine.builtin_model import build_tokenizer, builtin_model_path  # noqa: E402
+from engine.builtin_model import build_tokenizer, builtin_model_path
 
 MODEL_PATH = builtin_model_path()
 

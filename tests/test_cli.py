@@ -87,7 +87,7 @@ def test_failure_writes_run_failed_and_exits_nonzero(tmp_path, engine_env, pytho
         [python, "-m", "engine", "run", str(preset), "--run-dir", str(run),
          "--set", f"model.name_or_path={tmp_path / 'no-such-model'}"],
         capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=120)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a model the preset names that cannot load: input, as validate says
     assert "Traceback" not in result.stderr and "model.name_or_path" in result.stderr
     (failed,) = [e for e in rundir.read_events(run) if e["type"] == "run_failed"]
     assert "model.name_or_path" in failed["message"]

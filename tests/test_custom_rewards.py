@@ -4,6 +4,7 @@ in a user's reward reporting the file and line in run_failed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import textwrap
 import time
@@ -282,13 +283,30 @@ def test_without_a_time_limit_a_reward_runs_in_the_engines_thread(tmp_path):
 
 
 def test_numpy_results_are_accepted(tmp_path):
-    numpy = pytest.importorskip("numpy")
-    assert numpy is not None
+    # numpy is a hard dependency (torch and transformers need it). "Accepted" means a
+    # numpy array, or a list of numpy scalars, comes out as plain Python floats: numpy
+    # scalars compare equal to floats, so the values alone would not tell; the types do
+    # (np.float64 subclasses float, hence `type(v) is float`), and json writes them.
     (tmp_path / "np_rewards.py").write_text(
         "import numpy as np\n\ndef score(prompts, completions, **fields):\n"
-        "    return np.array([len(c) for c in completions], dtype=np.float32)\n")
-    components = build("np_rewards.py:score", base_dir=tmp_path)
-    assert combine_rewards(components, ["p", "p"], ["ab", "c"], {"answer": ["ab", "x"]})[1]["score"] == [2.0, 1.0]
+        "    return np.array([len(c) for c in completions], dtype=np.float32)\n\n"
+        "def scalars(prompts, completions, **fields):\n"
+        "    return [np.int64(len(c)) for c in completions]\n\n"
+        "def wide(prompts, completions, **fields):\n"
+        "    return np.ones(len(completions) + 1)\n\n"
+        "def nan(prompts, completions, **fields):\n"
+        "    return np.array([np.nan] * len(completions))\n")
+    for function in ("score", "scalars"):
+        components = build(f"np_rewards.py:{function}", base_dir=tmp_path)
+        total, parts = combine_rewards(components, ["p", "p"], ["ab", "c"], {"answer": ["ab", "x"]})
+        assert parts[function] == [2.0, 1.0] and total == [3.0, 1.0]  # + exact_match: "ab" is right
+        assert all(type(v) is float for v in [*parts[function], *total]), (function, parts, total)
+        assert json.loads(json.dumps(parts))[function] == [2.0, 1.0]
+    # A numpy result is held to the same checks as a list: the count, and finite values.
+    with pytest.raises(RewardError, match="returned 3 values for 2 completions"):
+        combine_rewards(build("np_rewards.py:wide", base_dir=tmp_path), ["p", "p"], ["ab", "c"], {"answer": ["ab", "x"]})
+    with pytest.raises(RewardError, match="returned nan at index 0"):
+        combine_rewards(build("np_rewards.py:nan", base_dir=tmp_path), ["p", "p"], ["ab", "c"], {"answer": ["ab", "x"]})
 
 
 # ------------------------------------------------- reading a file without running it
@@ -384,4 +402,7 @@ def test_a_run_whose_reward_raises_reports_the_users_file_and_line(tmp_path, eng
     assert failed["file"] == str(rewards_file.resolve()) and failed["line"] == 4
     assert failed["message"].startswith("reward component 'strict' (")
     assert "failed with ValueError: cannot score" in failed["message"]
-    assert f"{rewards_file.resolve()}:4" in result.stderr and "Traceback" not in result.stderr
+    # The place is said once (the message's "(at FILE, line 4)"), not again as FILE:4.
+    error = next(l for l in result.stderr.splitlines() if l.startswith("error:"))
+    assert error.count(f"{rewards_file.resolve()}, line 4") == 1 and f"{rewards_file.resolve()}:4" not in error
+    assert "Traceback" not in result.stderr

@@ -6,11 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import datasets  # a dependency (pyproject.toml): a missing one fails, not skips
 import pytest
 
 import hub_fixtures as hf
-
-datasets = pytest.importorskip("datasets")
 
 
 @pytest.fixture(scope="module")

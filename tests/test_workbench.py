@@ -457,7 +457,8 @@ def test_launch_with_a_preset_or_a_run_folder(qtbot, tmp_path, monkeypatch):
         classify_target(str(tmp_path / "missing.yaml"))
 
     window = create_window([str(preset), "--runs", str(tmp_path / "runs")])
-    assert window.doc.get("name") == "grpo-sort" and window.doc.path == preset
+    # A bundled preset opens as an untitled copy: Save never overwrites the shipped file.
+    assert window.doc.get("name") == "grpo-sort" and window.doc.path is None
     window2 = create_window([str(run_dir)])
     assert window2.shown[0].run_dir == run_dir.resolve() and window2.shown[0].status == "done"
     for w in (window, window2):

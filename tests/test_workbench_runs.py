@@ -28,6 +28,7 @@ from workbench import app, runs, xcb_check
 from workbench.dashboard import run_colour
 from workbench.runs.launcher import AttachedEngine
 from workbench.main_window import DISCARD, RUNS, MainWindow
+from workbench.window.run_control import KILL
 from workbench_helpers import small_preset, write_run
 from window_fixtures import Asked, click, click_run, make_window, window  # noqa: F401 (fixtures)
 
@@ -76,6 +77,7 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     assert "running" in window.header.status.text()
     output = (runs.workbench_dir(run_dir) / runs.OUTPUT_FILE).read_bytes()
     assert b"\r" in output  # the engine did print a progress bar (model loading)
+    window.ask = Asked(KILL)  # Kill asks first (tests/test_workbench_resume.py)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000) as finished:
         click(qtbot, window, window.act_kill)
     assert finished.args == [-signal.SIGKILL]
@@ -185,6 +187,7 @@ def test_a_run_started_in_a_terminal_can_be_killed_from_the_window(window, qtbot
         assert isinstance(window.engine, AttachedEngine) and window.engine.pid == engine.pid
         assert window.act_kill.isEnabled() and f"pid {engine.pid}" in window.act_kill.toolTip()
         assert header_status(window) == "running" == runs_tab_status(window, run_dir)
+        window.ask = Asked(KILL)
         with qtbot.waitSignal(window.engine_finished, timeout=60_000):
             click(qtbot, window, window.act_kill)
         assert engine.wait(30) == -signal.SIGKILL

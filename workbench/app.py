@@ -1,7 +1,8 @@
 """`rl-workbench`: the desktop window.
 
     rl-workbench                  the window, with the bundled default preset (grpo-sort)
-    rl-workbench PRESET.yaml      ... with that preset
+    rl-workbench PRESET.yaml      ... with that preset (one of presets/: an untitled copy,
+                                  so Save does not overwrite what ships; `make run` opens one)
     rl-workbench RUN_DIR          ... showing that run (past or still running)
 
 The window never imports torch, transformers or peft (tests/test_boundaries.py): it

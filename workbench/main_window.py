@@ -145,6 +145,8 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.doc.saved.connect(lambda _path: self._update_title())
         self.setup.validated.connect(self._validated)
         self.header.show_log.connect(self.show_engine_log)
+        self.header.resume_requested.connect(lambda: self.resume())
+        self.header.resume_blocked = self.resume_blocked
         self.samples.inspect_requested.connect(self.inspect)
         self.alarms.inspect_requested.connect(self.inspect)
         self.alarms.samples_requested.connect(self.show_samples_of_steps)
@@ -156,6 +158,7 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.runs_view.preset_requested.connect(self.load_run_preset)
         self.runs_view.fork_requested.connect(self.fork_run)
         self.runs_view.export_requested.connect(self.export_run)
+        self.runs_view.resume_requested.connect(self.resume)
         self.runs_view.folder_changed.connect(self._runs_folder_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
 
@@ -340,15 +343,20 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         alive = None
         if self.engine is not None and self.engine_dir is not None and self.engine_dir.resolve() == run.run_dir:
             alive = True if self.engine.running else None
+            if alive and getattr(self.engine, "resuming", False) and \
+                    (run.started or {}).get("time", 0) < (self.engine.started_at or 0):
+                # Until its run_resumed event, the events are the last attempt's (stopped, killed).
+                return "starting", "resuming from the last checkpoint: the engine is loading the model"
         age = time.time() - run.last_time if run.last_time else None
         events_status = run.status if run.status != "empty" else "running"
         return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
 
     def _header_status(self, run: RunData) -> tuple[str, str]:
         """The header's status of a run: _status, or `stopping` while this window's
-        engine finishes its last step."""
+        engine finishes its last step (only until its final event is read: the engine
+        takes a moment to exit after it, and the run is stopped from then on)."""
         if self.engine is not None and self.engine.running and self.engine.stop_requested \
-                and self.engine_dir and self.engine_dir.resolve() == run.run_dir:
+                and self.engine_dir and self.engine_dir.resolve() == run.run_dir and run.status in ("running", "empty"):
             return "running", "stopping: finishing the current step and saving a checkpoint…"
         return self._status(run)
 

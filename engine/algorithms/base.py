@@ -59,6 +59,9 @@ class RolloutStepOutputs:
     record_rows: list[int]
 
 
+SMALL_GROUP = 8  # num_generations up to which a group is recorded whole (num_recorded)
+
+
 class RunAborted(RuntimeError):
     """The run cannot go on (for example too many non-finite steps)."""
 
@@ -340,9 +343,14 @@ class Trainer(Declares):
 
     def num_recorded(self, batch: int, unit: int = 1) -> int:
         """How many of the batch's first rows the inspector records: training.record_rollouts,
-        at most rank 0's share (rank 0 writes the records, from the passes it ran)."""
+        at most rank 0's share (rank 0 writes the records, from the passes it ran). Fewer
+        than a small group (`unit` <= SMALL_GROUP) records the whole first group instead:
+        a part of a group hides the completions its advantages are relative to."""
         first = self.world.share(batch, unit, rank=0)
-        return min(self.cfg.record_rollouts, first.stop)
+        wanted = self.cfg.record_rollouts
+        if 0 < wanted < unit <= SMALL_GROUP:
+            wanted = unit
+        return min(wanted, first.stop)
 
     def take_examples(self) -> tuple[list[Example], list[str], dict[str, list]]:
         """The step's prompts, each repeated for its group, and their fields."""

@@ -22,6 +22,7 @@ import torch
 
 from engine import rundir
 from engine.distributed.launch import checkpoint_world_size_problem
+from engine.failures import storage_error
 
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer
@@ -79,6 +80,24 @@ def fsync_folder(folder: Path) -> None:
         _fsync(path)
 
 
+def _write_checkpoint(self: "Trainer", tmp: Path, adapter, optimizer, ranks: list) -> None:
+    self.model.save_pretrained(tmp, state_dict=adapter)
+    torch.save({
+        "optimizer": self.optimizer.state_dict() if optimizer is None else optimizer,
+        "sharded": optimizer is not None,
+        "scheduler": self.scheduler.state_dict(),
+        **ranks[0],  # rank 0's (and a one-process run's) at the top level, as before
+        "ranks": ranks,
+        "generator": self.generator.get_state(),
+        "extra": self.extra_state(),
+        "scaler": self.scaler.state_dict(),
+    }, tmp / "trainer_state.pt")
+    state = {"step": self.step, "data_position": self.stream.position,
+             "nonfinite_steps": self.nonfinite_steps, "time": time.time(), "world_size": self.world.size}
+    (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
+    fsync_folder(tmp)
+
+
 def save_checkpoint(self: "Trainer") -> Path:
     """Adapter (peft format) + optimizer, scheduler, RNG, step and data position.
     Written to step_N.tmp, then renamed: a checkpoint on disk is always complete.
@@ -100,22 +119,17 @@ def save_checkpoint(self: "Trainer") -> Path:
     tmp = final.with_name(final.name + ".tmp")
     for stale in final.parent.glob("step_*.tmp"):  # left by a killed engine
         shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    self.model.save_pretrained(tmp, state_dict=adapter)
-    torch.save({
-        "optimizer": self.optimizer.state_dict() if optimizer is None else optimizer,
-        "sharded": optimizer is not None,
-        "scheduler": self.scheduler.state_dict(),
-        **ranks[0],  # rank 0's (and a one-process run's) at the top level, as before
-        "ranks": ranks,
-        "generator": self.generator.get_state(),
-        "extra": self.extra_state(),
-        "scaler": self.scaler.state_dict(),
-    }, tmp / "trainer_state.pt")
-    state = {"step": self.step, "data_position": self.stream.position,
-             "nonfinite_steps": self.nonfinite_steps, "time": time.time(), "world_size": self.world.size}
-    (tmp / rundir.CHECKPOINT_STATE).write_text(json.dumps(state))
-    fsync_folder(tmp)
+    try:
+        tmp.mkdir(parents=True)
+        _write_checkpoint(self, tmp, adapter, optimizer, ranks)
+    except BaseException as exc:
+        # Nothing half-written keeps the space (a full disk, a kill by Ctrl-C), and a
+        # refused write names the checkpoint (safetensors' own error names no file).
+        shutil.rmtree(tmp, ignore_errors=True)
+        refused = storage_error(exc)
+        if refused is not None and not refused.filename:
+            raise OSError(refused.errno, refused.strerror, str(final)) from exc
+        raise
     if final.exists():
         _discard_checkpoint(final)
     tmp.rename(final)

@@ -76,8 +76,17 @@ def _load_parquet_records(path: Path) -> list[tuple[str, object]]:
             f"{path}: reading parquet files needs pyarrow; install it with "
             f"'pip install pyarrow' or convert the file to JSONL or CSV."
         ) from None
-    rows = pq.read_table(path).to_pylist()
-    return [(f"{path} row {i}", row) for i, row in enumerate(rows, start=1)]
+    import pyarrow as pa
+
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as exc:
+        problem = str(exc).strip() or type(exc).__name__
+    else:
+        return [(f"{path} row {i}", row) for i, row in enumerate(rows, start=1)]
+    # Raised outside the except block: pyarrow's error as the context would give the
+    # failure a location in pyarrow's compiled code (error.pxi), not in any real file.
+    raise ValueError(f"{path}: cannot read it as parquet ({problem}); check the file, or convert it to JSONL or CSV.")
 
 
 def load_prompt_file(path: str | Path, prompt_field: str = "prompt", columns: Columns | None = None) -> list[Example]:

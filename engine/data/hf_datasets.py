@@ -1,21 +1,25 @@
 """Hugging Face data sets as a run's prompts, through the `datasets` library.
 
-`data.dataset` is a hub id (openai/gsm8k; taken from the local cache when offline), a
-folder written by ``save_to_disk``, a folder of data files, or one data file. Arrow
-tables are memory-mapped, so a big set costs what its used rows cost: a run samples
-`num_train` (and `num_eval`) row numbers with its seed and reads only those rows.
+`data.dataset` is a hub id (openai/gsm8k; offline, read from the files of its snapshot in
+the hub cache, as `hf download` leaves them), a folder written by ``save_to_disk``, a
+folder of data files, or one data file. Arrow tables are memory-mapped, so a big set
+costs what its used rows cost: a run samples `num_train` (and `num_eval`) row numbers
+with its seed and reads only those rows.
 Torch-free (`datasets` is imported when a set is opened).
 """
 
 from __future__ import annotations
 
+import ast
 import logging
 import random
+import re
 import time
 from pathlib import Path
 
 from engine.data.columns import Columns, missing_columns_message, row_to_example
 from engine.data.examples import Example
+from engine.hub_access import download_hint, hub_offline
 from engine.preset_paths import local_or_hub_id
 
 __all__ = ["load_dataset_splits", "open_split", "sample_rows"]
@@ -34,52 +38,140 @@ def _without_splits(source: Path | str) -> bool:
     return source.is_file() or ((source / "state.json").exists() and not (source / "dataset_dict.json").exists())
 
 
-def _pick_split(saved, split: str, where: str):
+def _pick_split(saved, split: str, field: str, where: str):
     """A split of a loaded DatasetDict, or the one Dataset of a set without splits."""
     import datasets
 
     if isinstance(saved, datasets.DatasetDict):
         if split not in saved:
-            raise ValueError(f"{where}: {split!r} is not one of its splits ({', '.join(saved)}); "
-                             "set data.split / data.eval_split to one of them")
+            raise ValueError(_not_one_of(field, split, "splits", list(saved), where))
         return saved[split]
     return saved
 
 
-def open_split(source: Path | str, subset: str | None, split: str):
-    """The `datasets.Dataset` of one split. ValueError naming the field on failure."""
+def _not_one_of(field: str, value, kind: str, names, where: str) -> str:
+    """The error for a subset or split the data set lacks, on the field that names it.
+
+    >>> _not_one_of("data.split", "dev", "splits", ["train", "test"], "data.dataset: 'a/b'")
+    "data.split: 'dev' is not one of its splits (train, test) (data.dataset: 'a/b'); set data.split to one of them"
+    """
+    listed = ", ".join(map(str, names)) or "none found"
+    if value is None:  # no subset named, and the set has several
+        return (f"{field}: not set, and the data set has several {kind} ({listed}) ({where}); "
+                f"set {field} to one of them")
+    return f"{field}: {value!r} is not one of its {kind} ({listed}) ({where}); set {field} to one of them"
+
+
+def open_split(source: Path | str, subset: str | None, split: str, split_field: str = "data.split"):
+    """The `datasets.Dataset` of one split (`split_field` names the preset field that
+    chose it, for errors). ValueError naming the field to change on failure."""
     import datasets
 
     if isinstance(source, Path):
         where = f"data.dataset: {source}"
         if source.is_dir() and ((source / "dataset_dict.json").exists() or (source / "state.json").exists()):
-            return _pick_split(datasets.load_from_disk(str(source)), split, where)
+            return _pick_split(datasets.load_from_disk(str(source)), split, split_field, where)
         if source.is_file():
             builder = _FILE_BUILDERS.get(source.suffix.lower())
             if builder is None:
                 raise ValueError(f"{where}: cannot read {source.suffix or 'a file without a suffix'}; use one of "
                                  f"{', '.join(sorted(_FILE_BUILDERS))}, or a folder")
-            extra = {"delimiter": "\t"} if source.suffix.lower() == ".tsv" else {}
             # One file is one split, whatever data.split says.
-            return _load(lambda: datasets.load_dataset(builder, data_files=str(source), split="train", **extra), where)
-        return _load(lambda: datasets.load_dataset(str(source), subset, split=split), where)
+            return _load(lambda: _load_files(builder, [source], "train"), where, subset, split, split_field)
+        return _load(lambda: datasets.load_dataset(str(source), subset, split=split), where, subset, split, split_field)
+    # Imported here: hub_cache loads huggingface_hub, which must not load before the
+    # engine has decided on offline mode (engine.hub_access).
+    from engine.hub_cache import cached_snapshot
+
     where = f"data.dataset: {source!r}"
-    return _load(lambda: datasets.load_dataset(source, subset, split=split), where, hub_id=source)
+    snapshot = cached_snapshot(source, "dataset")
+    from_snapshot = None if snapshot is None else (lambda: _from_snapshot(source, snapshot, subset, split, split_field))
+    if from_snapshot is not None and hub_offline():
+        return from_snapshot()  # offline, `datasets` would look in its own Arrow cache only
+    return _load(lambda: datasets.load_dataset(source, subset, split=split), where, subset, split, split_field,
+                 hub_id=source, fallback=from_snapshot)
 
 
-def _load(load, where: str, hub_id: str | None = None):
+def _load_files(builder: str, files: list[Path], split: str):
+    """One split from data files, by a `datasets` builder (parquet, json, csv, arrow)."""
+    import datasets
+
+    extra = {"delimiter": "\t"} if all(p.suffix.lower() == ".tsv" for p in files) else {}
+    return datasets.load_dataset(builder, data_files={split: [str(p) for p in files]}, split=split, **extra)
+
+
+def _from_snapshot(repo_id: str, snapshot: Path, subset: str | None, split: str, split_field: str):
+    """One split read from a hub cache snapshot's files (what `hf download` leaves): the
+    subset and split files as the repo's README declares them, else by the conventions."""
+    where = f"data.dataset: {repo_id!r}, cached in {snapshot}"
+    chosen, files = _snapshot_files(repo_id, snapshot, subset, split, split_field, where)
+    builders = {_FILE_BUILDERS.get(p.suffix.lower()) for p in files}
+    if len(builders) != 1 or None in builders:
+        raise ValueError(f"{where}: split {split!r} of subset {chosen!r} mixes file kinds "
+                         f"({', '.join(sorted({p.suffix for p in files}))}); cannot read it as one table")
+    log.info("reading %s split %s of subset %s from the hub cache (%d files)", repo_id, split, chosen, len(files))
+    return _load(lambda: _load_files(builders.pop(), files, split), where, chosen, split, split_field)
+
+
+def _snapshot_files(repo_id: str, snapshot: Path, subset: str | None, split: str, split_field: str,
+                    where: str) -> tuple[str, list[Path]]:
+    """(the subset used, the split's files); a wrong subset or split names its field."""
+    from engine.hub_cache import snapshot_splits, snapshot_subsets
+
+    def incomplete(name: str | None) -> ValueError:
+        return ValueError(f"{where}: no data files (parquet, json, csv, arrow) for subset {name or 'default'!r}; "
+                          f"the download looks incomplete: fetch it again with {download_hint(repo_id)}")
+
+    try:
+        subsets, default = snapshot_subsets(snapshot)
+    except (OSError, ValueError) as exc:  # an unreadable README header, a broken link
+        raise ValueError(f"{where}: cannot be read ({exc})") from None
+    if not subsets:
+        raise incomplete(subset)
+    chosen = subset or default
+    if chosen not in subsets:
+        raise ValueError(_not_one_of("data.subset", subset, "subsets", subsets, where))
+    try:
+        splits = {name: files for name, files in snapshot_splits(snapshot, chosen).items() if files}
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot be read ({exc})") from None
+    if not splits:
+        raise incomplete(chosen)
+    if split not in splits:
+        raise ValueError(_not_one_of(split_field, split, "splits", list(splits), f"{where}, subset {chosen!r}"))
+    return chosen, splits[split]
+
+
+def _load(load, where: str, subset: str | None, split: str, split_field: str, hub_id: str | None = None,
+          fallback=None):
     try:
         return load()
     except ValueError as exc:  # unknown split, missing subset: datasets says which exist
-        raise ValueError(f"{where}: {exc}") from None
+        raise ValueError(_value_error(exc, where, subset, split, split_field)) from None
     except Exception as exc:  # datasets raises many kinds for "cannot load"
+        if fallback is not None:  # the hub did not answer, but the set is in its cache
+            log.warning("%s: the hub could not be asked (%s); reading the cached snapshot", where, type(exc).__name__)
+            return fallback()
         text = f"{where}: could not load it ({type(exc).__name__}: {str(exc)[:400]})"
         if hub_id is not None:
-            from engine.hub_access import download_hint
-
             text += (". It is no local file or folder, so it was looked up on the Hugging Face hub; "
                      f"when offline it must be in the local cache: fetch it with {download_hint(hub_id)}")
         raise ValueError(text) from None
+
+
+def _value_error(exc: ValueError, where: str, subset: str | None, split: str, split_field: str) -> str:
+    """`datasets`' error for a missing split or subset, on the preset field to change."""
+    text = str(exc)
+    listed = re.search(r"\[[^\]]*\]", text)  # datasets lists the names that exist
+    try:
+        names = ast.literal_eval(listed.group(0)) if listed else []
+    except (ValueError, SyntaxError):
+        names = []
+    if text.startswith(("Unknown split", "Bad split")):
+        return _not_one_of(split_field, split, "splits", names, where)
+    if text.startswith(("BuilderConfig", "Config name is missing")):
+        return _not_one_of("data.subset", subset, "subsets", names, where)
+    return f"{where}: {text}"
 
 
 def sample_rows(size: int, count: int, rng: random.Random) -> list[int]:
@@ -137,7 +229,7 @@ def load_dataset_splits(cfg, seed: int, base_dir: Path | None = None) -> tuple[l
     _check_columns(train_table, columns, name, cfg.split)
     rng = random.Random(f"dataset:{seed}")
     if cfg.eval_split is not None:
-        eval_table = open_split(source, cfg.subset, cfg.eval_split)
+        eval_table = open_split(source, cfg.subset, cfg.eval_split, "data.eval_split")
         _check_columns(eval_table, columns, name, cfg.eval_split)
         if len(eval_table) < cfg.num_eval:
             raise ValueError(f"data.num_eval: {cfg.num_eval} held-out rows asked for, but split "

@@ -21,7 +21,11 @@ from engine.rewards.builtin import build_reward
 from engine.rewards.custom import load_custom_reward
 from engine.rewards.kinds import component_label, reward_kind
 
-__all__ = ["describe_component", "combine_rewards", "build_reward_components"]
+__all__ = ["describe_component", "combine_rewards", "build_reward_components", "FLOAT32_MAX"]
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""torch.finfo(torch.float32).max (written out: this module does not import torch). The
+trainer holds rewards in float32: a larger finite value would become inf there."""
 
 
 def describe_component(name: str, reward: object) -> str:
@@ -45,6 +49,13 @@ def _as_list(values: object) -> object:
     return values
 
 
+def _is_finite(value: numbers.Real) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float is finite; the size check refuses it
+        return True
+
+
 def _checked_values(name: str, values: object, size: int) -> list[float]:
     """Validate one component's output: ``size`` finite real numbers. ``name`` is how
     the component is named in messages (see :func:`describe_component`)."""
@@ -61,13 +72,31 @@ def _checked_values(name: str, values: object, size: int) -> list[float]:
         )
     checked = []
     for index, value in enumerate(values):
-        if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if not isinstance(value, numbers.Real) or not _is_finite(value):
             raise RewardError(
                 f"{name} returned {value!r} at index {index}; "
                 f"every reward must be a finite real number (no None, NaN or inf)."
             )
+        if abs(value) > FLOAT32_MAX:
+            raise RewardError(
+                f"{name} returned {value!r} at index {index}; too large: training holds rewards "
+                f"in float32, where it would be inf; keep every reward within +-{FLOAT32_MAX:.4g}."
+            )
         checked.append(float(value))
     return checked
+
+
+def _checked_totals(totals: list[float], per_component: dict[str, list[float]]) -> list[float]:
+    """The weighted sums, refused when one does not fit float32 (each value fits, but a
+    large weight or several large values together can overflow): naming the values."""
+    for index, total in enumerate(totals):
+        if not abs(total) <= FLOAT32_MAX:
+            parts = ", ".join(f"{name}={values[index]!r}" for name, values in per_component.items())
+            raise RewardError(
+                f"the weighted sum of the rewards at index {index} is {total!r} ({parts}); too large: "
+                f"training holds rewards in float32; keep the weighted sum within +-{FLOAT32_MAX:.4g}."
+            )
+    return totals
 
 
 def _fault_location(exc: BaseException, reward: object) -> str:
@@ -97,7 +126,8 @@ def combine_rewards(
     A component that raises is reported as a RewardError naming it (and, for a
     custom function, its ``FILE.py:FUNCTION`` and the file and line of the fault),
     raised ``from`` the original exception so its traceback is kept. A component
-    that returns the wrong number of values, a non-number, NaN or inf is refused
+    that returns the wrong number of values, a non-number, NaN, inf or a value too
+    large for float32 is refused
     with a RewardError naming it (for a custom function, ``user_location`` is the
     file and line of its ``def``). A custom function that does not return within its
     time limit raises RewardTimeout naming it and where it was.
@@ -153,7 +183,7 @@ def combine_rewards(
             raise
         per_component[name] = values
         totals = [t + weight * v for t, v in zip(totals, values)]
-    return totals, per_component
+    return _checked_totals(totals, per_component), per_component
 
 
 def build_reward_components(rewards_cfg, *, device=None, base_dir=None) -> list[tuple[str, float, RewardFunc]]:

@@ -15,7 +15,7 @@ keyword arguments::
 A function with ``**fields`` gets every data column (``answer``, ...); one without
 gets only the columns it names as parameters. It returns one number per completion
 (a list, a tuple, a numpy array or a tensor); the engine refuses the wrong count, a
-non-number, NaN or inf with a message naming the function.
+non-number, NaN, inf or a value beyond float32, with a message naming the function.
 
 Each call has a time limit, 300 s by default: a function that does not return in
 time ends the run with a message naming it and the line it was at. The reserved
@@ -58,6 +58,7 @@ from typing import Any
 
 from engine.rewards.base import RewardError, RewardFunc, RewardTimeout
 from engine.rewards.kinds import split_custom_name
+from engine.stopping import ctrl_c_since, sigint_count
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def find_reward_file(file: str, base_dir=None) -> Path | None:
 
 
 def _not_found(file: str, base_dir) -> str:
-    places = " and ".join(str(c.parent) for c in _candidates(file, base_dir))
+    places = " and ".join(dict.fromkeys(str(c.parent) for c in _candidates(file, base_dir)))  # once each
     return f"file {file} not found (looked in {places})"
 
 
@@ -435,6 +436,21 @@ def _stuck_at(thread: threading.Thread, path: Path) -> tuple[str, int] | None:
     return None
 
 
+def _as_failure(exc: SystemExit | KeyboardInterrupt) -> RuntimeError:
+    """sys.exit(), or a KeyboardInterrupt the function raised itself (no Ctrl-C behind
+    it), as the function's failure: reported naming the reward, not as the engine
+    exiting or the user aborting the run. It keeps ``exc``'s traceback, so the message
+    can give the line in the user's file."""
+    if isinstance(exc, SystemExit):
+        error = RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values")
+    else:
+        detail = f" ({exc})" if str(exc) else ""
+        error = RuntimeError(f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed; "
+                             "a reward function must return its values")
+    error.__cause__, error.__traceback__ = exc, exc.__traceback__
+    return error
+
+
 def _call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, path: Path, function: str):
     """``fn(*args, **kwargs)`` in a worker thread, waiting at most ``timeout`` seconds
     (None: no limit). RewardTimeout when it does not return in time: the thread is
@@ -443,10 +459,13 @@ def _call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, pat
     if timeout is None:
         # No limit: run in the engine's own thread, so a function whose state is tied to
         # one thread (a sqlite connection opened at import, say) keeps working.
+        sigints = sigint_count()
         try:
             return fn(*args, **kwargs)
-        except SystemExit as exc:
-            raise RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values") from exc
+        except (SystemExit, KeyboardInterrupt) as exc:
+            if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
+                raise  # the user's Ctrl-C, landed inside the function: the run is aborted
+            raise _as_failure(exc) from exc
     outcome: dict[str, Any] = {}
 
     def call():
@@ -454,11 +473,10 @@ def _call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, pat
             outcome["value"] = fn(*args, **kwargs)
         except Exception as exc:
             outcome["error"] = exc
-        except SystemExit as exc:  # sys.exit() in a reward would otherwise end the engine unreported
-            error = RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values")
-            error.__cause__ = exc
-            error.__traceback__ = exc.__traceback__
-            outcome["error"] = error
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # sys.exit() would end the engine unreported; signals reach only the main
+            # thread, so a KeyboardInterrupt here is the function's own, not a Ctrl-C.
+            outcome["error"] = _as_failure(exc)
         except BaseException as exc:
             outcome["error"] = exc
 

@@ -133,6 +133,7 @@ class GroupView(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.group: Group | None = None
+        self.scale: Scale | None = None
         self.rows: list[GroupRowWidget] = []
         self.flag = QLabel()
         self.flag.setObjectName("group-flag")
@@ -203,6 +204,7 @@ class GroupView(QWidget):
         self.set_current(current)
 
     def recolour(self, key: str, scale: Scale) -> None:
+        self.scale = scale  # what the rows are coloured on (the step's, widened by the group)
         for row in self.rows:
             row.recolour(key, scale)
 

@@ -135,6 +135,19 @@ def step_scale(records: list[Trajectory], key: str, scope_step: int | None = Non
     return make_scale(q, arrays, scope)
 
 
+def group_scale(records: list[Trajectory], key: str, step: int | None, advantages: list[float]) -> Scale:
+    """The Group page's scale: the step's recorded tokens and, for the advantage, every
+    completion of the group (`advantages`, from the samples event: most completions are
+    not recorded token by token, and a group's best answer may be among them)."""
+    arrays = [a for r in records for a in r.values(key)]
+    q = quantity(key, arrays)
+    scope = f"the {len(records)} recorded rollouts of step {step}"
+    if key == "advantage" and advantages:
+        arrays.append(np.asarray(advantages, dtype=float))
+        scope += f" and the {len(advantages)} completions of the group"
+    return make_scale(q, arrays, scope)
+
+
 def trajectory_scale(trajectory: Trajectory, key: str) -> Scale:
     arrays = trajectory.values(key)
     q = quantity(key, arrays)

@@ -131,6 +131,12 @@ class Trajectory:
         keys: set[str] = set()
         for side in self.sides:
             keys.update(k for k in side.numbers if k not in MARKS)
+        # A quantity null on every token was not measured (beta 0 skips the reference
+        # pass: no reference logprob, no KL): offering it would show an empty scale. The
+        # preferred one stays, so the record still opens on its (grey) tokens.
+        tokens = sum(len(side) for side in self.sides)
+        keys = {k for k in keys if not tokens or k in self.preferred
+                or any(np.isfinite(v).any() for v in self.values(k))}
         known = [k for k in QUANTITIES if k in keys]
         return known + sorted(keys - set(known))
 
@@ -162,18 +168,20 @@ class Trajectory:
 SPECIAL_TOKEN = re.compile(r"^(<\|[^|<>\s]{1,40}\|>|</?[A-Za-z_][\w.\-]{0,30}>|\[[A-Z_]{2,12}\]|<0x[0-9A-Fa-f]{2}>)$")
 SPECIAL_IN_TEXT = re.compile(r"(<\|[^|<>\s]{1,40}\|>)")
 TEXT, MARK, SPECIAL, BREAK = "text", "mark", "special", "break"
-_MARK_OF = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍"}
+# U+FFFD is what a tokenizer decodes a partial multi-byte character to: drawn as ∅, as
+# a token that decodes to nothing is.
+_MARK_OF = {" ": "·", "\t": "→", "\n": "↵", "\r": "␍", "\ufffd": "∅"}
 
 
 def token_segments(token: str) -> list[tuple[str, str]]:
     """How one token is drawn: (text, kind) runs, kind one of text, mark (visible
     whitespace: space ·, tab →, newline ↵, other control characters as their control
-    picture), special (a tag, e.g. <eos>) and break (a line break after the newline's ↵).
+    picture, part of a multi-byte character ∅), special (a tag, e.g. <eos>) and break (a line break after the newline's ↵).
 
     >>> token_segments(" the\\n")
     [('·', 'mark'), ('the', 'text'), ('↵', 'mark'), ('\\n', 'break')]
-    >>> token_segments("<eos>"), token_segments("")
-    ([('<eos>', 'special')], [('∅', 'mark')])
+    >>> token_segments("<eos>"), token_segments(""), token_segments("\\ufffd")
+    ([('<eos>', 'special')], [('∅', 'mark')], [('∅', 'mark')])
     """
     if not token:
         return [("∅", MARK)]  # decodes to nothing (part of a multi-byte character)

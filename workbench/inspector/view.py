@@ -25,7 +25,6 @@ from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -48,8 +47,9 @@ from workbench.inspector.index import (
     sample_group,
     step_samples,
 )
+from workbench.inspector.keys import ArrowKeys
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP, Navigation
-from workbench.inspector.quantities import quantity, step_scale, trajectory_scale
+from workbench.inspector.quantities import group_scale, quantity, step_scale, trajectory_scale
 from workbench.run_declaration import PAIR, SINGLE
 from workbench.inspector.records import Trajectory
 from workbench.inspector.trajectory_page import TrajectoryPage
@@ -158,16 +158,11 @@ class InspectorView(QWidget):
 
     def _add_shortcuts(self) -> None:
         """Arrow keys step through rollouts and steps wherever the focus is on the
-        controls, the Trajectory page or the Group page (the history table keeps its
-        own arrow keys)."""
-        self.shortcuts = []
-        for owner in (self.controls, self.trajectory_page, self.group_view):
-            for key, slot in ((Qt.Key_Right, self.next_rollout), (Qt.Key_Left, self.prev_rollout),
-                              (Qt.Key_Down, self.next_step), (Qt.Key_Up, self.prev_step)):
-                shortcut = QShortcut(QKeySequence(key), owner)
-                shortcut.setContext(Qt.WidgetWithChildrenShortcut)
-                shortcut.activated.connect(slot)
-                self.shortcuts.append(shortcut)
+        controls, the Trajectory page or the Group page (keys.py: not in an open list
+        or a text field; the history table keeps its own arrow keys)."""
+        self.arrow_keys = ArrowKeys([self.controls, self.trajectory_page, self.group_view],
+                                    {Qt.Key_Right: self.next_rollout, Qt.Key_Left: self.prev_rollout,
+                                     Qt.Key_Down: self.next_step, Qt.Key_Up: self.prev_step}, self)
 
     # ======================================================= the model's state
 
@@ -422,8 +417,10 @@ class InspectorView(QWidget):
         if page == GROUP_PAGE:
             self._update_group()
 
-    def _group_scale(self) -> Scale:
-        return step_scale(self.records, self.key, self.step) if self.records else Scale("diverging")
+    def _group_scale(self, group, key: str) -> Scale:
+        """The step's scale, widened by every completion of the group for the advantage."""
+        advantages = [r.advantage for r in group.rows if r.advantage is not None] if group else []
+        return group_scale(self.records, key, self.step, advantages) if self.records else Scale("diverging")
 
     def current_group(self):
         trajectory = self.current
@@ -440,14 +437,16 @@ class InspectorView(QWidget):
         key = (self.step, trajectory.group if trajectory else None, id(self.records))
         if key != self._group_key:
             self._group_key = key
-            adv = step_scale(self.records, "advantage", self.step).scale if self.records else None
-            self.group_view.show_group(self.current_group(), trajectory.index if trajectory else None, self.key,
-                                       self._group_scale(), bool(trajectory) and trajectory.layout == SINGLE, adv)
+            group = self.current_group()
+            adv = self._group_scale(group, "advantage").scale if self.records else None
+            self.group_view.show_group(group, trajectory.index if trajectory else None, self.key,
+                                       self._group_scale(group, self.key),
+                                       bool(trajectory) and trajectory.layout == SINGLE, adv)
             self._group_quantity = (self.key, self.scope)
             return
         if self._group_quantity != (self.key, self.scope):
             self._group_quantity = (self.key, self.scope)
-            self.group_view.recolour(self.key, self._group_scale())
+            self.group_view.recolour(self.key, self._group_scale(self.group_view.group, self.key))
         self.group_view.set_current(trajectory.index if trajectory else None)
 
     # ============================================================== export

@@ -186,7 +186,7 @@ class ControlBar(QWidget):
         self.steps_label.setStyleSheet("QLabel { color: #666; }")
         self.rollout_box = QComboBox()
         self.rollout_box.setObjectName("inspector-rollout")
-        self.rollout_box.setMinimumContentsLength(30)
+        self.rollout_box.setMinimumContentsLength(18)  # it stretches; 30 made the bar wider than 1024 px
         self.rollout_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.prev_rollout_button = _button("◀", "Previous rollout (←)")
         self.next_rollout_button = _button("▶", "Next rollout (→)")

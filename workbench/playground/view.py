@@ -18,7 +18,7 @@ import linecache
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -52,6 +52,33 @@ def describe_error(error: ScoreError) -> str:
         if code:
             text += f"\n    {code}"
     return text
+
+
+class FittingScroll(QScrollArea):
+    """Scrolls up and down only, and asks for the width of what it holds: at 1024 px the
+    rewards editor scrolled sideways, its Remove buttons cut at the pane's edge."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+
+    def setWidget(self, widget: QWidget) -> None:
+        super().setWidget(widget)
+        widget.installEventFilter(self)
+
+    def eventFilter(self, watched, event) -> bool:
+        if watched is self.widget() and event.type() == QEvent.LayoutRequest:
+            self.updateGeometry()  # a reward row added or removed: the width it needs changed
+        return super().eventFilter(watched, event)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        if self.widget() is None:
+            return hint
+        width = self.widget().minimumSizeHint().width() + self.verticalScrollBar().sizeHint().width() + \
+            2 * self.frameWidth()
+        return QSize(max(hint.width(), width), hint.height())
 
 
 class PlaygroundView(QWidget):
@@ -116,8 +143,7 @@ class PlaygroundView(QWidget):
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.source)
-        rewards_scroll = QScrollArea(self)
-        rewards_scroll.setWidgetResizable(True)
+        rewards_scroll = FittingScroll(self)
         rewards_scroll.setWidget(self.host)
         left_layout.addWidget(rewards_scroll, 1)
         left_layout.addLayout(reload_line)

@@ -322,10 +322,21 @@ class ExportDialog(QDialog):
             return None
         return self.exported[0] if len(self.exported) == 1 else Path(os.path.commonpath(self.exported))
 
-    def show_folder(self) -> None:
+    def show_folder(self) -> bool:
+        """Open the exported folder in the file manager; when it is gone, or no file
+        manager opens it (openUrl returns False, e.g. no desktop integration), say so in
+        the dialog with the path, rather than nothing happening."""
         folder = self.result_folder()
-        if folder is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        if folder is None:
+            return False
+        if not folder.is_dir():
+            problem = f"{folder} no longer exists (moved or deleted since the export)"
+        elif QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            return True
+        else:
+            problem = f"no file manager could open {folder}; Copy path gives its path"
+        self.problem.setText(f"Cannot show the folder: {problem}")
+        return False
 
     def copy_path(self) -> None:
         QGuiApplication.clipboard().setText("\n".join(str(p) for p in self.exported))

@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -64,6 +65,37 @@ def engine_fork_command(parent: Path, checkpoint: str, run_dir: Path, sets: list
     for item in sets:
         command += ["--set", item]
     return command
+
+
+def engine_resume_command(run_dir: Path, python: str | None = None, processes: int = 1, gpus: str = "") -> list[str]:
+    """The engine's command line to continue `run_dir` from its last complete checkpoint,
+    in as many processes as the run had (the engine refuses another world size).
+
+    >>> engine_resume_command(Path("/r/run"), "py")
+    ['py', '-m', 'engine', 'resume', '/r/run', '--quiet']
+    """
+    command = [python or sys.executable, "-m", "engine", "resume", str(run_dir), "--quiet"]
+    if processes > 1:
+        command += ["--nproc-per-node", str(processes)]
+        if gpus:
+            command += ["--gpus", gpus]
+    return command
+
+
+def launch_of(command: list) -> tuple[int, str]:
+    """(processes, gpus) of an engine command line the window launched (its process
+    record): what a resume must launch again.
+
+    >>> launch_of(["py", "-m", "engine", "run", "p.yaml", "--nproc-per-node", "2", "--gpus", "0,1"])
+    (2, '0,1')
+    >>> launch_of([])
+    (1, '')
+    """
+    def after(flag: str) -> str:
+        return str(command[command.index(flag) + 1]) if flag in command[:-1] else ""
+
+    count = after("--nproc-per-node")
+    return (int(count) if count.isdigit() else 1), after("--gpus")
 
 
 class EngineHandle(QObject):
@@ -175,6 +207,8 @@ class EngineProcess(EngineHandle):
             # choice of GPUs through the environment.
             self.env["CUDA_VISIBLE_DEVICES"] = gpus
         self.popen: subprocess.Popen | None = None
+        self.started_at: float | None = None  # when start() launched it (Unix time)
+        self.resuming = False  # a resume: the run's events until its run_resumed are the last attempt's
 
     @property
     def output_path(self) -> Path:
@@ -199,6 +233,7 @@ class EngineProcess(EngineHandle):
                 kwargs["start_new_session"] = True
             self.popen = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
                                           cwd=str(self.run_dir), env=self.env, **kwargs)
+        self.started_at = time.time()
         runs.write_process_record(self.run_dir, self.popen.pid, self.command)
         self._poll.start()
 

@@ -2,6 +2,10 @@
 with step / max_steps and an ETA, and, when the engine failed or was killed, its message
 (once, cleaned of terminal progress output) with the log one click away.
 
+A run that ended early (stopped, killed, interrupted, failed) gets the banner with a
+Resume button: it says where Resume continues from, or, with Resume greyed out, why it
+cannot (no checkpoint yet).
+
 The status is the one runs.describe_run gives, the same word the Runs tab shows. The
 header follows the runs on show (`set_runs`: it redraws on their `updated` signal); the
 window judges a run's status (`judge`, as only it holds the engine process) and calls
@@ -18,13 +22,14 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from workbench.runs.rundata import RunData, format_duration
-from workbench.runs.status import clean_output
+from workbench.runs.status import RESUMABLE, clean_output, resume_note, resume_problem
 from workbench.runs.runs_view import STATUS_COLOURS
 
 BANNER_STYLES = {  # (background, border, title colour)
     "failed": ("#fdecea", "#b00020", "#b00020"),
     "killed": ("#fff4e5", "#c75000", "#9a3d00"),
     "interrupted": ("#fff4e5", "#c75000", "#9a3d00"),
+    "stopped": ("#fff8e1", "#8a6d00", "#6d5600"),
 }
 
 
@@ -85,6 +90,7 @@ class FitLabel(QLabel):
 
 class FailureBanner(QFrame):
     show_log = Signal()
+    resume_requested = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -100,12 +106,16 @@ class FailureBanner(QFrame):
         self.log_button = QPushButton("Show engine log")
         self.log_button.setObjectName("show-log")
         self.log_button.clicked.connect(self.show_log)
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setObjectName("banner-resume")
+        self.resume_button.clicked.connect(self.resume_requested)
         text = QVBoxLayout()
         text.addWidget(self.title)
         text.addWidget(self.message)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addLayout(text, 1)
+        layout.addWidget(self.resume_button, 0, Qt.AlignTop)
         layout.addWidget(self.log_button, 0, Qt.AlignTop)
         self.hide()
 
@@ -118,9 +128,21 @@ class FailureBanner(QFrame):
         self.message.setText(clean_output(message))
         self.show()
 
+    def set_resume(self, problem: str | None, run_dir) -> None:
+        """Resume enabled, or greyed out with `problem` (why not) as its tool tip."""
+        self.resume_button.setEnabled(problem is None)
+        self.resume_button.setToolTip(f"Resume is not possible: {problem}" if problem else
+                                      f"Continue this run in its folder from its last checkpoint "
+                                      f"(rl-engine resume {run_dir})")
+
 
 class RunHeader(QWidget):
+    """Signals: show_log(), resume_requested() (the banner's Resume, for the run on show)."""
+
     show_log = Signal()
+    resume_requested = Signal()
+    # Why no run can be resumed now whatever its state (the window's own engine is busy), or None.
+    resume_blocked: Callable[[], str | None] = staticmethod(lambda: None)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -144,6 +166,7 @@ class RunHeader(QWidget):
         self.note.hide()
         self.failure = FailureBanner()
         self.failure.show_log.connect(self.show_log)
+        self.failure.resume_requested.connect(self.resume_requested)
         row = QHBoxLayout()
         self.status.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
         self.eta.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
@@ -233,19 +256,39 @@ class RunHeader(QWidget):
             self.eta.setText(f"took {format_duration(run.last_time - run.first_time)}")
         else:
             self.eta.setText("")
+        self._show_banner(run, status, note, progress)
+
+    def _show_banner(self, run: RunData, status: str, note: str, progress) -> None:
+        """The banner of a run that ended early: what happened, and whether Resume can
+        continue it (its button greyed out, with the reason, when not)."""
+        if status not in RESUMABLE and not run.failure:
+            self.failure.hide()
+            self._banner_key = None
+            return
+        self.note.hide()
+        blocked = self.resume_blocked()
+        # Redrawn every second or so: read the checkpoints (and, without one, the events
+        # the reason quotes) only when something it depends on changed.
+        key = (run.run_dir, status, note, run.num_events, blocked, len(run.checkpoints))
+        if key == self._banner_key and self.failure.isVisibleTo(self):
+            return
+        self._banner_key = key
         if run.failure:
             where = ""
             if run.failure.get("file"):
                 where = f"\nat {run.failure['file']}:{run.failure.get('line', '?')}"
             kind = run.failure.get("error_type", "")
-            self.failure.show_failure(f"Run failed{f' ({kind})' if kind else ''}",
-                                      str(run.failure.get("message", "")) + where)
-            self.note.hide()
-        elif status in ("killed", "interrupted", "failed"):
-            title = {"killed": "The run was killed", "interrupted": "The engine ended without a result",
-                     "failed": "The engine ended before the run started"}[status]
-            # The note is the banner's message: shown there, not a second time above it.
-            self.failure.show_failure(title, note, status)
-            self.note.hide()
+            title = f"Run failed{f' ({kind})' if kind else ''}"
+            message = str(run.failure.get("message", "")) + where
         else:
-            self.failure.hide()
+            title = {"killed": "The run was killed", "interrupted": "The engine ended without a result",
+                     "failed": "The engine ended before the run started", "stopped": "The run was stopped"}[status]
+            # The note is the banner's message: shown there, not a second time above it.
+            message = note or (f"Stopped after step {progress.step}" + (f" of {progress.max_steps}."
+                                                                         if progress.max_steps else "."))
+        status = status if status in RESUMABLE else "failed"
+        message = clean_output(message) + "\n" + resume_note(run.run_dir, status)
+        self.failure.show_failure(title, message, "failed" if run.failure else status)
+        self.failure.set_resume(blocked or resume_problem(run.run_dir, status), run.run_dir)
+
+    _banner_key: tuple | None = None

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
 from workbench.setup import format_value
 
@@ -103,13 +104,14 @@ class RunsModel(QAbstractTableModel):
 
 class RunsView(QWidget):
     """Signals: open_requested(path), compare_requested([paths]), preset_requested(path),
-    fork_requested(path), export_requested(path), folder_changed(path)."""
+    fork_requested(path), export_requested(path), resume_requested(path), folder_changed(path)."""
 
     open_requested = Signal(Path)
     compare_requested = Signal(list)
     preset_requested = Signal(Path)
     fork_requested = Signal(Path)
     export_requested = Signal(Path)
+    resume_requested = Signal(Path)
     folder_changed = Signal(Path)
 
     def __init__(self, folder: Path, parent=None):
@@ -136,6 +138,10 @@ class RunsView(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.Stretch)
+        # The family at a set width, elided (its tooltip says it all): sized to its
+        # contents, one fork's "fork of <a whole run name> @ step N" took the names' room.
+        header.setSectionResizeMode(COLUMNS.index("family"), QHeaderView.Interactive)
+        header.resizeSection(COLUMNS.index("family"), self.fontMetrics().horizontalAdvance("fork of grpo-sort @ step 100"))
         self.open_button = QPushButton("Open")
         self.compare_button = QPushButton("Compare selected")
         self.compare_button.setToolTip("Overlay the curves of the selected runs (select two or more with Ctrl/Shift)")
@@ -145,10 +151,13 @@ class RunsView(QWidget):
         self.export_button = QPushButton("Export…")
         self.export_button.setToolTip("Export this run: a checkpoint's LoRA adapter, a merged model, or its "
                                       "metrics as TensorBoard events")
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setObjectName("runs-resume")
         self.hint = QLabel("Double-click a run to open it; select two or more and Compare.")
         self.hint.setStyleSheet("color:#5f6368")
         buttons = QHBoxLayout()
         buttons.addWidget(self.open_button)
+        buttons.addWidget(self.resume_button)
         buttons.addWidget(self.compare_button)
         buttons.addWidget(self.preset_button)
         buttons.addWidget(self.fork_button)
@@ -168,6 +177,7 @@ class RunsView(QWidget):
         self.preset_button.clicked.connect(self._preset)
         self.fork_button.clicked.connect(self._fork)
         self.export_button.clicked.connect(self._export)
+        self.resume_button.clicked.connect(self._resume)
         self.table.setContextMenuPolicy(Qt.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(lambda *_: self._update_buttons())
@@ -214,6 +224,17 @@ class RunsView(QWidget):
         self.fork_button.setEnabled(count == 1)
         self.export_button.setEnabled(count == 1)
         self.compare_button.setEnabled(count >= 2)
+        self._update_resume()
+
+    def _update_resume(self) -> None:
+        """Resume: for one selected run that ended early with a checkpoint; else greyed
+        out, with the reason as its tool tip."""
+        paths = self.selected_paths()
+        summary = self.summary(paths[0]) if len(paths) == 1 else None
+        problem = "select one run" if summary is None else resume_problem(summary.path, summary.status)
+        self.resume_button.setEnabled(problem is None)
+        self.resume_button.setToolTip("Continue the run in its folder from its last checkpoint" if problem is None
+                                      else f"Resume is not possible: {problem}")
 
     def _open(self) -> None:
         paths = self.selected_paths()
@@ -240,11 +261,21 @@ class RunsView(QWidget):
         if len(paths) == 1:
             self.export_requested.emit(paths[0])
 
+    def _resume(self) -> None:
+        paths = self.selected_paths()
+        if len(paths) == 1:
+            self.resume_requested.emit(paths[0])
+
     def context_menu(self, row: int) -> QMenu:
-        """The menu of a run's row: Open, Fork from here…, Export…, Load its preset."""
-        path = self.model.runs[row].path
+        """The menu of a run's row: Open, Resume, Fork from here…, Export…, Load its preset."""
+        run = self.model.runs[row]
+        path = run.path
         menu = QMenu(self)
         menu.addAction("Open", lambda: self.open_requested.emit(path))
+        problem = resume_problem(path, run.status)
+        resume = menu.addAction("Resume", lambda: self.resume_requested.emit(path))
+        resume.setEnabled(problem is None)
+        resume.setToolTip(f"Resume is not possible: {problem}" if problem else "Continue from its last checkpoint")
         menu.addAction("Fork from here…", lambda: self.fork_requested.emit(path))
         menu.addAction("Export…", lambda: self.export_requested.emit(path))
         menu.addAction("Load its preset into Set-up", lambda: self.preset_requested.emit(path))

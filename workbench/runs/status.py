@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from engine.failures import no_checkpoint_message
+from engine.rundir import complete_checkpoints
 from workbench.runs.process import (OUTPUT_FILE, STALE_AFTER_S, describe_exit, find_engine,
                                     read_exit_record, workbench_dir)
 
@@ -80,8 +82,7 @@ def judge_status(events_status: str, has_events: bool, alive: bool | None, last_
         killed = bool(exit and (exit.get("killed") or (isinstance(code, int) and -code in _KILL_SIGNALS)))
         how = describe_exit(code, bool(exit and exit.get("killed"))) if exit else None
         if killed:
-            lost = ("; the step in progress was lost (rl-engine resume continues from the last checkpoint, if any)"
-                    if has_events else "")
+            lost = "; the steps since its last checkpoint were lost" if has_events else ""
             return "killed", f"the engine {how} before it wrote a final event{lost}"
         if not has_events:
             return "failed", (f"the engine {how} before the run started" if how else
@@ -112,6 +113,47 @@ def describe_run(run_dir: Path, events_status: str, has_events: bool, last_event
         if excerpt:
             note = f"{note}\n{excerpt}"
     return status, note
+
+
+# --------------------------------------------------------------------- resume
+
+# The statuses whose run Resume may continue (`rl-engine resume RUN_DIR`), given a checkpoint.
+RESUMABLE = ("stopped", "killed", "interrupted", "failed")
+
+
+def last_checkpoint(run_dir: Path) -> tuple[str, int] | None:
+    """(folder name, step) of the run's newest complete checkpoint, the one resume
+    continues from; None when there is none."""
+    found = complete_checkpoints(run_dir)
+    if not found:
+        return None
+    return found[-1].name, int(found[-1].name.split("_")[1])
+
+
+def resume_problem(run_dir: Path, status: str) -> str | None:
+    """Why Resume cannot continue this run (its status as judge_status gives it), or
+    None when it can."""
+    if status in ("running", "starting"):
+        return "the run is still training"
+    if status == "stale":
+        return "the run may still be training (no event for a while, and no process to ask)"
+    if status == "done":
+        return "the run is done: it trained all its max_steps (Fork from here trains on with more)"
+    if last_checkpoint(run_dir) is None:
+        return no_checkpoint_message(run_dir)
+    return None
+
+
+def resume_note(run_dir: Path, status: str) -> str:
+    """One sentence for the banner of a run that ended early: where Resume continues
+    from, or why it cannot.
+
+    A killed run's lost steps are trained again from the checkpoint, so say which."""
+    problem = resume_problem(run_dir, status)
+    if problem is not None:
+        return f"Resume is not possible: {problem}"
+    name, step = last_checkpoint(run_dir)
+    return f"Resume continues in this folder from its last checkpoint, {name} (step {step})."
 
 
 # --------------------------------------------------------------------- summaries

@@ -21,8 +21,9 @@ from engine.data import Example, load_splits
 from engine.distributed.launch import world_size_problems
 from engine.hub_access import download_hint
 from engine.hub_cache import cached_snapshot
+from engine.input_checks import context_problem, prompt_location, reward_field_problems
 from engine.preset import BUILTIN_MODEL, Preset
-from engine.preset_paths import local_or_hub_id, resolve_data_path
+from engine.preset_paths import local_or_hub_id, model_path_problem, resolve_data_path
 from engine.reporting import missing_reporter
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
@@ -127,15 +128,19 @@ def read_model_info(folder: Path) -> ModelInfo:
 def _tokenizer(path: str, mtime: float):
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(path)
+    tokenizer = Tokenizer.from_file(path)
+    # tokenizer.json may pad a batch to its longest (the built-in model's does) or
+    # truncate: each prompt's own length is wanted, as the engine counts it.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
 
 
-def longest_prompt_tokens(folder: Path, prompts: list[str]) -> int:
-    """Token count of the longest prompt (no special tokens added, as the engine counts)."""
+def prompt_token_counts(folder: Path, prompts: list[str]) -> list[int]:
+    """Each prompt's token count (no special tokens added, as the engine counts)."""
     path = folder / "tokenizer.json"
     tokenizer = _tokenizer(str(path), path.stat().st_mtime)
-    encodings = tokenizer.encode_batch(prompts, add_special_tokens=False)
-    return max((len(e.ids) for e in encodings), default=0)
+    return [len(e.ids) for e in tokenizer.encode_batch(prompts, add_special_tokens=False)]
 
 
 # load_splits of a big task costs tens of milliseconds: cache by what decides the prompts.
@@ -199,8 +204,15 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
         result.problems.append((where, text))
         return result
     result.prompts = train[:6]
+    # A reward reading a column the data lacks (the engine's validate says the same).
+    result.problems += reward_field_problems(preset, train + held_out)
 
     name = preset.model.name_or_path
+    # A missing local path, a symlink loop, a folder with no model files: validate's words.
+    path_problem = model_path_problem(name, base_dir)
+    if path_problem is not None:
+        result.problems.append(("model.name_or_path", path_problem.removeprefix("model.name_or_path: ")))
+        return result
     folder = model_folder(name)
     if folder is None:
         if name.startswith("builtin:"):
@@ -228,18 +240,15 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
         result.notes.append(("algorithm.max_completion_length",
                              f"{folder} has no tokenizer.json; prompt lengths not checked against the context ({info.context_length})"))
         return result
-    examples, _ = templated(train + held_out, preset.model.model_dump(), preset.data.system_prompt, base_dir)
-    longest = longest_prompt_tokens(folder, [e.prompt for e in examples])
-    need = longest + preset.algorithm.max_completion_length
-    if need > info.context_length:
-        # The engine's own message (engine/models.py check_context_fits).
-        result.problems.append((
-            "algorithm.max_completion_length",
-            f"the longest prompt has {longest} tokens; with max_completion_length "
-            f"{preset.algorithm.max_completion_length} a sequence needs {need} positions but the "
-            f"model's context is {info.context_length}. Lower max_completion_length to at most "
-            f"{info.context_length - longest}, or use shorter prompts.",
-        ))
+    raw = train + held_out
+    examples, _ = templated(raw, preset.model.model_dump(), preset.data.system_prompt, base_dir)
+    lengths = prompt_token_counts(folder, [e.prompt for e in examples])
+    longest = max(lengths, default=0)
+    # The engine's own message (engine/input_checks.py), naming the longest prompt's row.
+    problem = context_problem(lengths, preset.algorithm.max_completion_length, info.context_length,
+                              where=lambda i: prompt_location(preset.data, base_dir, raw[i]))
+    if problem is not None:
+        result.problems.append(tuple(problem.split(": ", 1)))
     else:
         result.notes.append(("algorithm.max_completion_length",
                              f"fits: longest prompt {longest} tokens + {preset.algorithm.max_completion_length} "

@@ -87,7 +87,7 @@ class PresetDocument:
         self.replaced = Signal()
         self.saved = Signal()
         self.dirty_changed = Signal()
-        self.data: dict = copy.deepcopy(data) if data is not None else schema.default_preset_dict()
+        self.data: dict = copy.deepcopy(data) if data is not None else new_preset_dict()
         self.path: Path | None = Path(path) if path else None
         self._clean = copy.deepcopy(self.data)
         # Settings of algorithms the user switched away from, so switching back restores them.
@@ -201,7 +201,7 @@ class PresetDocument:
     def new(self, data: dict | None = None, clean: bool | None = None) -> None:
         """An untitled preset: the defaults, or `data` (a bundled preset opened as a
         template, clean; a run's preset to vary, unsaved)."""
-        self._replace(schema.default_preset_dict() if data is None else data, None,
+        self._replace(new_preset_dict() if data is None else data, None,
                       clean=data is None if clean is None else clean)
 
     def open(self, path: str | Path) -> None:
@@ -253,6 +253,26 @@ class PresetDocument:
 
 
 _MISSING = object()
+
+
+# The schema's defaults suit a hub model (256 tokens of completion), but the default model
+# is the built-in one, whose context is 128 positions: a new preset at the schema's
+# defaults would be refused at once. What New changes so that it runs as it is: the
+# default task's answers are a dozen characters; 32 leaves room and keeps CPU steps short.
+NEW_PRESET_CHANGES = {"algorithm.max_completion_length": 32}
+
+
+def new_preset_dict() -> dict:
+    """What File > New (and a window's first document) starts from: every field at its
+    schema default but those of NEW_PRESET_CHANGES, so the preset is runnable as it is.
+
+    >>> new_preset_dict()["algorithm"]["max_completion_length"]
+    32
+    """
+    data = schema.default_preset_dict()
+    for path, value in NEW_PRESET_CHANGES.items():
+        set_path(data, path, value)
+    return data
 
 
 def with_defaults(data: dict) -> dict:

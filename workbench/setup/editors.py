@@ -21,9 +21,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent, QWheelEvent
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QColor, QKeyEvent, QPainter, QWheelEvent
 from PySide6.QtWidgets import (
+    QBoxLayout,
     QCheckBox,
     QComboBox,
     QFileDialog,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -42,7 +44,8 @@ from workbench.setup.schema import FieldSpec, format_value
 _INT_TEXT = re.compile(r"^[+-]?\d+$")
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?(inf|nan)$", re.I)
 
-ERROR_STYLE = "color: #b00020;"
+ERROR_COLOUR = "#b00020"
+ERROR_STYLE = f"color: {ERROR_COLOUR};"
 NOTE_STYLE = "color: #5f6368;"
 
 
@@ -323,8 +326,16 @@ class ModelEditor(PathEditor):
         self.line.setPlaceholderText("builtin:tiny, a Hugging Face id (org/name), or a folder")
         self.builtin = QPushButton("Built-in", self)
         self.builtin.setToolTip(f"Use {BUILTIN_MODEL}: the small model shipped with RL Workbench (runs offline on a CPU)")
-        self.layout_.insertWidget(1, self.builtin)
         self.builtin.clicked.connect(self._use_builtin)
+        # The buttons on a line of their own under the text: beside it they left the
+        # name about 65 px ("Qwen/Qwen") at the default window size.
+        self.layout_.setDirection(QBoxLayout.TopToBottom)
+        self.layout_.removeWidget(self.browse)
+        self.buttons_ = QHBoxLayout()
+        self.buttons_.addWidget(self.builtin)
+        self.buttons_.addWidget(self.browse)
+        self.buttons_.addStretch(1)
+        self.layout_.addLayout(self.buttons_)
 
     def _use_builtin(self) -> None:
         self.line.setText(BUILTIN_MODEL)
@@ -379,8 +390,39 @@ def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
     raise TypeError(f"no editor for {spec.path} ({spec.kind})")
 
 
+class ProblemLine(QLabel):
+    """A field's problems on one line of fixed height, cut with … when longer (the whole
+    text is its tooltip and is listed in the summary above the form). `text()` is the
+    whole message."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.setFixedHeight(self.fontMetrics().height())
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text)
+        self.update()
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, self.fontMetrics().height())
+
+    def paintEvent(self, _event) -> None:
+        line = self.text().replace("\n", "; ")
+        painter = QPainter(self)
+        painter.setPen(QColor(ERROR_COLOUR))
+        painter.drawText(self.rect(), Qt.AlignLeft | Qt.AlignVCenter,
+                         self.fontMetrics().elidedText(line, Qt.ElideRight, self.width()))
+
+
 class FieldRow(QWidget):
-    """An editor with its problem (red) and note (grey) lines under it."""
+    """An editor with its problem (red) and note (grey) lines under it.
+
+    The problem line's space is always there, shown or not: problems arrive shortly
+    after a keystroke (validation is debounced), and a line appearing then pushed the
+    rows below down under a click already on its way (typing meant for algorithm.beta
+    went into num_generations)."""
 
     def __init__(self, editor: QWidget, parent: QWidget | None = None):
         super().__init__(parent)
@@ -389,16 +431,18 @@ class FieldRow(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(1)
         layout.addWidget(editor)
-        self.error = QLabel(self)
-        self.error.setWordWrap(True)
-        self.error.setStyleSheet(ERROR_STYLE)
-        self.error.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.error = ProblemLine(self)
         self.error.hide()
+        self.error_slot = QWidget(self)  # the reserved space the problem line sits in
+        self.error_slot.setFixedHeight(self.error.height())
+        slot = QVBoxLayout(self.error_slot)
+        slot.setContentsMargins(0, 0, 0, 0)
+        slot.addWidget(self.error)
         self.note = QLabel(self)
         self.note.setWordWrap(True)
         self.note.setStyleSheet(NOTE_STYLE)
         self.note.hide()
-        layout.addWidget(self.error)
+        layout.addWidget(self.error_slot)
         layout.addWidget(self.note)
 
     def show_problems(self, messages: list[str]) -> None:

@@ -261,15 +261,19 @@ class DatasetPicker(CachePicker):
 
 
 def add_cache_button(editor: QWidget, picker_class: type[CachePicker]) -> QPushButton | None:
-    """A "Cached…" button right after a text field's line (None for an editor without
-    one); the caller connects it."""
+    """A "Cached…" button right after a text field's line, or first on its row of buttons
+    (the model's); None for an editor without a line. The caller connects it."""
+    buttons = getattr(editor, "buttons_", None)
     line_layout = getattr(editor, "layout_", None)
     if line_layout is None:
         return None
     button = QPushButton("Cached…", editor)
     button.setObjectName(f"cached:{editor.spec.path}")
     button.setToolTip(f"Choose one of the {picker_class.KIND} already in the local Hugging Face cache")
-    line_layout.insertWidget(1, button)
+    if buttons is not None:
+        buttons.insertWidget(0, button)
+    else:
+        line_layout.insertWidget(1, button)
     return button
 
 

@@ -133,17 +133,15 @@ class SetupPanel(QWidget):
         self.algorithm = AlgorithmBox(self)
         self.rewards = RewardsEditor(self)
 
-        grid = QGridLayout()
-        columns = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards], [boxes["training"], boxes["alarms"]]]
-        for col, widgets in enumerate(columns):
-            column = QVBoxLayout()
-            for widget in widgets:
-                column.addWidget(widget)
-            column.addStretch(1)
-            grid.addLayout(column, 0, col)
-            grid.setColumnStretch(col, 1)
+        self.grid = QGridLayout()
+        self.sections = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards],
+                         [boxes["training"], boxes["alarms"]]]
+        self.columns = [QVBoxLayout() for _ in self.sections]
+        for col, column in enumerate(self.columns):
+            self.grid.addLayout(column, 0, col)
+        self.narrow: bool | None = None  # two columns rather than three (_arrange)
         inner = QWidget()
-        inner.setLayout(grid)
+        inner.setLayout(self.grid)
         self.scroll = QScrollArea(self)
         self.scroll.setWidgetResizable(True)
         self.scroll.setWidget(inner)
@@ -166,7 +164,48 @@ class SetupPanel(QWidget):
 
         doc.changed.connect(self._doc_changed)
         doc.replaced.connect(self._doc_replaced)
+        self._arrange(False)
         self.refresh()
+
+    # ------------------------------------------------------------ layout
+
+    def _arrange(self, narrow: bool) -> None:
+        """Three columns (Experiment, Model, Data | Algorithm, Rewards | Training,
+        Alarms), or, where they do not fit side by side (1024 px), two: Training under
+        Rewards and Alarms under Data, rather than behind a horizontal scroll bar."""
+        if narrow == self.narrow:
+            return
+        self.narrow = narrow
+        first, second, third = self.sections
+        placed = [first + third[1:], second + third[:1], []] if narrow else [first, second, third]
+        for column in self.columns:
+            for section in self.sections:
+                for widget in section:
+                    # removeWidget deletes the layout's item for it: one left alive keeps
+                    # the widget's size cache from being refreshed in its new column.
+                    column.removeWidget(widget)
+            while column.count():
+                column.takeAt(0)  # the stretch
+        for column, widgets in zip(self.columns, placed):
+            for widget in widgets:
+                column.addWidget(widget)
+            column.addStretch(1)
+        for col, widgets in enumerate(placed):
+            self.grid.setColumnStretch(col, 1 if widgets else 0)
+
+    def _wide_width(self) -> int:
+        """The width three columns need (each its widest section's minimum)."""
+        widths = [max(max(w.minimumSizeHint().width(), w.minimumWidth()) for w in section)
+                  for section in self.sections]
+        margins = self.grid.contentsMargins()
+        return sum(widths) + 2 * self.grid.horizontalSpacing() + margins.left() + margins.right()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        # From the panel's own width: the scroll area inside may not be resized yet.
+        margins = self.layout().contentsMargins()
+        room = self.width() - margins.left() - margins.right() - self.scroll.verticalScrollBar().sizeHint().width()
+        self._arrange(room < self._wide_width())
 
     # ------------------------------------------------------------ model -> view
 

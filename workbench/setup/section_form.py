@@ -9,7 +9,7 @@ from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QStackedWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from workbench.setup import schema
 from workbench.setup.editors import NOTE_STYLE, FieldEditor, FieldRow, make_editor
@@ -77,7 +77,12 @@ class AlgorithmBox(QGroupBox):
         self.summary.setWordWrap(True)
         self.summary.setStyleSheet(NOTE_STYLE)
         self.row = FieldRow(self.chooser, self)  # problems about the algorithm as a whole
-        self.stack = QStackedWidget(self)
+        # One form per algorithm, the current one shown, the others hidden (so they take
+        # no space). Not a QStackedWidget: it keeps the height its form first had, and a
+        # note that wraps to more lines in a narrower window was cut off.
+        self.stack = QWidget(self)
+        self.stack_layout = QVBoxLayout(self.stack)
+        self.stack_layout.setContentsMargins(0, 0, 0, 0)
         self.forms: dict[str, SectionForm] = {}
         layout = QVBoxLayout(self)
         top = QFormLayout()
@@ -97,7 +102,8 @@ class AlgorithmBox(QGroupBox):
             return None
         if name not in self.forms:
             self.forms[name] = SectionForm(schema.algorithm_fields(name), self.panel, self.stack, "algorithm")
-            self.stack.addWidget(self.forms[name])
+            self.forms[name].hide()
+            self.stack_layout.addWidget(self.forms[name])
         return self.forms[name]
 
     def show_algorithm(self, name: str) -> None:
@@ -113,5 +119,7 @@ class AlgorithmBox(QGroupBox):
         self.chooser.setCurrentIndex(self.chooser.findData(name))
         self.summary.setText(schema.algorithm_summary(name))
         self.stack.show()
-        self.stack.setCurrentWidget(self.form(name))
+        current = self.form(name)
+        for form in self.forms.values():
+            form.setVisible(form is current)
 

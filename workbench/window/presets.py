@@ -9,7 +9,27 @@ from PySide6.QtWidgets import QFileDialog
 
 from engine.preset import PresetError
 from workbench.settings import bundled_presets
+from workbench.setup import REPO_ROOT
 from workbench.window.names import CANCEL, DISCARD, SAVE, SETUP
+
+
+def bundled_folder() -> Path:
+    return REPO_ROOT / "presets"
+
+
+def hub_presets() -> list[Path]:
+    """The bundled presets on hub models (presets/hub/): they download their model."""
+    return sorted((bundled_folder() / "hub").glob("*.yaml"))
+
+
+def is_bundled(path: str | Path) -> bool:
+    """Whether `path` is one of the repository's own presets (anything under presets/),
+    which open as untitled copies so Save never overwrites what ships."""
+    try:
+        Path(path).resolve().relative_to(bundled_folder().resolve())
+    except (ValueError, OSError):
+        return False
+    return True
 
 
 class PresetsMixin:
@@ -34,6 +54,13 @@ class PresetsMixin:
             act = self.bundled_menu.addAction(path.stem)
             act.setToolTip(str(path))
             act.triggered.connect(lambda _c=False, p=path: self.open_bundled(p))
+        hub = hub_presets()
+        if hub:
+            self.bundled_menu.addSection("Hugging Face hub models (downloaded on first run)")
+            for path in hub:
+                act = self.bundled_menu.addAction(path.stem)
+                act.setToolTip(f"{path}: its model is downloaded from the Hugging Face hub")
+                act.triggered.connect(lambda _c=False, p=path: self.open_bundled(p))
 
     def _update_title(self) -> None:
         self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
@@ -64,6 +91,8 @@ class PresetsMixin:
             self.open_preset(path, confirmed=True)
 
     def open_preset(self, path: str | Path, confirmed: bool = False) -> bool:
+        if is_bundled(path):  # `make run`, Open or Recent on presets/...: a copy, as the Bundled menu
+            return self.open_bundled(Path(path), confirmed)
         if not confirmed and not self.confirm_discard():
             return False
         try:
@@ -77,10 +106,10 @@ class PresetsMixin:
         self.tabs.setCurrentIndex(SETUP)
         return True
 
-    def open_bundled(self, path: Path) -> bool:
+    def open_bundled(self, path: Path, confirmed: bool = False) -> bool:
         """A bundled preset opens as a new, untitled preset (Save writes a copy, so the
         shipped file is not overwritten by accident)."""
-        if not self.confirm_discard():
+        if not confirmed and not self.confirm_discard():
             return False
         try:
             data = self._read_preset(path)

@@ -1,4 +1,5 @@
-"""Run, Stop and Kill: launching the engine on the form's preset into a new run folder,
+"""Run, Stop, Kill and Resume: launching the engine on the form's preset into a new run
+folder, continuing a run that ended early in its own folder (`rl-engine resume`),
 attaching to an engine, and the actions' states and tool tips. A mixin of MainWindow."""
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import yaml
 from engine import rundir
 from engine.preset_paths import absolute_preset_paths
 from workbench import runs
-from workbench.runs.launcher import EngineHandle, EngineProcess
-from workbench.window.names import SETUP
+from workbench.runs.launcher import EngineHandle, EngineProcess, engine_resume_command, launch_of
+from workbench.runs.status import last_checkpoint, resume_problem
+from workbench.window.names import CANCEL, SETUP
+
+KILL = "Kill"
 
 
 def run_dir_name(preset_name: str, now: float | None = None) -> str:
@@ -113,8 +117,71 @@ class RunControlMixin:
             self._update_actions()
 
     def kill(self) -> None:
-        if self.engine is not None and self.engine.running:
+        """Kill the engine now, once the user has agreed to lose the steps since the last
+        checkpoint (all of them, when there is none yet: then the run cannot be resumed)."""
+        if self.engine is None or not self.engine.running:
+            return
+        if self.ask("Kill the run?", self._kill_question(), [KILL, CANCEL]) == KILL and self.engine.running:
             self.engine.kill()
+
+    def _kill_question(self) -> str:
+        run_dir = self.engine.run_dir
+        run = self._run_data(run_dir)
+        run.poll()
+        step = run.last_step
+        saved = last_checkpoint(run_dir)
+        if saved is None:
+            lost = (f"No checkpoint exists yet: the {step} step{'s' if step != 1 else ''} trained so far "
+                    "are lost, and the run cannot be resumed.")
+        else:
+            name, at = saved
+            since = max(0, step - at)
+            lost = (f"The steps since the last checkpoint ({name}, step {at}) are lost: {since} "
+                    f"step{'s' if since != 1 else ''} and the one in progress. Resume continues from {name}.")
+        return (f"Kill {run_dir.name} now (SIGKILL)? {lost}\n\nStop instead finishes the current step and "
+                "saves a checkpoint.")
+
+    def resume(self, run_dir: Path | None = None) -> Path | None:
+        """Continue a run that ended early (stopped, killed, failed) in its own folder from
+        its last checkpoint: `rl-engine resume RUN_DIR`, launched as Run launches `run`,
+        in as many processes as it had; the dashboard follows it there."""
+        if run_dir is None:
+            if len(self.shown) != 1:
+                return None
+            run_dir = self.shown[0].run_dir
+        run_dir = Path(run_dir).resolve()
+        if self.engine is not None and self.engine.running:
+            self.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before resuming another.")
+            return None
+        run = self._run_data(run_dir)
+        run.poll()
+        problem = resume_problem(run_dir, self._status(run)[0])
+        if problem:
+            self.refuse(f"Cannot resume {run_dir.name}: {problem}")
+            return None
+        record = runs.read_process_record(run_dir)
+        processes, gpus = launch_of(record.get("command", []) if record else [])
+        command = engine_resume_command(run_dir, processes=processes, gpus=gpus)
+        engine = EngineProcess(run_dir, run_dir / rundir.PRESET_FILE, stop_timeout_s=self.settings.stop_timeout_s,
+                               parent=self, processes=processes, command=command)
+        engine.resuming = True
+        try:
+            engine.start()
+        except OSError as exc:
+            self.show_message(f"Cannot start the engine: {exc}", "error")
+            return None
+        self._attach(engine, run_dir)
+        name, _ = last_checkpoint(run_dir)
+        self.show_message(f"Resuming {run_dir.name} from {name}", "engine")
+        self.open_run(run_dir)
+        self.run_launched.emit(run_dir)
+        return run_dir
+
+    def resume_blocked(self) -> str | None:
+        """Why no run can be resumed now, whatever its state (the header's Resume)."""
+        if self.engine is not None and self.engine.running:
+            return f"a run of this window is in progress ({self.engine.run_dir.name})"
+        return None
 
     def _engine_finished(self, code) -> None:
         run_dir = self.engine_dir
