@@ -9,7 +9,7 @@ Prints:
   3. with that run open on the dashboard and events arriving at RATE per second from
      another process, the longest and the 99th-percentile stall of the Qt event loop,
      measured as the lateness of a 5 ms timer.
-Targets (the workbench window issue): window < 2 s, open < 1 s, longest stall < 50 ms.
+Targets: window < 2 s, open < 1 s, longest stall < 16 ms (one frame at 60 Hz; the hardening issue).
 
 Runs under whatever QT_QPA_PLATFORM says (offscreen by default; under Xvfb use
 `xvfb-run -s "-screen 0 1600x1000x24" python bench/workbench_bench.py`).
@@ -151,6 +151,7 @@ def measure_gui(steps: int, count: int, rate: float, seconds: float) -> dict:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
+    from workbench.app import freeze_startup_heap
     from workbench.main_window import MainWindow
     from workbench.settings import Settings
 
@@ -165,6 +166,7 @@ def measure_gui(steps: int, count: int, rate: float, seconds: float) -> dict:
         window.ask = lambda *a: "Discard"
         window.resize(1600, 1000)
         window.show()
+        freeze_startup_heap()  # as workbench.app.main does
         app.processEvents()
 
         t = time.perf_counter()
@@ -261,7 +263,7 @@ def main() -> None:
         d = r[label]
         print(f"live on the {what}, {args.rate:.0f} events/s for {args.seconds:.0f} s ({d['new_steps']} new steps): "
               f"event-loop stall longest {d['max_ms']:.1f} ms, p99 {d['p99_ms']:.1f} ms, median {d['median_ms']:.2f} ms "
-              "(target: longest < 50 ms)")
+              "(target: longest < 16 ms)")
         if label == "dashboard":
             print(f"first showing of the samples tab ({r['samples_rows']:,} rows parsed then): "
                   f"{r['samples_first_show_s']:.2f} s")

@@ -291,7 +291,7 @@ def load_merged(preset, checkpoint: Path, bar=None):
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engine.models import ModelLoadError, _load_hint, resolve_model_path
+    from engine.models import ModelLoadError, _load_hint, peft_reading_deprecated_alias, resolve_model_path
 
     path = resolve_model_path(preset.model.name_or_path)
     trust = preset.model.trust_remote_code
@@ -302,7 +302,8 @@ def load_merged(preset, checkpoint: Path, bar=None):
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
     _advance(bar, "applying the adapter")
-    model = PeftModel.from_pretrained(base, str(checkpoint))
+    with peft_reading_deprecated_alias():  # peft's own FutureWarning, not ours (engine/models.py)
+        model = PeftModel.from_pretrained(base, str(checkpoint))
     _advance(bar, "merging")
     with warnings.catch_warnings():  # transformers' deprecation notices, from inside peft
         warnings.simplefilter("ignore", FutureWarning)

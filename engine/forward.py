@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.rollout import positions_from_mask
+from engine.rollout import cache_keyword, positions_from_mask, returned_cache
 from engine.token_logits import TokenLogits, output_head
 
 
@@ -59,7 +59,7 @@ def shared_prefix_completion_hidden(model, prompt_ids, prompt_mask, completion_i
     mask = prompt_mask[firsts].long()
     positions = positions_from_mask(mask)
     out = body(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions, use_cache=True)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     cache.reorder_cache(inverse)  # (u, ...) -> (b, ...): an index_select, gradients add up
     first = out.last_hidden_state[:, -1:][inverse]  # (b, 1, H): predicts completion token 0
     T = completion_ids.shape[1]
@@ -71,7 +71,7 @@ def shared_prefix_completion_hidden(model, prompt_ids, prompt_mask, completion_i
     start = positions[inverse][:, -1:] + 1  # (b, 1)
     steps = torch.arange(T - 1, device=inputs.device)[None, :]
     out = body(input_ids=inputs, attention_mask=attention, position_ids=start + steps,
-               past_key_values=cache, use_cache=True)
+               use_cache=True, **{cache_keyword(body): cache})
     return torch.cat([first, out.last_hidden_state], dim=1)
 
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from engine.preset_limits import context_problem
 from engine.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
 from engine.preset import BUILTIN_MODEL, ModelConfig
+from engine.preset_paths import model_path_problem
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,9 @@ class LoadedModel:
 
 def resolve_model_path(name_or_path: str) -> str:
     """`builtin:tiny` -> the shipped folder; anything else is passed on unchanged (a hub id
-    or a local folder, which transformers tells apart)."""
+    or a local folder, which transformers tells apart). A local path that is missing, a
+    loop or not a model folder is refused here: transformers would take it for a hub id
+    and answer with the hub's rules for ids."""
     if name_or_path == BUILTIN_MODEL:
         from engine.builtin_model import builtin_model_path
 
@@ -78,6 +83,9 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(path)
     if name_or_path.startswith("builtin:"):
         raise ModelLoadError(f"model.name_or_path: unknown built-in model {name_or_path!r}; the built-in one is {BUILTIN_MODEL!r}")
+    problem = model_path_problem(name_or_path)
+    if problem is not None:
+        raise ModelLoadError(problem)
     return name_or_path
 
 
@@ -138,19 +146,17 @@ def context_length(config) -> int | None:
     return None
 
 
-def check_context_fits(tokenizer, prompts: list[str], max_completion_length: int, limit: int | None) -> int:
+def check_context_fits(tokenizer, prompts: list[str], max_completion_length: int, limit: int | None,
+                       where=None) -> int:
     """Length in tokens of the longest prompt; ValueError when it plus
-    max_completion_length does not fit the model's context `limit`."""
-    longest = max(len(ids) for ids in tokenizer(prompts, add_special_tokens=False)["input_ids"])
-    need = longest + max_completion_length
-    if limit is not None and need > limit:
-        raise ValueError(
-            f"algorithm.max_completion_length: the longest prompt has {longest} tokens; with "
-            f"max_completion_length {max_completion_length} a sequence needs {need} positions but "
-            f"the model's context is {limit}. Lower max_completion_length to at most "
-            f"{limit - longest}, or use shorter prompts."
-        )
-    return longest
+    max_completion_length does not fit the model's context `limit` (the message, from
+    engine/preset_limits.py, names the longest prompt by `where(its index)` when given)."""
+    # verbose=False: the tokenizer's own "longer than the maximum" warning says less than we do.
+    lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False, verbose=False)["input_ids"]]
+    problem = context_problem(lengths, max_completion_length, limit, where)
+    if problem is not None:
+        raise ValueError(problem)
+    return max(lengths)
 
 
 def eos_token_ids(model, tokenizer) -> list[int]:
@@ -221,6 +227,16 @@ def enable_checkpointing(model: nn.Module) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+@contextlib.contextmanager
+def peft_reading_deprecated_alias():
+    """Quiets the one FutureWarning peft (0.21) raises by reading transformers' deprecated
+    `is_gradient_checkpointing` while it wraps a model: peft's call, not ours, and harmless
+    (the alias returns `is_activation_checkpointing`). Any other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def attention_implementation(device: torch.device, dtype: torch.dtype) -> str:
     """FlashAttention 2 on a CUDA GPU in half precision when the flash-attn package is
     installed, else PyTorch's scaled_dot_product_attention (which picks its own fused
@@ -285,7 +301,8 @@ def load_model(cfg: ModelConfig, gradient_checkpointing="auto") -> LoadedModel:
         target_modules=targets, task_type="CAUSAL_LM", fan_in_fan_out=uses_conv1d(base, targets),
     )
     try:
-        model = get_peft_model(base, lora)
+        with peft_reading_deprecated_alias():
+            model = get_peft_model(base, lora)
     except ValueError as exc:
         raise ModelLoadError(f"model.lora.target_modules: {exc}") from exc
     log.info("loaded %s on %s (%s); LoRA targets %s", path, device, dtype, targets)

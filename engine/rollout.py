@@ -8,6 +8,7 @@ what its completions need rather than what the longest one needs.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -68,6 +69,21 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def cache_keyword(model) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` in transformers 5.2x
+    (where `past_key_values` warns and goes in 5.40), `past_key_values` in older versions
+    and in remote code written for them. Read from the signature, not a version number."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a forward pass returned: `out.cache` where the output has that field,
+    else `out.past_key_values` (older transformers; reading it on newer ones logs a warning)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
     """Run each distinct prompt once and expand the result to every row.
 
@@ -79,7 +95,7 @@ def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
     positions = positions_from_mask(mask)
     out = model(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions,
                 use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = returned_cache(out)
     cache.reorder_cache(inverse)  # (u, ...) -> (b, ...)
     return out.logits[inverse], cache, positions[inverse]
 
@@ -116,6 +132,7 @@ def sample(
     if group_size < 1 or batch % group_size:
         group_size = 1
     rows = torch.arange(batch, device=device)
+    cache_kw = cache_keyword(model)
     logits, cache, positions = encode_prompts_once(
         model, prompt_ids, attention, firsts=rows[::group_size], inverse=rows // group_size)
     next_pos = positions[:, -1:] + 1  # (B, 1)
@@ -149,8 +166,8 @@ def sample(
             active, token, attention, next_pos = active[keep], token[keep], attention[keep], next_pos[keep]
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
         out = model(input_ids=token[:, None], attention_mask=attention, position_ids=next_pos,
-                    past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
+                    use_cache=True, **{cache_kw: cache})
+        cache = returned_cache(out)
         logits = out.logits[:, -1, :]
         next_pos = next_pos + 1
     completion_ids = completion_ids[:, :steps]  # (B, T)

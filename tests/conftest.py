@@ -1,6 +1,7 @@
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,55 @@ def _background_jobs_delivered():
         QCoreApplication.processEvents()
         time.sleep(0.005)
     assert background.pending_jobs() == 0, "a background job still runs 30 s after its test"
+
+
+# --- Deprecations raised through our code fail the test --------------------------------
+# pytest's `error::FutureWarning:module` matches only the module that *issued* a warning,
+# which is transformers or torch, never us. So this hook sees every warning that passes
+# the filters (pyproject.toml lets FutureWarning and DeprecationWarning through) while its
+# stack is still live, and raises it when our code called into a library that warns of a
+# removal: the next release would break that call. Other warnings are recorded as before.
+OUR_CODE = [ROOT / "engine", ROOT / "workbench"]
+WATCHED_LIBRARIES = ("torch", "transformers", "peft", "datasets")
+_show_warning = warnings._showwarnmsg
+
+
+def _ours(filename: str) -> bool:
+    return any(Path(filename).is_relative_to(root) for root in OUR_CODE)
+
+
+def _watched_library(frame) -> bool:
+    """A frame of torch, transformers, peft or datasets, or a `@deprecated` wrapper (PEP
+    702: typing_extensions, warnings) around one of their functions or classes."""
+    module = frame.f_globals.get("__name__", "")
+    if module in ("typing_extensions", "warnings"):
+        module = getattr(frame.f_locals.get("arg"), "__module__", None) or ""
+    return module.split(".")[0] in WATCHED_LIBRARIES
+
+
+def deprecation_caller(frame) -> str | None:
+    """'file:line' of our frame that called into a watched library which then warned,
+    walking out from `frame` (the one that called warnings.warn); None if there is none.
+    An engine frame that warned itself counts too: torch's C++ deprecations have no
+    library frame (the workbench's come from PySide6's C++, which this does not watch)."""
+    library_below, innermost = False, True
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if _ours(filename):
+            from_compiled = innermost and Path(filename).is_relative_to(ROOT / "engine")
+            return f"{filename}:{frame.f_lineno}" if library_below or from_compiled else None
+        library_below = library_below or _watched_library(frame)
+        innermost = False
+        frame = frame.f_back
+    return None
+
+
+def _raise_our_deprecations(msg):
+    if issubclass(msg.category, (FutureWarning, DeprecationWarning)):
+        caller = deprecation_caller(sys._getframe(1))  # frame 1: where warnings.warn was called
+        if caller is not None:
+            raise msg.category(f"{msg.message} (raised through our call at {caller})")
+    _show_warning(msg)
+
+
+warnings._showwarnmsg = _raise_our_deprecations

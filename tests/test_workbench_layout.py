@@ -130,3 +130,12 @@ def test_the_playground_buttons_are_whole_at_1024(make_window, qtbot, tmp_path):
         assert button.width() >= button.sizeHint().width(), button.text()
         # not cut by the pane it is in (the rewards editor scrolled sideways: Remove cut)
         assert _cut_by(button, view) == "", button.text()
+
+
+def test_the_window_can_be_1024_px_wide(make_window, qtbot):
+    # The Runs tab's button row held the window at 1078 px: its hint now wraps.
+    window = make_window()
+    window.resize(1024, 700)
+    qtbot.waitExposed(window)
+    QApplication.processEvents()
+    assert window.minimumSizeHint().width() <= 1024 and window.width() == 1024

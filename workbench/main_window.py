@@ -13,8 +13,6 @@ are in workbench/window/names.py.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 import time
 from pathlib import Path

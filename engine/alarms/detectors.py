@@ -121,6 +121,21 @@ def _span(pairs: list[tuple[int, float]]) -> str:
     return f"steps {pairs[0][0]}-{pairs[-1][0]}" if pairs[0][0] != pairs[-1][0] else f"step {pairs[0][0]}"
 
 
+def _raw(key: str, pairs: list[tuple[int, float]]) -> str:
+    """Which values a text quotes: the metric's curve by its name, and its raw values (one
+    step's, or their mean), never the dashboard's smoothed line, which peaks lower.
+
+    >>> _raw("kl", [(120, 1.17)]), _raw("entropy", [(5, 0.2), (8, 0.1)])
+    ('kl (raw, step 120)', 'entropy (raw, mean over steps 5-8)')
+    """
+    return f"{key} (raw, step {pairs[0][0]})" if len(pairs) == 1 else f"{key} (raw, mean over {_span(pairs)})"
+
+
+def _evaluations(scores: list[tuple[int, float, str]]) -> str:
+    steps = sorted({s for s, _, _ in scores})
+    return f"raw evaluations at steps {steps[0]} and {steps[-1]}" if len(steps) > 1 else f"raw evaluation at step {steps[0]}"
+
+
 def held_out_score(result: dict) -> tuple[str, float] | None:
     """The held-out score an evaluation gives: accuracy by the verifier when there is one,
     else DPO's preference accuracy, else the mean reward."""
@@ -143,18 +158,18 @@ def _training_score(history: History) -> str | None:
 def no_learning_signal(history: History, cfg: AlarmsConfig) -> Finding | None:
     checks = (
         ("frac_reward_zero_std", lambda m: m >= cfg.equal_rewards_fraction,
-         lambda m, span: f"on average {m:.0%} of the prompt groups in {span} had completions that all got the same "
-                         f"reward (alarm at {cfg.equal_rewards_fraction:.0%}): their advantages are zero"),
+         lambda m, which: f"{which} was {m:.0%}: that share of the prompt groups had completions that all got the "
+                          f"same reward (alarm at {cfg.equal_rewards_fraction:.0%}), so their advantages are zero"),
         ("completions/clipped_ratio", lambda m: m >= cfg.truncated_fraction,
-         lambda m, span: f"on average {m:.0%} of the completions in {span} were cut at max_completion_length "
-                         f"(alarm at {cfg.truncated_fraction:.0%})"),
+         lambda m, which: f"{which} was {m:.0%}: that share of the completions were cut at max_completion_length "
+                          f"(alarm at {cfg.truncated_fraction:.0%})"),
         ("grad_norm", lambda m: m <= 1e-8,
-         lambda m, span: f"the gradient norm was {m:.2g} on average in {span}: the updates changed nothing"),
+         lambda m, which: f"{which} was {m:.2g}: the updates changed nothing"),
     )
     for key, fires, words in checks:
         pairs = history.series(key, cfg.window)
         if len(pairs) == cfg.window and fires(_mean(pairs)):
-            return Finding(pairs[0][0], pairs[-1][0], key, words(_mean(pairs), _span(pairs)),
+            return Finding(pairs[0][0], pairs[-1][0], key, words(_mean(pairs), _raw(key, pairs)),
                            _evidence(**{key.replace("/", "__"): pairs}))
     return None
 
@@ -167,8 +182,8 @@ def kl_spike(history: History, cfg: AlarmsConfig) -> Finding | None:
     level = _mean(before)
     if now >= cfg.kl_spike_min and now >= cfg.kl_spike_factor * level:
         return Finding(step, step, "kl",
-                       f"KL was {now:.3g} at step {step}, {now / max(level, 1e-12):.1f}x its mean of {level:.3g} over "
-                       f"{_span(before)} (alarm at {cfg.kl_spike_factor:g}x and {cfg.kl_spike_min:g})",
+                       f"{_raw('kl', pairs[-1:])} was {now:.3g}, {now / max(level, 1e-12):.1f}x its raw mean of "
+                       f"{level:.3g} over {_span(before)} (alarm at {cfg.kl_spike_factor:g}x and {cfg.kl_spike_min:g})",
                        _evidence(kl=pairs))
     return None
 
@@ -180,7 +195,7 @@ def entropy_collapse(history: History, cfg: AlarmsConfig) -> Finding | None:
     start, now = _mean(first), _mean(last)
     if start > 0 and now < cfg.entropy_collapse_fraction * start:
         return Finding(last[0][0], last[-1][0], "entropy",
-                       f"the mean entropy over {_span(last)} was {now:.3g} nats a token, {now / start:.0%} of its "
+                       f"{_raw('entropy', last)} was {now:.3g} nats a token, {now / start:.0%} of its raw mean of "
                        f"{start:.3g} over {_span(first)} (alarm below {cfg.entropy_collapse_fraction:.0%})",
                        _evidence(entropy=first + last))
     return None
@@ -210,9 +225,9 @@ def length_drift(history: History, cfg: AlarmsConfig) -> Finding | None:
     began = crossed[0] if crossed else last[0][0]
     name = scores[0][2]
     return Finding(began, last[-1][0], key,
-                   f"the mean completion length went from {start:.3g} tokens ({_span(first)}) to {now:.3g} "
-                   f"({_span(last)}), {now / start - 1:+.0%}, while the held-out {name} stayed at "
-                   f"{scores[0][1]:.3g} -> {scores[-1][1]:.3g} (steps {scores[0][0]}-{scores[-1][0]})",
+                   f"{_raw(key, first)} was {start:.3g} tokens and {_raw(key, last)} {now:.3g}, "
+                   f"{now / start - 1:+.0%}, while the held-out {name} stayed at "
+                   f"{scores[0][1]:.3g} -> {scores[-1][1]:.3g} ({_evaluations([scores[0], scores[-1]])})",
                    _evidence(completions__mean_length=first + [p for p in history.series(key) if p[0] >= began],
                              **{f"eval__{name}": [(s, v) for s, v, _ in scores]}))
 
@@ -238,9 +253,11 @@ def reward_hacking(history: History, cfg: AlarmsConfig) -> Finding | None:
     corr = _correlation(rewards, lengths)
     if corr >= cfg.hacking_correlation and n0 > 0 and n1 >= (1 + cfg.hacking_length_rise) * n0 and r1 > r0:
         return Finding(rows[0][0], rows[-1][0], "reward",
-                       f"over steps {rows[0][0]}-{rows[-1][0]} the mean reward went {r0:.3g} -> {r1:.3g} and the mean "
-                       f"length {n0:.3g} -> {n1:.3g} tokens ({n1 / n0 - 1:+.0%}), correlated {corr:.2f} (alarm at "
-                       f"{cfg.hacking_correlation:g} with a length rise of {cfg.hacking_length_rise:.0%})",
+                       f"reward (raw, means over steps {rows[0][0]}-{rows[w - 1][0]} and {rows[-w][0]}-{rows[-1][0]}) "
+                       f"went {r0:.3g} -> {r1:.3g} and completions/mean_length (raw, the same means) {n0:.3g} -> "
+                       f"{n1:.3g} tokens ({n1 / n0 - 1:+.0%}), their raw values over steps {rows[0][0]}-{rows[-1][0]} "
+                       f"correlated {corr:.2f} (alarm at {cfg.hacking_correlation:g} with a length rise of "
+                       f"{cfg.hacking_length_rise:.0%})",
                        _evidence(reward=[(s, r) for s, r, _ in rows],
                                  completions__mean_length=[(s, n) for s, _, n in rows]))
     return None
@@ -264,10 +281,9 @@ def eval_falling(history: History, cfg: AlarmsConfig) -> Finding | None:
     rise = _mean(recent) - _mean(at_best)
     if best_score - now >= cfg.eval_drop and rise >= cfg.reward_rise:
         return Finding(best_step, step, f"eval/{name}",
-                       f"the held-out {name} fell from {best_score:.3g} at step {best_step} to {now:.3g} at step "
-                       f"{step} while the training {key} rose from {_mean(at_best):.3g} ({_span(at_best)}) to "
-                       f"{_mean(recent):.3g} ({_span(recent)}) (alarm at a fall of {cfg.eval_drop:g} and a rise of "
-                       f"{cfg.reward_rise:g})",
+                       f"the held-out {name} fell from {best_score:.3g} to {now:.3g} ({_evaluations([best, scores[-1]])}) "
+                       f"while {_raw(key, at_best)} was {_mean(at_best):.3g} and {_raw(key, recent)} "
+                       f"{_mean(recent):.3g} (alarm at a fall of {cfg.eval_drop:g} and a rise of {cfg.reward_rise:g})",
                        _evidence(**{f"eval__{name}": [(s, v) for s, v, _ in scores], key.replace("/", "__"): train
                                     if len(train) <= 200 else at_best + recent}))
     return None
@@ -281,8 +297,9 @@ def nonfinite_steps(history: History, cfg: AlarmsConfig) -> Finding | None:
     (step, total) = pairs[-1]
     if total > before:
         return Finding(step, step, "skipped_steps",
-                       f"step {step} was skipped: its loss or gradient was NaN or inf ({total:g} skipped so far; the "
-                       "run stops when more than training.max_nonfinite_steps are)", _evidence(skipped_steps=pairs))
+                       f"step {step} was skipped: its loss or gradient was NaN or inf; {_raw('skipped_steps', pairs[-1:])} "
+                       f"is {total:g}, and the run stops when more than training.max_nonfinite_steps are",
+                       _evidence(skipped_steps=pairs))
     return None
 
 

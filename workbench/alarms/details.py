@@ -4,8 +4,6 @@ is based on (a row per step, a column per metric)."""
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 
 from PySide6.QtWidgets import QTextBrowser

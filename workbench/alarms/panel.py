@@ -10,8 +10,6 @@ so the plots keep the room.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 
 from PySide6.QtCore import Qt, Signal

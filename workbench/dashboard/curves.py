@@ -5,8 +5,6 @@ the run colours and line styles shared with the view.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 import math
 from dataclasses import dataclass

@@ -11,8 +11,6 @@ the plots or the x axis change.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import math
 from dataclasses import dataclass
 

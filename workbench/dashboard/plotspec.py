@@ -63,7 +63,7 @@ CATALOGUE: tuple[PlotSpec, ...] = (
     PlotSpec("eval", "Held-out evaluation", (C("accuracy", "accuracy", EVAL), C("reward", "reward", EVAL)),
              note_when_empty="no accuracy: the data has no answers"),
     PlotSpec("kl", "KL to reference", (C("kl", "kl"),),
-             note_when_empty="kl is null: beta = 0 skips the reference pass"),
+             note_when_empty="kl is null: beta = 0 skips the reference pass over the batch (the inspector's recorded rows still get one, for their per-token KL)"),
     PlotSpec("entropy", "Entropy", (C("entropy", "entropy"),), unit="nats"),
     PlotSpec("loss", "Loss", (C("loss", "loss"), C("nll_loss", "chosen NLL (DPO's rpo_alpha)"))),
     PlotSpec("clip", "Clip ratio", (C("clip_ratio/region_mean", "either"), C("clip_ratio/low_mean", "low"),

@@ -20,8 +20,6 @@ drawn, labelled with the run's name and in the run's line style.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 
 from PySide6.QtCore import Qt, QTimer, Signal

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 
 import numpy as np
@@ -406,7 +404,7 @@ class HistoryView(QWidget):
             for c, value in enumerate(values):
                 item = QTableWidgetItem(value)
                 if c in (0, 2, 4, 5):
-                    item.setTextAlignment(int(Qt.AlignRight | Qt.AlignVCenter))
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if c == 3:
                     item.setToolTip(row.completion)
                 if row.source == "rollout":

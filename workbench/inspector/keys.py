@@ -8,8 +8,6 @@ highlighted item) or a field being typed in (the step box, a text field).
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from typing import Callable
 
 from PySide6.QtCore import QObject, Qt

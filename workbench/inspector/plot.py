@@ -9,8 +9,6 @@ text and the plot show the same token.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import math
 
 import numpy as np

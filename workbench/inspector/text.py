@@ -14,8 +14,6 @@ special tokens (<eos>, <|im_end|>) are drawn as tags.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from typing import Callable
 
 import numpy as np

@@ -6,8 +6,6 @@ token's numbers beside the plot."""
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter
 

@@ -20,8 +20,6 @@ What is shown (step, rollout, quantity, scope) lives in a Qt-free `Navigation`
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal

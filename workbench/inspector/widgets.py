@@ -3,8 +3,6 @@ the step box that steps through recorded steps only, a side's panel, a tool butt
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 
 from PySide6.QtCore import QPointF, QRectF, Qt

@@ -3,8 +3,6 @@ advantage beside what the run had (its reward and advantage from the samples eve
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import math
 
 from PySide6.QtCore import Qt
@@ -17,7 +15,7 @@ from workbench.runs.samples_view import one_line
 GROUP, PROMPT, COMPLETION = "group", "prompt", "completion"
 TOTAL, RUN_TOTAL, ADVANTAGE, RUN_ADVANTAGE = "total", "run total", "advantage", "run advantage"
 _CHANGED = QColor(255, 243, 205)  # a value that differs from the run's
-_RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
+_RIGHT = Qt.AlignRight | Qt.AlignVCenter
 
 
 def component_column(label: str) -> str:

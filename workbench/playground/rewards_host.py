@@ -9,8 +9,6 @@ the set-up form's preset until "Use these rewards in Set-up".
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from workbench.setup.document import PresetDocument

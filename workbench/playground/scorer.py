@@ -9,8 +9,6 @@ while one is running (the view disables its button meanwhile).
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import json
 import sys
 

@@ -3,8 +3,6 @@ run open in the window, one from the runs folder, or any folder), or typed in.""
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal

@@ -11,8 +11,6 @@ the set-up form's preset and shows it.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import copy
 import linecache
 from pathlib import Path

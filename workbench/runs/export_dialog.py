@@ -10,8 +10,6 @@ export job (workbench/window/export.py) reports. It starts nothing itself.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import os
 import sys
 from dataclasses import dataclass

@@ -7,8 +7,6 @@ run."""
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import json
 import re
 import time

@@ -20,8 +20,6 @@ SIGKILL.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import os
 import signal
 import subprocess

@@ -6,8 +6,6 @@ terminal would leave it: the last state of each progress line (runs.clean_output
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from pathlib import Path
 
 from PySide6.QtGui import QFontDatabase, QTextCursor

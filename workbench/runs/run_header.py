@@ -13,8 +13,6 @@ window judges a run's status (`judge`, as only it holds the engine process) and 
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 from typing import Callable
 

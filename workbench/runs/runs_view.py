@@ -3,8 +3,6 @@ click; two or more selected can be compared."""
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import re
 import time
 from pathlib import Path
@@ -155,6 +153,7 @@ class RunsView(QWidget):
         self.resume_button.setObjectName("runs-resume")
         self.hint = QLabel("Double-click a run to open it; select two or more and Compare.")
         self.hint.setStyleSheet("color:#5f6368")
+        self.hint.setWordWrap(True)  # wraps rather than holding the window wider than a 1024 px screen
         buttons = QHBoxLayout()
         buttons.addWidget(self.open_button)
         buttons.addWidget(self.resume_button)

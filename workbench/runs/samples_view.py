@@ -9,8 +9,6 @@ losing the selection.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 import math
 

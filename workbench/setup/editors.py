@@ -15,8 +15,6 @@ whose text already means the value ("0." is 0.0, "1e-4" is 0.0001: rewriting the
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import re
 from pathlib import Path
 from typing import Any

@@ -8,8 +8,6 @@ workbench.setup.background) while the dialog says "Scanning…".
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path

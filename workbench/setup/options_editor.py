@@ -4,8 +4,6 @@ option defaults, next to the single-field editors of workbench.setup.editors.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from typing import Any, Callable
 
 from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QLineEdit, QWidget

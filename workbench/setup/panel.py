@@ -10,8 +10,6 @@ and workbench.setup.rewards_editor (the rewards section).
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import copy
 import html
 from concurrent.futures import ThreadPoolExecutor

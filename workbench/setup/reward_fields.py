@@ -3,8 +3,6 @@ helpers that read a reward's name, used by the rewards editor of the set-up pane
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from pathlib import Path
 from typing import Any
 

@@ -5,8 +5,6 @@ options, and the Add component chooser.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

@@ -4,8 +4,6 @@ the algorithm chooser over one such form per algorithm.
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt

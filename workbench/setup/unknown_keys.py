@@ -7,8 +7,6 @@ the window (and Save wrote the typo back).
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import html
 from typing import Any
 

@@ -9,8 +9,6 @@ is not left running when the window closes, its output is read as it comes (the
 
 from __future__ import annotations
 
-from workbench import qt_compat  # noqa: F401  (first: guards a PySide6 refcount bug)
-
 import re
 import shutil
 from pathlib import Path
