@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 
 from engine import rundir
+from engine.rundir import naming_the_file  # noqa: F401 (re-exported for the CLI)
 from engine.preset import PresetError
 
 _ENGINE_ROOT = Path(__file__).resolve().parent
@@ -102,14 +103,6 @@ def storage_error(exc: BaseException) -> OSError | None:
         if re.search(r"\(os error 28\)", str(error)):
             return OSError(errno.ENOSPC, "No space left on device")
     return None
-
-
-def naming_the_file(exc: OSError, path: Path) -> OSError:
-    """`exc` with `path` as its file: a write refused mid-file ("[Errno 28] No space left
-    on device") names none, and the message should say what was being written."""
-    if exc.filename or exc.errno is None:
-        return exc
-    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def storage_message(error: OSError, run_dir: Path, retry: str) -> str:

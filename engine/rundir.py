@@ -79,6 +79,14 @@ def drop_torn_last_line(path: str | Path) -> int:
         return size - end
 
 
+def naming_the_file(exc: OSError, path: str | Path) -> OSError:
+    """`exc` with `path` as its file: a write refused mid-file ("[Errno 28] No space left
+    on device", from a flush) names none, and the message should say what was being written."""
+    if exc.filename or exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
+
+
 class EventWriter:
     """Appends events to events.jsonl; each line is flushed as it is written so a reader
     never waits on a buffer. A torn last line left by a killed engine is dropped first
@@ -107,8 +115,7 @@ class EventWriter:
         return event
 
     def _refused(self, exc: OSError) -> OSError:
-        # The library's error names no file (a flush); the reader's message needs it.
-        return OSError(exc.errno, exc.strerror or str(exc), str(self.path)) if not exc.filename else exc
+        return naming_the_file(exc, self.path)
 
     def _abandon(self) -> None:
         """After a failed write: close (the rest of the line may fail to flush again) and
