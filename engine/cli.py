@@ -381,7 +381,7 @@ def cmd_fork(args) -> int:
     as `run`; 2 for bad input (no such checkpoint, a field the checkpoint fixes)."""
     from engine.fork import run_fork
 
-    return run_fork(args, train, setup_logging)
+    return run_fork(args, train, open_run_folder)
 
 
 def cmd_export(args) -> int:

@@ -151,11 +151,12 @@ def plan_fork(args) -> tuple[Preset, Path, Path, dict]:
     return preset, checkpoint, run_dir, fork_parent(parent_dir, checkpoint, step)
 
 
-def run_fork(args, train, setup_logging) -> int:
+def run_fork(args, train, open_run_folder) -> int:
     """The `fork` subcommand: check, write the fork's folder and preset, then train from
-    the parent's checkpoint, or launch N processes that do. `train` and `setup_logging`
+    the parent's checkpoint, or launch N processes that do. `train` and `open_run_folder`
     are engine.cli's (passed in: this module does not import the CLI)."""
     from engine.distributed.launch import launch_from_cli, launched_by_torchrun, launched_rank
+    from engine.failures import storage_error, storage_message
     from engine.preset import save_preset
 
     try:
@@ -163,14 +164,22 @@ def run_fork(args, train, setup_logging) -> int:
     except (ForkError, PresetError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    retry = " or choose another --run-dir"
     if launched_rank() == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+        except OSError as exc:  # one line naming the folder, as `run` says it
+            print(f"error: {storage_message(storage_error(exc) or exc, run_dir, retry)}", file=sys.stderr)
+            return EXIT_INVALID
     if args.nproc_per_node and not launched_by_torchrun():
         engine_args = ["fork", str(Path(args.parent).resolve()), "--checkpoint", checkpoint.name,
                        "--run-dir", str(run_dir)]
         return launch_from_cli(args, preset, run_dir, engine_args)
-    setup_logging(run_dir)
+    problem = open_run_folder(run_dir, retry)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
     return train(preset, run_dir, checkpoint, run_dir, args.quiet, fork_of=parent)
 
 

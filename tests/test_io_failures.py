@@ -54,6 +54,24 @@ def test_a_run_folder_under_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert str(run) in line and "not a folder" in line and "(.)" not in line
 
 
+def test_fork_and_several_processes_into_a_folder_under_a_file_are_one_line_and_exit_2(tmp_path, capsys):
+    # Both made the folder with a bare mkdir: a NotADirectoryError traceback.
+    (tmp_path / "taken").write_text("a file where a folder should be")
+    parent = tmp_path / "parent"
+    checkpoint = rundir.checkpoint_dir(parent, 1)
+    checkpoint.mkdir(parents=True)
+    (checkpoint / rundir.CHECKPOINT_STATE).write_text(json.dumps({"step": 1, "world_size": 1}))
+    (parent / rundir.PRESET_FILE).write_text(yaml.safe_dump(small_preset_dict()))
+    preset = write_preset(tmp_path)
+    for argv, run in ((["fork", str(parent)], tmp_path / "taken" / "fork"),
+                      (["run", str(preset), "--nproc-per-node", "2"], tmp_path / "taken" / "two")):
+        assert main([*argv, "--run-dir", str(run), "--quiet"]) == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        (line,) = error_lines(err)
+        assert str(run) in line and "not a folder" in line and "--run-dir" in line
+
+
 @pytest.fixture
 def log_refused(monkeypatch):
     """engine.log cannot be created: what a `chmod 500` folder does to a user who is not root."""

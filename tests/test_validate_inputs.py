@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from engine import rundir
 from engine.cli import main
 from engine.hub_access import hub_ids_of
 from engine.input_checks import context_problem
@@ -101,6 +102,16 @@ def test_validate_names_the_column_a_reward_needs(tmp_path, capsys):
             "'prompt', 'label'; set data.answer_field") in output
     status, output = _validate(_csv_preset(tmp_path), capsys, "data.answer_field=label")
     assert status == 0, output
+
+
+def test_a_run_refuses_the_missing_column_before_its_first_step(tmp_path, capsys):
+    # It used to load the model, start, and fail at step 1 with the reward's KeyError.
+    run = tmp_path / "run"
+    assert main(["run", str(_csv_preset(tmp_path)), "--run-dir", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "needs the data column 'answer'" in err and "Traceback" not in err
+    events = rundir.read_events(run)
+    assert [e["type"] for e in events] == ["run_failed"]  # no run_started: refused during set-up
 
 
 def test_a_reward_option_naming_a_missing_column_points_at_the_option(tmp_path, capsys):

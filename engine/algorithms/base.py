@@ -33,6 +33,7 @@ from engine.distributed.launch import world_size_problems
 from engine.distributed.rollouts import gather_rollout
 from engine.distributed.world import TrainedModules, World
 from engine.forward import completion_logits
+from engine.input_checks import reward_field_problems
 from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
 from engine.preset import Preset, preset_to_dict, save_preset
 from engine.rewards import build_reward_components, combine_rewards
@@ -146,6 +147,9 @@ class Trainer(Declares):
         # library code swallowed).
         self.stop.check_setup()
         train, held_out = self.load_examples(preset_dir)
+        missing = reward_field_problems(preset, train)
+        if missing:  # before the model loads, in validate's words (it would stop at step 1)
+            raise ValueError("; ".join(f"{field}: {message}" for field, message in missing))
         self.accuracy_reward = accuracy_reward_name(preset.data, held_out, [r.name for r in preset.rewards])
         self.stop.check_setup()
         self.loaded: LoadedModel = load_model(preset.model, self.cfg.gradient_checkpointing)

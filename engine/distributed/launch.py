@@ -223,7 +223,14 @@ def launch_from_cli(args, preset, run_dir: Path, engine_args: list[str]) -> int:
     env = dict(os.environ)
     if args.gpus:
         env["CUDA_VISIBLE_DEVICES"] = args.gpus
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # one line naming the folder, as a run in one process says it
+        from engine.failures import storage_error, storage_message
+
+        print(f"error: {storage_message(storage_error(exc) or exc, run_dir, ' or choose another --run-dir')}",
+              file=sys.stderr)
+        return 2
     engine_args = engine_args + [a for s in args.set for a in ("--set", s)] + (["--quiet"] if args.quiet else [])
     return run_launcher(run_dir, engine_args, args.nproc_per_node, env)
 
