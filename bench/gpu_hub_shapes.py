@@ -21,11 +21,9 @@ import argparse
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from common import read_our_run, run_child  # noqa: E402
 from gpu_bench import OURS_WRAPPER, build_model, peak_gib  # noqa: E402
 
 PRESETS = sorted((ROOT / "presets" / "hub").glob("*.yaml"))
@@ -73,21 +72,16 @@ def run_one(preset: Path, four_bit: bool, steps: int, work: Path, env: dict) -> 
     for s in sets:
         cmd += ["--set", s]
     log = work / f"{run_dir.name}.log"
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
+    rc, _rss, wall = run_child(cmd, log, env, timeout=3600)
     result = dict(preset=name, rc=rc, wall_s=wall, peak_gib=peak_gib(log))
     if rc != 0:
         result["error"] = log.read_text(errors="replace")[-1500:]
         return result
-    events = [json.loads(l) for l in (run_dir / "events.jsonl").read_text().splitlines() if l.strip()]
-    metrics = {e["step"]: e for e in events if e["type"] == "metrics"}
-    times = [metrics[s]["time"] - metrics[s - 1]["time"] for s in range(2, steps + 1) if s in metrics and s - 1 in metrics]
-    result.update(step_s=statistics.fmean(times) if times else None,
+    run = read_our_run(run_dir, 1, steps)  # step 1 is warm-up: seconds a step after it
+    metrics = run["metrics"]
+    result.update(step_s=run["window"] / (steps - 1) if steps > 1 else None,
                   loss=[metrics[s].get("loss") for s in sorted(metrics)],
-                  mean_length=[metrics[s].get("completions/mean_length") for s in sorted(metrics)],
-                  )
+                  mean_length=[metrics[s].get("completions/mean_length") for s in sorted(metrics)])
     result["estimate_gib"], result["validate_line"] = estimate_gib(preset, sets, env)
     return result
 

@@ -1,13 +1,9 @@
 """A preset checked against its inputs, before a run would find out at step 1: the data
-columns the rewards read, and prompts that fit the model's context. Shared by
-`rl-engine validate`, the run's own set-up (engine/models.py) and the window's checks
-(workbench/setup/checks.py), so all three say the same thing. Torch-free.
-
-Example:
-    >>> context_problem([12, 20, 7], 100, 128) is None
-    True
-    >>> print(context_problem([12, 300, 7], 100, 128, where=lambda i: f"row {i + 1}")[:70])
-    data: the longest prompt (row 2) has 300 tokens, more than the model's
+columns the rewards read (`reward_field_problems`) and where a prompt came from
+(`prompt_location`). Shared by `rl-engine validate`, the run's own set-up
+(engine/algorithms/base.py) and the window's checks (workbench/setup/checks.py), so all
+three say the same thing; `context_problem` (engine/preset_limits.py, which
+engine/models.py uses too) is re-exported for the window. Torch-free.
 """
 
 from __future__ import annotations

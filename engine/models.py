@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.preset_limits import context_problem
 from engine.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
 from engine.preset import BUILTIN_MODEL, ModelConfig
+from engine.preset_limits import context_problem
 from engine.preset_paths import model_path_problem
 
 log = logging.getLogger(__name__)

@@ -302,7 +302,13 @@ def context_problem(lengths: list[int], max_completion_length: int, limit: int |
                     where: Callable[[int], str] | None = None) -> str | None:
     """Why prompts of `lengths` tokens plus max_completion_length do not fit a context of
     `limit` tokens, naming the longest prompt by `where(its index)`; None when they fit
-    (or the context is not known)."""
+    (or the context is not known).
+
+    >>> context_problem([12, 20, 7], 100, 128) is None
+    True
+    >>> print(context_problem([12, 300, 7], 100, 128, where=lambda i: f"row {i + 1}")[:70])
+    data: the longest prompt (row 2) has 300 tokens, more than the model's
+    """
     if limit is None or not lengths:
         return None
     longest = max(lengths)

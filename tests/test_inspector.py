@@ -17,30 +17,13 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from engine import rundir
 from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, write_steps
-from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE, InspectorView
+from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE
 from workbench.inspector.colors import DIVERGING_STOPS, hex_to_rgb, text_hex
 from workbench.inspector.records import token_display
-from workbench.runs.rundata import RunData
+from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)
 from workbench_helpers import write_run
 
 NEUTRAL = DIVERGING_STOPS[len(DIVERGING_STOPS) // 2]
-
-
-@pytest.fixture
-def inspector(qtbot):
-    view = InspectorView()
-    qtbot.addWidget(view)
-    view.resize(1300, 800)
-    view.show()
-    qtbot.waitExposed(view)
-    return view
-
-
-def open_run(view: InspectorView, run_dir) -> RunData:
-    run = RunData(run_dir)
-    run.poll()
-    view.set_run(run)
-    return run
 
 
 def painted(view, i: int) -> str:

@@ -12,28 +12,11 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from inspector_helpers import grpo_record, grpo_run, write_steps
-from workbench.inspector import GROUP_PAGE, InspectorView
+from workbench.inspector import GROUP_PAGE
 from workbench.inspector.colors import diverging_hex
 from workbench.inspector.records import Trajectory, token_display, token_segments
-from workbench.runs.rundata import RunData
+from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)
 from workbench_helpers import write_run
-
-
-@pytest.fixture
-def inspector(qtbot):
-    view = InspectorView()
-    qtbot.addWidget(view)
-    view.resize(1300, 800)
-    view.show()
-    qtbot.waitExposed(view)
-    return view
-
-
-def open_run(view: InspectorView, run_dir) -> RunData:
-    run = RunData(run_dir)
-    run.poll()
-    view.set_run(run)
-    return run
 
 
 def group_of_eight_run(folder):

@@ -15,6 +15,8 @@ from PySide6.QtCore import Qt
 import yaml
 
 from workbench import runs
+from workbench.inspector import InspectorView
+from workbench.runs.rundata import RunData
 from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
@@ -119,3 +121,23 @@ def panel(qtbot, tmp_path):
     qtbot.waitExposed(widget)
     widget.activateWindow()
     return widget
+
+
+# ------------------------------------------------------------------ the inspector alone
+
+
+@pytest.fixture
+def inspector(qtbot):
+    view = InspectorView()
+    qtbot.addWidget(view)
+    view.resize(1300, 800)
+    view.show()
+    qtbot.waitExposed(view)
+    return view
+
+
+def open_run(view: InspectorView, run_dir) -> RunData:
+    run = RunData(run_dir)
+    run.poll()
+    view.set_run(run)
+    return run

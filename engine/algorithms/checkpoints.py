@@ -128,7 +128,7 @@ def save_checkpoint(self: "Trainer") -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         refused = storage_error(exc)
         if refused is not None and not refused.filename:
-            raise OSError(refused.errno, refused.strerror, str(final)) from exc
+            raise rundir.naming_the_file(refused, final) from exc
         raise
     if final.exists():
         _discard_checkpoint(final)

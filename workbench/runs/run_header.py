@@ -285,8 +285,9 @@ class RunHeader(QWidget):
             message = note or (f"Stopped after step {progress.step}" + (f" of {progress.max_steps}."
                                                                          if progress.max_steps else "."))
         status = status if status in RESUMABLE else "failed"
-        message = clean_output(message) + "\n" + resume_note(run.run_dir, status)
+        problem = resume_problem(run.run_dir, status)  # reads the checkpoints (and events): once
+        message = clean_output(message) + "\n" + resume_note(run.run_dir, problem)
         self.failure.show_failure(title, message, "failed" if run.failure else status)
-        self.failure.set_resume(blocked or resume_problem(run.run_dir, status), run.run_dir)
+        self.failure.set_resume(blocked or problem, run.run_dir)
 
     _banner_key: tuple | None = None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.failures import no_checkpoint_message
+from engine.failures import checkpoint_step, no_checkpoint_message
 from engine.rundir import complete_checkpoints
 from workbench.runs.process import (OUTPUT_FILE, STALE_AFTER_S, describe_exit, find_engine,
                                     read_exit_record, workbench_dir)
@@ -127,7 +127,7 @@ def last_checkpoint(run_dir: Path) -> tuple[str, int] | None:
     found = complete_checkpoints(run_dir)
     if not found:
         return None
-    return found[-1].name, int(found[-1].name.split("_")[1])
+    return found[-1].name, checkpoint_step(found[-1].name)
 
 
 def resume_problem(run_dir: Path, status: str) -> str | None:
@@ -144,12 +144,11 @@ def resume_problem(run_dir: Path, status: str) -> str | None:
     return None
 
 
-def resume_note(run_dir: Path, status: str) -> str:
+def resume_note(run_dir: Path, problem: str | None) -> str:
     """One sentence for the banner of a run that ended early: where Resume continues
-    from, or why it cannot.
+    from, or why it cannot (`problem`, as resume_problem gives it).
 
     A killed run's lost steps are trained again from the checkpoint, so say which."""
-    problem = resume_problem(run_dir, status)
     if problem is not None:
         return f"Resume is not possible: {problem}"
     name, step = last_checkpoint(run_dir)

@@ -244,7 +244,7 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
     examples, _ = templated(raw, preset.model.model_dump(), preset.data.system_prompt, base_dir)
     lengths = prompt_token_counts(folder, [e.prompt for e in examples])
     longest = max(lengths, default=0)
-    # The engine's own message (engine/input_checks.py), naming the longest prompt's row.
+    # The engine's own message (engine/preset_limits.py), naming the longest prompt's row.
     problem = context_problem(lengths, preset.algorithm.max_completion_length, info.context_length,
                               where=lambda i: prompt_location(preset.data, base_dir, raw[i]))
     if problem is not None:
