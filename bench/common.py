@@ -59,7 +59,7 @@ def build_cached_model(folder: Path, spec: dict) -> None:
     save_pretrained; rebuilt only when the spec changed."""
     if _spec_is_current(folder, spec):
         return
-    from engine.builtin_model import RecipeConfig, build_model, build_tokenizer
+    from engine.builtin_model.recipe import RecipeConfig, build_model, build_tokenizer
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -73,7 +73,7 @@ def build_cached_model(folder: Path, spec: dict) -> None:
 def prepare_model(name: str) -> tuple[Path, str]:
     """(folder, note) of a benchmark policy model, building it when needed."""
     if name == "tiny":
-        from engine.builtin_model import RecipeConfig, builtin_model_path
+        from engine.builtin_model.recipe import RecipeConfig, builtin_model_path
 
         path = builtin_model_path()
         if (path / "config.json").exists():
@@ -100,7 +100,7 @@ def prepare_reward_model() -> Path:
     import torch
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    from engine.builtin_model import build_tokenizer
+    from engine.builtin_model.recipe import build_tokenizer
 
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

@@ -175,7 +175,7 @@ def trl_child(args) -> int:
     from transformers import AutoModelForCausalLM
     from trl import DPOConfig, DPOTrainer
 
-    from engine.models import find_lora_targets, load_tokenizer
+    from engine.model.loading import find_lora_targets, load_tokenizer
 
     path = args.model_path
     tokenizer = load_tokenizer(path)  # what our engine uses: left padding, pad token set

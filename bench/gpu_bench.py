@@ -8,7 +8,7 @@ models of Qwen2.5's real shapes with random weights (nothing is downloaded).
 Each side runs in its own child process, one after the other: `ours` (the engine's CLI
 through a wrapper that prints torch.cuda.max_memory_allocated(); GRPO, plus PPO and DPO,
 ours only: TRL 1.16 has no PPO trainer), `trl` (GRPOTrainer, use_vllm off, the same
-config) and `generate` (HF model.generate against engine.rollout.sample, one process).
+config) and `generate` (HF model.generate against engine.model.rollout.sample, one process).
 What is held equal and how each figure is taken: bench/README.md.
 """
 
@@ -206,7 +206,7 @@ def trl_child(args) -> int:
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from engine.models import find_lora_targets, load_tokenizer
+    from engine.model.loading import find_lora_targets, load_tokenizer
 
     work, cuda = Path(args.work_dir), args.device == "cuda"
     spec = importlib.util.spec_from_file_location("bench_reward", work / "bench_reward.py")
@@ -274,13 +274,13 @@ def trl_child(args) -> int:
 
 
 def generate_child(args) -> int:
-    """Decoding tokens/s: HF model.generate against engine.rollout.sample, on the same
+    """Decoding tokens/s: HF model.generate against engine.model.rollout.sample, on the same
     LoRA-wrapped model (as both trainers decode with) and the same 64-row batch."""
     import torch
 
-    from engine.models import load_model
-    from engine.preset import ModelConfig
-    from engine.rollout import sample
+    from engine.model.loading import load_model
+    from engine.preset.schema import ModelConfig
+    from engine.model.rollout import sample
 
     cuda = args.device == "cuda"
     loaded = load_model(ModelConfig(name_or_path=args.model_path, device=args.device,

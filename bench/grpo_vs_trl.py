@@ -163,7 +163,7 @@ def trl_child(args) -> int:
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from engine.models import find_lora_targets, load_tokenizer
+    from engine.model.loading import find_lora_targets, load_tokenizer
     from engine.rewards import build_reward
     from engine.data import make_task
 

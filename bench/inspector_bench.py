@@ -85,7 +85,7 @@ def ppo_record(step: int, index: int, n: int, rng: random.Random) -> dict:
 
 
 def write_run(folder: Path, tokens: int) -> Path:
-    from engine import rundir
+    from engine.run import rundir
 
     run_dir = folder / "inspector-bench"
     (run_dir / rundir.TRAJECTORIES_DIR).mkdir(parents=True)
@@ -102,7 +102,7 @@ def write_run(folder: Path, tokens: int) -> Path:
 def prompt_scan_seconds(folder: Path, steps: int) -> float:
     """Seconds for TrajectoryIndex.scan_prompts to read the prompts of `steps` step files
     (4 records of 16 tokens each, 50 distinct prompts), in its default time slices."""
-    from engine import rundir
+    from engine.run import rundir
     from workbench.inspector.index import TrajectoryIndex
 
     run_dir = folder / "scan-bench"

@@ -1,4 +1,4 @@
-"""The memory estimate (engine/memory_estimate.py) against the measured peak of one
+"""The memory estimate (engine/model/memory_estimate.py) against the measured peak of one
 training step, for the bundled presets on the built-in model (fp32, CPU).
 
 On a CPU there is no torch.cuda.max_memory_allocated. The peak of live tensor storage
@@ -89,9 +89,9 @@ def check(preset_path: Path, overrides: list[str]) -> dict:
     import json
 
     from engine.algorithms import build_trainer
-    from engine.memory_estimate import estimate_memory
-    from engine.models import parameter_counts
-    from engine.preset import load_preset
+    from engine.model.memory_estimate import estimate_memory
+    from engine.model.loading import parameter_counts
+    from engine.preset.schema import load_preset
 
     preset = load_preset(preset_path, CPU + overrides)
     with tempfile.TemporaryDirectory() as run_dir:

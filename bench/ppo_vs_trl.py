@@ -174,7 +174,7 @@ def trl_child(args) -> int:
     from trl.experimental.ppo import PPOConfig, PPOTrainer
     from trl.experimental.ppo import ppo_trainer as ppo_module
 
-    from engine.models import find_lora_targets, load_tokenizer
+    from engine.model.loading import find_lora_targets, load_tokenizer
     from engine.data import make_task
 
     path = args.model_path

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine import rundir  # noqa: E402  (light: no torch)
+from engine.run import rundir  # noqa: E402  (light: no torch)
 
 OUT = ROOT / "bench" / "out"
 CHECKPOINT_FILES = ("adapter_config.json", "adapter_model.safetensors", "trainer_state.pt", rundir.CHECKPOINT_STATE)

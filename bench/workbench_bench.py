@@ -66,8 +66,8 @@ def samples_event(step: int, t: float, rng: random.Random) -> dict:
 
 
 def write_synthetic_run(folder: Path, steps: int, count: int) -> Path:
-    from engine.preset import Preset
-    from engine.rundir import dumps  # the engine's own line format
+    from engine.preset.schema import Preset
+    from engine.run.rundir import dumps  # the engine's own line format
 
     run_dir = folder / "synthetic-10k"
     run_dir.mkdir(parents=True)
@@ -87,7 +87,7 @@ def write_synthetic_run(folder: Path, steps: int, count: int) -> Path:
 def writer_main(run_dir: str, rate: float, first_step: int, count: int, seconds: float) -> None:
     """Append events at `rate` per second (alternately metrics and samples), each line
     flushed as the engine does."""
-    from engine.rundir import dumps
+    from engine.run.rundir import dumps
 
     names = metric_names(count)
     rng = random.Random(1)

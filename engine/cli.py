@@ -12,7 +12,7 @@ Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step fini
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
 stop during set-up (model loading, data building) ends the run at once: run_finished
 (stopped, during_setup), nothing to checkpoint, exit 0. A second Ctrl-C aborts at
-once: run_failed (aborted), exit 1. See engine/stopping.py.
+once: run_failed (aborted), exit 1. See engine/run/stopping.py.
 
 With --nproc-per-node N this process is a launcher: torchrun starts N workers (this
 same CLI, one a rank; engine/distributed/launch.py), and rank 0 writes the run folder.
@@ -31,16 +31,17 @@ import time
 import traceback
 from pathlib import Path
 
-from engine import rundir
+from engine.run import rundir
 from engine.distributed.launch import (checkpoint_world_size_problem, launch_from_cli, launched_by_torchrun,
                                       launched_rank)
-from engine.failures import (failure_location, failure_message, no_checkpoint_message,  # noqa: F401 (re-exported)
+from engine.run.failures import (failure_location, failure_message, no_checkpoint_message,  # noqa: F401 (re-exported)
                              naming_the_file, startup_problems, storage_error, storage_message,
                              user_code_location)
-from engine.preset import PresetError, load_preset
-from engine.preset_paths import absolute_preset_paths
-from engine.progress import print_alarm, progress_callback, progress_postfix  # noqa: F401  (re-exported)
-from engine.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
+from engine.preset.errors import PresetError
+from engine.preset.schema import load_preset
+from engine.preset.paths import absolute_preset_paths
+from engine.run.progress import print_alarm, progress_callback, progress_postfix  # noqa: F401  (re-exported)
+from engine.run.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -100,7 +101,7 @@ def _say(text: str) -> None:
 
 def install_stop_handlers(stop: StopFlag) -> dict:
     """SIGTERM and SIGINT stop the run; what a stop does depends on the phase (see
-    engine/stopping.py): while starting, it is recorded; during set-up, StopDuringSetup
+    engine/run/stopping.py): while starting, it is recorded; during set-up, StopDuringSetup
     is raised at once; while training, the current step finishes first. A second
     Ctrl-C raises KeyboardInterrupt (the run is aborted) in every phase but finishing.
     Returns the previous handlers, for restore_handlers."""
@@ -250,13 +251,13 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             if world.is_main:
                 write_ranks(run_dir, world.processes)
         if resume_from is None and launched_rank() == 0 and not (run_dir / rundir.PRESET_FILE).exists():
-            from engine.preset import save_preset
+            from engine.preset.io import save_preset
 
             try:
                 save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
             except OSError as exc:
                 raise naming_the_file(exc, run_dir / rundir.PRESET_FILE) from exc
-        from engine.hub_access import go_offline_if_unreachable, hub_ids_of
+        from engine.hub.access import go_offline_if_unreachable, hub_ids_of
 
         go_offline_if_unreachable(hub_ids_of(preset, preset_dir))  # before the hub libraries load
         from engine.algorithms import build_trainer
@@ -296,7 +297,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
 def is_input_error(exc: BaseException) -> bool:
     """A set-up failure on what the preset names (a bad value, a model folder or data
     file that cannot be used, a reward that cannot load), not the engine or the machine."""
-    from engine.models import ModelLoadError
+    from engine.model.loading import ModelLoadError
 
     if storage_error(exc) is not None or isinstance(exc, KeyboardInterrupt):
         return False
@@ -370,24 +371,24 @@ def cmd_resume(args) -> int:
 
 def cmd_validate(args) -> int:
     """Check the preset, and where the model and data are at hand, that they load and fit
-    (engine/validate.py). Writes nothing."""
-    from engine.validate import validate
+    (engine/commands/validate.py). Writes nothing."""
+    from engine.commands.validate import validate
 
     return validate(args.preset, args.set, args.nproc_per_node or 1)
 
 
 def cmd_fork(args) -> int:
-    """A new run from a run's checkpoint with --set overrides (engine/fork.py). Exit 0 or 1
+    """A new run from a run's checkpoint with --set overrides (engine/commands/fork.py). Exit 0 or 1
     as `run`; 2 for bad input (no such checkpoint, a field the checkpoint fixes)."""
-    from engine.fork import run_fork
+    from engine.commands.fork import run_fork
 
     return run_fork(args, train, open_run_folder)
 
 
 def cmd_export(args) -> int:
     """A run's checkpoint as a peft adapter folder or a merged model, its events as
-    TensorBoard files (engine/export.py). Exit 0; 2 for bad input; 1 when writing fails."""
-    from engine.export import run_export
+    TensorBoard files (engine/commands/export.py). Exit 0; 2 for bad input; 1 when writing fails."""
+    from engine.commands.export import run_export
 
     return run_export(args)
 
@@ -423,18 +424,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, default=0, metavar="N",
                    help="also check that N processes can share each step")
     p.set_defaults(func=cmd_validate)
-    from engine.try_reward import add_try_reward_parser
+    from engine.commands.try_reward import add_try_reward_parser
 
-    add_try_reward_parser(sub)  # try-reward: one completion through the preset's rewards (engine/try_reward.py)
-    from engine.export import add_export_parser
+    add_try_reward_parser(sub)  # try-reward: one completion through the preset's rewards (engine/commands/try_reward.py)
+    from engine.commands.export import add_export_parser
 
     add_export_parser(sub).set_defaults(func=cmd_export)
-    from engine.fork import add_fork_parser
+    from engine.commands.fork import add_fork_parser
 
     add_fork_parser(sub).set_defaults(func=cmd_fork)
-    from engine.playground import add_playground_parser
+    from engine.commands.score_rewards import add_playground_parser
 
-    add_playground_parser(sub)  # score-rewards: the reward playground's scoring (engine/playground.py)
+    add_playground_parser(sub)  # score-rewards: the reward playground's scoring (engine/commands/score_rewards.py)
     return parser
 
 

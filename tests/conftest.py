@@ -43,7 +43,7 @@ def python():
 @pytest.fixture
 def nan_grpo_loss(monkeypatch):
     """GRPO's loss made NaN (its info and token values kept), for the non-finite paths."""
-    from engine.algorithms import grpo
+    from engine.algorithms.grpo import trainer as grpo
 
     real = grpo.grpo_loss
 

@@ -9,7 +9,7 @@ import math
 import random
 from pathlib import Path
 
-from engine import rundir
+from engine.run import rundir
 from workbench_helpers import write_run
 
 VOCAB = [" ", "1", "2", "3", "4", "5", "the", " cat", "\n", "\t", "<eos>", "  ", "é"]

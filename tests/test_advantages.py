@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from engine.advantages import group_advantages, group_reward_std
+from engine.rl.advantages import group_advantages, group_reward_std
 
 
 def close(actual, expected, atol=1e-5):
@@ -80,7 +80,7 @@ def test_errors():
 # (1e-4) gave advantages of +-6e-4 to a group with no signal, and its std was not 0, so
 # frac_reward_zero_std (exact zero std) missed it.
 
-from engine.advantages import reinforce_pp_baseline_advantages, rloo_advantages  # noqa: E402
+from engine.rl.advantages import reinforce_pp_baseline_advantages, rloo_advantages  # noqa: E402
 
 EQUAL_GROUPS = [0.7, 0.1, 0.3, 1 / 3, 0.9, 2.7, 0.05]  # none has an exact float32 mean of 8 copies
 

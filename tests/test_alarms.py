@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from conftest import small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.alarms import AlarmsConfig, AlarmWatcher, alarm_line
 from engine.alarms.detectors import DETECTORS, KINDS, History
 from engine.algorithms import build_trainer
-from engine.preset import PresetError, preset_from_dict
+from engine.preset.errors import PresetError
+from engine.preset.schema import preset_from_dict
 
 BUNDLED_RUNS = Path(__file__).parent / "data" / "bundled_runs"
 CFG = AlarmsConfig(window=4)
@@ -91,7 +92,7 @@ def test_eval_falling_is_the_held_out_score_down_while_the_reward_goes_up():
 def test_every_kind_says_why_and_what_to_try_with_real_preset_fields():
     from workbench.setup import schema
 
-    from engine.preset import Preset
+    from engine.preset.schema import Preset
 
     known = {spec.path.split(".")[0] for spec in schema.section_fields(Preset)}
     for kind in DETECTORS:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine import rundir
-from engine.advantages import (
+from engine.run import rundir
+from engine.rl.advantages import (
     group_advantages,
     last_token_rewards,
     reinforce_pp_advantages,
@@ -16,11 +16,11 @@ from engine.advantages import (
     rloo_advantages,
 )
 from engine.algorithms import build_trainer
-from engine.algorithms.dpo import DPOTrainer
-from engine.algorithms.grpo import GRPOTrainer
-from engine.algorithms.ppo import PPOTrainer
-from engine.preset import preset_from_dict
-from engine.stopping import StopFlag
+from engine.algorithms.dpo.trainer import DPOTrainer
+from engine.algorithms.grpo.trainer import GRPOTrainer
+from engine.algorithms.ppo.trainer import PPOTrainer
+from engine.preset.schema import preset_from_dict
+from engine.run.stopping import StopFlag
 
 PPO_METRICS = {
     "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",
@@ -223,7 +223,7 @@ def test_dpo_file_without_rejected_column_names_it(tmp_path):
 def record_grpo_loss_calls(monkeypatch):
     """Wrap engine.algorithms.grpo.grpo_loss: each call's advantages, importance_sampling_level,
     logprobs, old logprobs and mask, and the per-token ratio it returned."""
-    import engine.algorithms.grpo as trainer_module
+    import engine.algorithms.grpo.trainer as trainer_module
 
     calls, real = [], trainer_module.grpo_loss
 

@@ -52,19 +52,23 @@ def test_workbench_import_pulls_in_no_training_stack():
 
 
 def engine_modules_of_the_workbench() -> set[str]:
-    """The engine modules the workbench's source imports: `engine.X` (the first part
-    below engine; `from engine import rundir` counts as rundir), lazy imports included."""
+    """The engine modules the workbench's source imports, named below engine (`run.rundir`,
+    `preset.schema`, `data`): `from engine.run import rundir` counts as run.rundir, a
+    package's re-exported name as the package; lazy imports included."""
+    def module_or_package(name: str) -> bool:
+        path = ROOT.joinpath(*name.split("."))
+        return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
     found = set()
     for path in (ROOT / "workbench").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                parts = node.module.split(".")
-                if parts[0] == "engine":
-                    found.update([".".join(parts[1:3]) if parts[1:2] == ["distributed"] else parts[1]]
-                                 if len(parts) > 1 else [alias.name for alias in node.names])
+                if node.module.split(".")[0] != "engine":
+                    continue
+                submodules = [f"{node.module}.{a.name}" for a in node.names if module_or_package(f"{node.module}.{a.name}")]
+                found.update(m.partition(".")[2] for m in (submodules or [node.module]))
             elif isinstance(node, ast.Import):
-                found.update(a.name.split(".")[1] for a in node.names
-                             if a.name.startswith("engine.") and a.name.count(".") >= 1)
+                found.update(a.name.partition(".")[2] for a in node.names if a.name.startswith("engine."))
     return found
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from engine.builtin_model import build_tokenizer, builtin_model_path
+from engine.builtin_model.recipe import build_tokenizer, builtin_model_path
 
 MODEL_PATH = builtin_model_path()
 

@@ -13,9 +13,9 @@ import torch
 import yaml
 
 import hub_fixtures as hf
-from engine import rundir
-from engine.chat import chat_format, conversation
-from engine.rollout import sample
+from engine.run import rundir
+from engine.model.chat import chat_format, conversation
+from engine.model.rollout import sample
 from test_cli_presets import rl_engine
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
@@ -221,7 +221,7 @@ def test_the_preview_renders_templates_as_transformers_does(make, tmp_path):
     and a system prompt."""
     from transformers import AutoTokenizer
 
-    from engine.chat import FolderTemplater
+    from engine.model.chat import FolderTemplater
 
     folder = make(tmp_path / "model")
     tokenizer, preview = AutoTokenizer.from_pretrained(folder), FolderTemplater(folder)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, small_preset_dict
-from engine import rundir
+from engine.run import rundir
 
 
 def write_preset(tmp_path, **training) -> Path:

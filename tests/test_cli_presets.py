@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from engine import rundir
+from engine.run import rundir
 
 PRESETS = sorted((ROOT / "presets").glob("*.yaml"))
 # Only sizes change: 2 steps of a small batch, a few prompts, evaluation at start and end.

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from conftest import ROOT, small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.cli import main, user_code_location
 from engine.rewards.custom import function_options, static_problems
-from engine.preset import PresetError, preset_from_dict
+from engine.preset.errors import PresetError
+from engine.preset.schema import preset_from_dict
 from engine.rewards import RewardError, absolute_reward_paths, build_reward_components, combine_rewards
 
 REWARDS_PY = '''\

@@ -19,12 +19,12 @@ import torch
 import yaml
 
 from conftest import ROOT
-from engine import rundir
+from engine.run import rundir
 from engine.distributed.launch import torchrun_command, world_size_problems
 from engine.distributed.rollouts import join_rollouts
 from engine.distributed.world import World
-from engine.preset import load_preset
-from engine.rollout import Rollout
+from engine.preset.schema import load_preset
+from engine.model.rollout import Rollout
 
 DEADLINE = 300.0
 TIMING = ("timing/", "throughput/", "step_time", "eval_time")

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from engine.advantages import (
+from engine.rl.advantages import (
     discounted_returns,
     explained_variance,
     gae,

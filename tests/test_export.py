@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from engine import rundir
-from engine.preset import load_preset
+from engine.run import rundir
+from engine.preset.schema import load_preset
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # a dependency: no skip
 
@@ -74,7 +74,7 @@ def engine_checkpoint_model(run):
     from peft import set_peft_model_state_dict
     from peft.utils import load_peft_weights
 
-    from engine.models import load_model
+    from engine.model.loading import load_model
 
     preset = load_preset(run / rundir.PRESET_FILE)
     loaded = load_model(preset.model.model_copy(update={"device": "cpu", "dtype": "float32"}))
@@ -87,7 +87,7 @@ def engine_checkpoint_model(run):
 def base_model():
     from transformers import AutoModelForCausalLM
 
-    from engine.models import resolve_model_path
+    from engine.model.loading import resolve_model_path
 
     return AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny"), dtype=torch.float32).eval()
 
@@ -148,7 +148,7 @@ def test_merged_model_keeps_the_dtype_the_base_was_stored_in(run_dir, exported, 
     # Merged in fp32, it was also saved in fp32: a bf16 base exported at twice its size.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from engine.models import resolve_model_path
+    from engine.model.loading import resolve_model_path
 
     tiny = resolve_model_path("builtin:tiny")
     bf16_base = tmp_path / "tiny-bf16"
@@ -209,7 +209,7 @@ def test_report_to_tensorboard_writes_the_run_folder_live(run_dir):
 
 
 def test_a_resumed_run_drops_steps_logged_past_its_checkpoint(tmp_path):
-    from engine.tensorboard_events import TensorBoardEvents
+    from engine.run.tensorboard_events import TensorBoardEvents
 
     board = TensorBoardEvents(tmp_path)
     for event in [{"type": "metrics", "step": s, "time": 100.0 + s, "reward": float(s)} for s in (1, 2, 3)] + [
@@ -222,7 +222,7 @@ def test_a_resumed_run_drops_steps_logged_past_its_checkpoint(tmp_path):
 
 
 def test_alarms_go_to_tensorboard_as_text(tmp_path):
-    from engine.tensorboard_events import TensorBoardEvents
+    from engine.run.tensorboard_events import TensorBoardEvents
 
     board = TensorBoardEvents(tmp_path)
     board.write({"type": "alarm", "step": 4, "time": 104.0, "kind": "no_learning_signal", "title": "No learning signal",
@@ -292,7 +292,7 @@ def progress_lines(stdout: str) -> list[tuple[int, int, str]]:
 
 
 def test_progress_lines_announce_each_stage_of_what_was_asked(run_dir, tmp_path):
-    from engine.export import STAGES
+    from engine.commands.export import STAGES
 
     result = engine("export", run_dir, "--adapter", tmp_path / "a", "--tensorboard", tmp_path / "tb", "--progress")
     assert result.returncode == 0, result.stderr

@@ -1,5 +1,5 @@
 """Forks: `rl-engine fork RUN_DIR` starts a new run from a run's checkpoint with settings
-changed (engine/fork.py), and the window's "Fork from here…" launches it and shows the
+changed (engine/commands/fork.py), and the window's "Fork from here…" launches it and shows the
 family in the Runs tab (workbench/runs/fork_dialog.py, workbench/window/fork.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import yaml
 from PySide6.QtCore import Qt
 
 from conftest import ROOT
-from engine import rundir
-from engine.preset import load_preset
+from engine.run import rundir
+from engine.preset.schema import load_preset
 from workbench.runs.fork_dialog import ForkDialog
 from workbench.runs.launcher import engine_fork_command
 from workbench.runs.runs_view import COLUMNS

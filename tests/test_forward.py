@@ -4,11 +4,11 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from engine.builtin_model import build_tokenizer
-from engine.forward import completion_logits, group_index
-from engine.models import load_model
-from engine.preset import ModelConfig
-from engine.rollout import sample
+from engine.builtin_model.recipe import build_tokenizer
+from engine.model.forward import completion_logits, group_index
+from engine.model.loading import load_model
+from engine.preset.schema import ModelConfig
+from engine.model.rollout import sample
 
 
 def test_group_index():
@@ -43,7 +43,7 @@ def build(kind, folder):
 def full_logits(model, rollout, rows):
     """The model's own forward over every row: the logits predicting each completion
     token, all of them at once (the reference the chunked paths must equal)."""
-    from engine.rollout import positions_from_mask
+    from engine.model.rollout import positions_from_mask
 
     attention = torch.cat([rollout.prompt_mask[rows], rollout.completion_mask[rows].long()], dim=1)
     ids = torch.cat([rollout.prompt_ids[rows], rollout.completion_ids[rows]], dim=1)
@@ -68,7 +68,7 @@ def test_chunked_shared_prefix_logprobs_match_the_full_forward(kind, chunk, fuse
     """Logprobs and gradients from hidden states, head applied chunk by chunk (gradient
     worked out in the forward pass, or the chunk checkpointed), and the shared-prefix
     pass, equal those of the model's own full-logits forward."""
-    monkeypatch.setattr("engine.token_logits.LOGIT_CHUNK_ELEMENTS", chunk or (1 << 26))
+    monkeypatch.setattr("engine.model.token_logits.LOGIT_CHUNK_ELEMENTS", chunk or (1 << 26))
     loaded = build(kind, tmp_path / kind)
     model = loaded.model
     rollout = grouped_rollout(loaded)

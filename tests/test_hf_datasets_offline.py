@@ -1,6 +1,6 @@
 """Hub data sets read offline from the hub cache as `hf download` leaves it (blobs,
 symlinked snapshots, refs/main; no `datasets` Arrow cache), and wrong subsets and splits
-reported on the field to change (engine/data/hf_datasets.py, engine/hub_cache.py).
+reported on the field to change (engine/data/hf_datasets.py, engine/hub/cache.py).
 
 The tests run offline (conftest sets HF_HUB_OFFLINE) with HF_HOME pointing at a fake cache
 built by tests/hub_fixtures.py with `arrow_cache=False`."""
@@ -14,10 +14,10 @@ import yaml
 
 import hub_fixtures as hf
 from conftest import small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.cli import main
 from engine.data import load_splits
-from engine.preset import DataConfig
+from engine.preset.schema import DataConfig
 
 GSM8K = {"prompt_field": "question", "answer_pattern": r"####\s*(.+)"}
 DEFAULT_README = """---

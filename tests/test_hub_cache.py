@@ -1,4 +1,4 @@
-"""engine.hub_cache on a fake Hugging Face cache laid out as huggingface_hub lays it out
+"""engine.hub.cache on a fake Hugging Face cache laid out as huggingface_hub lays it out
 (`models--org--name/{blobs, snapshots/<commit>, refs/main}`, snapshot files symlinked
 into blobs): the models and data sets listed, parameter counts read from safetensors
 headers, chat templates, context lengths, and broken downloads listed with the reason.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save as safetensors_bytes
 
-from engine.hub_cache import (
+from engine.hub.cache import (
     cached_datasets,
     cached_models,
     human_count,

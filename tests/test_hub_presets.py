@@ -13,7 +13,7 @@ import yaml
 
 import hub_fixtures as hf
 from conftest import ROOT
-from engine import rundir
+from engine.run import rundir
 from test_cli_presets import rl_engine
 
 HUB_PRESETS = sorted((ROOT / "presets" / "hub").glob("*.yaml"))

@@ -15,7 +15,7 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QHelpEvent, QMouseEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from engine import rundir
+from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, write_steps
 from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE
 from workbench.inspector.colors import DIVERGING_STOPS, hex_to_rgb, text_hex

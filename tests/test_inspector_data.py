@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from engine import rundir
+from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, ppo_record, write_steps
 from workbench.inspector.colors import text_hex
 from workbench.inspector.export import export_html, export_json, tooltip_html

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.cli import main
 
 NO_SPACE = os.strerror(errno.ENOSPC)
@@ -233,7 +233,7 @@ def test_run_refuses_what_validate_refuses_with_exit_2_and_no_folder(tmp_path, c
     preset = write_preset(tmp_path)
     for change in ("rewards.0.name=no_such_file.py:score", "training.report_to=wandb"):
         if change.endswith("wandb"):
-            from engine.reporting import missing_reporter
+            from engine.run.reporting import missing_reporter
 
             if missing_reporter("wandb") is None:
                 continue  # installed here: nothing to refuse

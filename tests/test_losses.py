@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from engine.losses import (
+from engine.rl.losses import (
     KL_ESTIMATORS,
     LOSS_AGGREGATORS,
     clipped_surrogate,
@@ -378,7 +378,7 @@ def test_grpo_loss_unknown_loss_type():
 
 # ---------------------------------------------------------------- GSPO, PPO, DPO
 
-from engine.losses import (  # noqa: E402
+from engine.rl.losses import (  # noqa: E402
     clipped_value_loss,
     dpo_loss,
     ppo_policy_loss,

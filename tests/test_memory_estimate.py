@@ -1,4 +1,4 @@
-"""The memory estimate (engine/memory_estimate.py): hand-worked parts, and one measured
+"""The memory estimate (engine/model/memory_estimate.py): hand-worked parts, and one measured
 training step of the built-in model on the CPU (bench/memory_check.py measures)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.memory_estimate import (
+from engine.model.memory_estimate import (
     GIB, MIB, MemoryEstimate, count_parameters, estimate_memory, lora_parameters, model_shape, update_rows,
     weight_bytes,
 )
-from engine.preset import load_preset, preset_from_dict
+from engine.preset.schema import load_preset, preset_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,7 +130,7 @@ def test_bf16_counts_the_fp32_copies_of_lora_inputs():
     # Per token and layer at Qwen2.5-0.5B's shape: q, k, v, gate, up read the hidden state
     # (896 each), o the attention output (896), down the MLP's (4864): 10240 fp32 copies,
     # as many bytes as 20480 bf16 elements beside saved_per_token's 24304.
-    from engine.memory_estimate import fp32_copies_per_token, model_shape
+    from engine.model.memory_estimate import fp32_copies_per_token, model_shape
 
     assert fp32_copies_per_token(model_shape(QWEN25_05B)) == 6 * 896 + 4864
     assert fp32_copies_per_token(model_shape(QWEN25_05B), ["q_proj", "v_proj"]) == 2 * 896
@@ -188,7 +188,7 @@ def test_validate_fails_when_the_estimate_exceeds_the_gpu(monkeypatch, capsys):
 
     import torch
 
-    from engine.validate import validate
+    from engine.commands.validate import validate
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -240,10 +240,10 @@ def test_validate_counts_each_process(monkeypatch, capsys):
 
     import torch
 
-    from engine.memory_estimate import estimate_for_folder
-    from engine.models import resolve_model_path
-    from engine.preset import load_preset
-    from engine.validate import validate
+    from engine.model.memory_estimate import estimate_for_folder
+    from engine.model.loading import resolve_model_path
+    from engine.preset.schema import load_preset
+    from engine.commands.validate import validate
 
     path, overrides = str(ROOT / "presets" / "grpo-sort.yaml"), ["data.num_train=50", "data.num_eval=4"]
     assert validate(path, overrides) == 0

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from engine.algorithms.base import set_update_mode
-from engine.forward import completion_logits
-from engine.models import load_model, wants_checkpointing
-from engine.preset import ModelConfig
+from engine.model.forward import completion_logits
+from engine.model.loading import load_model, wants_checkpointing
+from engine.preset.schema import ModelConfig
 from test_forward import build, grouped_rollout
 
 
@@ -93,7 +93,7 @@ def test_half_precision_trains_a_fp32_adapter_with_matching_gradients(dtype, tmp
 
 
 def test_four_bit_is_refused_on_a_cpu_with_the_reason(tmp_path):
-    from engine.models import ModelLoadError
+    from engine.model.loading import ModelLoadError
 
     build("llama", tmp_path / "m")
     with pytest.raises(ModelLoadError, match="model.load_in_4bit: 4-bit weights .* need a CUDA GPU; this run is on cpu"):
@@ -103,7 +103,7 @@ def test_four_bit_is_refused_on_a_cpu_with_the_reason(tmp_path):
 def test_four_bit_without_bitsandbytes_says_how_to_install_it(monkeypatch):
     import importlib.util
 
-    from engine.models import ModelLoadError, four_bit_config
+    from engine.model.loading import ModelLoadError, four_bit_config
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))

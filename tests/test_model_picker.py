@@ -154,7 +154,7 @@ def test_cancel_leaves_the_model_field_as_it_was(qtbot, panel):
 
 def test_choosing_a_cached_dataset_fills_the_dataset_field(qtbot, panel):
     # Needs the preset's data.dataset field (a hub id or a folder; null by default).
-    assert "data.dataset" in panel.rows(), "engine/preset.py has no data.dataset field yet"
+    assert "data.dataset" in panel.rows(), "engine/preset/schema.py has no data.dataset field yet"
     choose_in_form(qtbot, panel, "data.dataset", "openai/gsm8k")
     assert panel.editor("data.dataset").input_widget().text() == "openai/gsm8k"
     assert panel.doc.get("data.dataset") == "openai/gsm8k"

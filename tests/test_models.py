@@ -4,10 +4,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.builtin_model import build_tokenizer
-from engine.models import ModelLoadError, find_lora_targets, load_model, reference_mode, resolve_model_path
-from engine.preset import ModelConfig, preset_from_dict
-from engine.rollout import filter_logits, positions_from_mask, sample
+from engine.builtin_model.recipe import build_tokenizer
+from engine.model.loading import ModelLoadError, find_lora_targets, load_model, reference_mode, resolve_model_path
+from engine.preset.schema import ModelConfig, preset_from_dict
+from engine.model.rollout import filter_logits, positions_from_mask, sample
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_llama_style_model_loads_with_auto_lora_targets(llama_dir):
 def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path, monkeypatch):
     import engine.algorithms.base as trainer_module  # rewards are scored in Trainer.score
     from conftest import small_preset_dict
-    from engine.algorithms.grpo import GRPOTrainer
+    from engine.algorithms.grpo.trainer import GRPOTrainer
 
     # The random model's completions all score 0 on the task, so every advantage would be
     # 0 and (policy = reference at the start) the step would have no gradient: give the

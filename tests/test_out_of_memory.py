@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.algorithms.base import Trainer
-from engine.algorithms.grpo import GRPOTrainer
+from engine.algorithms.grpo.trainer import GRPOTrainer
 from engine.algorithms.memory import OutOfMemory, is_out_of_memory
-from engine.preset import preset_from_dict
+from engine.preset.schema import preset_from_dict
 
 CUDA_OOM = "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.10 GiB total capacity)"
 

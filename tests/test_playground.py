@@ -1,5 +1,5 @@
-"""The reward playground: `rl-engine score-rewards` (engine/playground.py) gives the numbers
-`try-reward` and engine.advantages give, and errors with the file and line of a fault in
+"""The reward playground: `rl-engine score-rewards` (engine/commands/score_rewards.py) gives the numbers
+`try-reward` and engine.rl.advantages give, and errors with the file and line of a fault in
 a user's function; the Reward playground tab (workbench/playground/) scores a run's
 samples and typed completions with rewards edited key by key, shows a user function's
 error with its file:line, and carries the edited rewards into the set-up form."""
@@ -16,13 +16,13 @@ import torch
 import yaml
 from PySide6.QtCore import Qt
 
-from engine import rundir
-from engine.advantages import group_advantages, rloo_advantages
+from engine.run import rundir
+from engine.rl.advantages import group_advantages, rloo_advantages
 from engine.cli import main
 from engine.data import load_splits
-from engine.playground import score
-from engine.preset import preset_from_dict
-from engine.preset_io import preset_to_dict
+from engine.commands.score_rewards import score
+from engine.preset.schema import preset_from_dict
+from engine.preset.io import preset_to_dict
 from engine.rewards import build_reward_components, combine_rewards
 from workbench.playground.results import ADVANTAGE, RUN_ADVANTAGE, RUN_TOTAL, TOTAL, component_column
 from workbench_helpers import small_preset, type_text

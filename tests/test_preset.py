@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine.preset import (
-    Preset, PresetError, apply_overrides, load_preset, preset_from_dict, preset_to_yaml, save_preset,
-)
+from engine.preset.schema import Preset, load_preset, preset_from_dict
+from engine.preset.errors import PresetError
+from engine.preset.io import apply_overrides, preset_to_yaml, save_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = sorted((ROOT / "presets").glob("*.yaml"))
@@ -133,7 +133,7 @@ def test_yaml_of_a_preset_is_plain_data():
 
 
 def test_preset_module_imports_without_torch():
-    code = "import sys, engine.preset, engine.data, engine.rewards, engine.rundir, engine.preset_paths; " \
+    code = "import sys, engine.preset.schema, engine.data, engine.rewards, engine.run.rundir, engine.preset.paths; " \
            "assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
@@ -176,7 +176,7 @@ def _env():
 
 # ------------------------------------------------- values that cannot be meant (issue 10)
 
-from engine import preset as preset_module  # noqa: E402
+from engine.preset import schema as preset_module  # noqa: E402
 
 SECTIONS = {  # section model -> (where it sits in a preset, what else that place needs)
     preset_module.LoraConfig: (("model", "lora"), {}),
@@ -227,7 +227,7 @@ def test_every_float_field_refuses_non_finite_numbers(section, name, kind, info,
 @pytest.mark.parametrize("section, name, kind, info", numeric_fields())
 def test_every_number_field_has_an_upper_bound_named_in_the_message(section, name, kind, info):
     bounds = {key: getattr(m, key) for m in info.metadata for key in ("le", "lt") if getattr(m, key, None) is not None}
-    assert bounds, f"{section.__name__}.{name} has no upper bound: give it le= (engine/preset_limits.py)"
+    assert bounds, f"{section.__name__}.{name} has no upper bound: give it le= (engine/preset/limits.py)"
     bound = bounds.get("le", bounds.get("lt"))
     past = kind(bound if "lt" in bounds else bound * 10 + 1)
     data, path = with_value(section, name, past)
@@ -356,7 +356,7 @@ def test_set_into_a_value_that_is_not_a_section_is_refused():
 @pytest.mark.parametrize("command", [["validate"], ["run"], ["try-reward", "--prompt", "p", "--completion", "c"],
                                      ["resume"]])
 def test_every_command_reports_a_binary_preset_in_one_line(tmp_path, command):
-    from engine import rundir
+    from engine.run import rundir
 
     junk = tmp_path / "run" / rundir.PRESET_FILE  # resume reads RUN_DIR/preset.yaml (with a checkpoint)
     state = tmp_path / "run" / rundir.CHECKPOINTS_DIR / "step_000001" / rundir.CHECKPOINT_STATE

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from engine.preset import PresetError, load_preset, preset_from_dict
+from engine.preset.errors import PresetError
+from engine.preset.schema import load_preset, preset_from_dict
 
 SEED = 20261123
 BUNDLED = sorted((ROOT / "presets").glob("*.yaml"))

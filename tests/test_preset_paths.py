@@ -1,5 +1,5 @@
 """A preset's relative files (prompt file, custom reward, reward model) resolve by one
-rule, engine/preset_paths.py: the preset's folder first, then the current folder. The
+rule, engine/preset/paths.py: the preset's folder first, then the current folder. The
 CLI's `run` and the window's launch preset both use it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from engine import cli
-from engine.preset import preset_from_dict
-from engine.preset_paths import absolute_preset_paths, resolve_data_path
+from engine.preset.schema import preset_from_dict
+from engine.preset.paths import absolute_preset_paths, resolve_data_path
 from workbench.window import run_control
 from workbench_helpers import small_preset
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)

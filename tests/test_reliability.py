@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, small_preset_dict
-from engine import rundir
+from engine.run import rundir
 
 DEADLINE = 180.0  # generous: the machine running the tests may be loaded
 

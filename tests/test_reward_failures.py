@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from conftest import small_preset_dict
-from engine import rundir
+from engine.run import rundir
 from engine.cli import install_stop_handlers, main, restore_handlers
 from engine.data.files import load_prompt_file
-from engine.failures import failure_location, user_code_location
-from engine.preset import preset_from_dict
+from engine.run.failures import failure_location, user_code_location
+from engine.preset.schema import preset_from_dict
 from engine.rewards import RewardError, build_reward_components, combine_rewards
-from engine.stopping import TRAINING, StopFlag
+from engine.run.stopping import TRAINING, StopFlag
 
 REWARDS_PY = textwrap.dedent('''\
     import signal

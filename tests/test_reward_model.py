@@ -17,9 +17,9 @@ from transformers import (
 )
 
 from conftest import small_preset_dict
-from engine import rundir
-from engine.builtin_model import build_tokenizer
-from engine.preset import preset_from_dict
+from engine.run import rundir
+from engine.builtin_model.recipe import build_tokenizer
+from engine.preset.schema import preset_from_dict
 from engine.rewards.model import load_reward_model, reward_model_reward
 from engine.rewards import RewardError, build_reward_components, combine_rewards, reward_source_problems
 
@@ -132,7 +132,7 @@ def test_a_missing_folder_names_the_entry(tmp_path):
 
 
 def test_options_are_checked_by_the_preset():
-    from engine.preset import PresetError
+    from engine.preset.errors import PresetError
 
     for options, field, expected in [
         ({}, "options.model", "needs the option 'model'"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from engine import rundir
+from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, write_steps
 from workbench.dashboard import Dashboard
 from workbench.dashboard.plotspec import choose_plots, expected_names

@@ -2,7 +2,7 @@
 
 import json
 
-from engine import rundir
+from engine.run import rundir
 
 
 def test_partial_last_line_is_left_for_the_next_read(tmp_path):

@@ -299,7 +299,8 @@ def test_parquet_without_pyarrow_says_to_install_it(tmp_path, monkeypatch):
 
 
 def test_more_prompts_than_a_task_can_make_is_refused_at_load_naming_num_train():
-    from engine.preset import PresetError, preset_from_dict
+    from engine.preset.errors import PresetError
+    from engine.preset.schema import preset_from_dict
 
     data = {"algorithm": {"name": "grpo", "max_completion_length": 16},
             "data": {"task": "sort", "num_train": 5_000_000}}

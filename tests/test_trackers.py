@@ -1,4 +1,4 @@
-"""training.report_to: wandb / trackio (engine/trackers.py, engine/reporting.py).
+"""training.report_to: wandb / trackio (engine/run/trackers.py, engine/run/reporting.py).
 
 Neither package is a dependency, so CI runs a real training run against a stand-in
 module with the calls both share (init, log, Table, finish), recording what it is given;
@@ -15,10 +15,10 @@ import types
 import pytest
 
 from conftest import small_preset_dict
-from engine import rundir
-from engine.algorithms.grpo import GRPOTrainer
-from engine.preset import preset_from_dict
-from engine.trackers import STATE_FILE, TrackerMissing, sample_rows
+from engine.run import rundir
+from engine.algorithms.grpo.trainer import GRPOTrainer
+from engine.preset.schema import preset_from_dict
+from engine.run.trackers import STATE_FILE, TrackerMissing, sample_rows
 
 
 class StandIn(types.ModuleType):
@@ -139,7 +139,7 @@ def test_validate_names_a_missing_reporter(monkeypatch, capsys):
     import importlib.util
 
     from conftest import ROOT
-    from engine.validate import validate
+    from engine.commands.validate import validate
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine import rundir
-from engine.preset import preset_from_dict
+from engine.run import rundir
+from engine.preset.schema import preset_from_dict
 from engine.algorithms.base import RunAborted, lr_factor, micro_batch_weight
-from engine.algorithms.grpo import GRPOTrainer
-from engine.stopping import StopFlag
+from engine.algorithms.grpo.trainer import GRPOTrainer
+from engine.run.stopping import StopFlag
 
 METRIC_KEYS = {
     "reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/low_mean", "clip_ratio/high_mean",
@@ -115,7 +115,7 @@ def test_checkpoint_is_a_loadable_peft_adapter(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from engine.builtin_model import builtin_model_path
+    from engine.builtin_model.recipe import builtin_model_path
 
     trainer = make_trainer(tmp_path, max_steps=1)
     trainer.run()

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from engine import rundir
+from engine.run import rundir
 from engine.cli import main
-from engine.hub_access import hub_ids_of
-from engine.input_checks import context_problem
-from engine.preset import preset_from_dict
+from engine.hub.access import hub_ids_of
+from engine.preset.input_checks import context_problem
+from engine.preset.schema import preset_from_dict
 from workbench.setup.checks import prelaunch_checks
 
 

@@ -11,8 +11,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 import conftest
 from engine.alarms import AlarmsConfig
 from engine.alarms.detectors import DETECTORS, History
-from engine.forward import completion_logits
-from engine.rollout import cache_keyword, returned_cache, sample
+from engine.model.forward import completion_logits
+from engine.model.rollout import cache_keyword, returned_cache, sample
 
 @pytest.fixture(scope="module")
 def gpt2():
@@ -77,11 +77,11 @@ def test_sampling_and_the_shared_prefix_pass_pass_the_cache_without_deprecations
 
 def test_the_old_cache_keyword_would_fail_the_suite(gpt2, monkeypatch):
     """What the two tests above guard against: `past_key_values`, deprecated in
-    transformers 5.2x, raised through engine/rollout.py."""
+    transformers 5.2x, raised through engine/model/rollout.py."""
     if cache_keyword(gpt2) != "cache":
         pytest.skip("this transformers still takes past_key_values")
-    monkeypatch.setattr("engine.rollout.cache_keyword", lambda model: "past_key_values")
-    with pytest.raises(FutureWarning, match=r"past_key_values.*raised through our call at .*engine/rollout.py"):
+    monkeypatch.setattr("engine.model.rollout.cache_keyword", lambda model: "past_key_values")
+    with pytest.raises(FutureWarning, match=r"past_key_values.*raised through our call at .*engine/model/rollout.py"):
         grouped(gpt2)
 
 
@@ -101,9 +101,9 @@ def test_the_cache_keyword_is_read_from_the_forward_signature(gpt2):
 
 def test_loading_with_lora_raises_no_deprecation():
     """peft 0.21 reads transformers' deprecated `is_gradient_checkpointing` while it wraps
-    the model: quieted at that one call (engine/models.py), or the hook raises here."""
-    from engine.models import load_model
-    from engine.preset import ModelConfig
+    the model: quieted at that one call (engine/model/loading.py), or the hook raises here."""
+    from engine.model.loading import load_model
+    from engine.preset.schema import ModelConfig
 
     loaded = load_model(ModelConfig(name_or_path="builtin:tiny"), gradient_checkpointing=True)
     assert loaded.gradient_checkpointing

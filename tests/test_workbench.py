@@ -13,8 +13,9 @@ import pytest
 import yaml
 from PySide6.QtCore import Qt
 
-from engine import rundir
-from engine.preset import PresetError, preset_from_dict
+from engine.run import rundir
+from engine.preset.errors import PresetError
+from engine.preset.schema import preset_from_dict
 from workbench import runs
 from workbench.app import classify_target, create_window
 from workbench.runs.launcher import AttachedEngine, EngineProcess

@@ -12,7 +12,7 @@ import time
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 
-from engine import rundir
+from engine.run import rundir
 from inspector_helpers import grpo_record, write_steps
 from window_fixtures import make_window, window  # noqa: F401  (fixtures)
 from workbench.alarms import model as alarm_model

@@ -21,7 +21,7 @@ from PySide6.QtCore import QPoint, QProcess, Qt
 from PySide6.QtGui import QGuiApplication
 
 from conftest import ROOT
-from engine import rundir
+from engine.run import rundir
 from workbench.runs import export_dialog
 from workbench.runs.export_dialog import ExportDialog
 from workbench.window import export as window_export

@@ -39,7 +39,7 @@ def test_a_problem_does_not_push_the_rows_below_its_field_down(panel, qtbot):
 def test_the_runs_list_gives_names_more_room_than_the_family(qtbot, tmp_path):
     import json
 
-    from engine import rundir
+    from engine.run import rundir
     from workbench.runs.runs_view import COLUMNS, RunsView
     from workbench_helpers import write_run
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import yaml
 
-from engine import rundir
-from engine.preset import Preset, PresetError, preset_from_dict
+from engine.run import rundir
+from engine.preset.schema import Preset, preset_from_dict
+from engine.preset.errors import PresetError
 from workbench import runs
 from workbench.dashboard import plotspec, smoothing
 from workbench.runs import metric_table, process, rundata, status, summaries

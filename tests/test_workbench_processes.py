@@ -20,7 +20,7 @@ import pytest
 import yaml
 from PySide6.QtCore import Qt
 
-from engine.preset import preset_from_dict
+from engine.preset.schema import preset_from_dict
 from workbench.runs import launcher
 from workbench.runs.launcher import EngineProcess, engine_command
 from workbench.setup import checks
@@ -204,7 +204,7 @@ def test_the_launch_checks_without_a_window():
 def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot):
     """Processes 2, Run, Stop: a real engine under torchrun (gloo); the window's stop
     line reaches the launcher, every process finishes the step, rank 0 checkpoints."""
-    from engine import rundir
+    from engine.run import rundir
     from window_fixtures import click_run
 
     window.doc.new(small_preset(max_steps=400))

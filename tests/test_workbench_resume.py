@@ -19,7 +19,7 @@ import yaml
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QDesktopServices
 
-from engine import rundir
+from engine.run import rundir
 from workbench import app, runs
 from workbench.main_window import CANCEL, DISCARD, RUNS
 from workbench.runs import launcher

@@ -12,7 +12,7 @@ import yaml
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFormLayout
 
-from engine.preset import preset_from_dict
+from engine.preset.schema import preset_from_dict
 from workbench.setup import rewards_editor
 from workbench.setup.document import PresetDocument
 from workbench.setup.panel import SetupPanel

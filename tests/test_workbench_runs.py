@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 from PySide6.QtGui import QColor
 
-from engine import rundir
-from engine.preset import preset_from_dict
+from engine.run import rundir
+from engine.preset.schema import preset_from_dict
 from workbench import app, runs, xcb_check
 from workbench.dashboard import run_colour
 from workbench.runs.launcher import AttachedEngine

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from engine import rundir
+from engine.run import rundir
 from workbench.dashboard import Dashboard
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from engine import rundir
-from engine.preset import preset_from_dict, preset_to_dict
+from engine.run import rundir
+from engine.preset.schema import preset_from_dict
+from engine.preset.io import preset_to_dict
 
 
 

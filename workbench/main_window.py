@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import rundir
+from engine.run import rundir
 from workbench import runs
 from workbench.alarms.model import arrival_message
 from workbench.alarms.panel import AlarmsPanel

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from engine.preset_base import Float, Section
+from engine.preset.base import Float, Section
 
 __all__ = ["AlarmsConfig"]
 

@@ -4,7 +4,7 @@ trainer class as "module:Class", imported only when asked for, so importing this
 loads no torch.
 
 Adding an algorithm: its module here, its line in TRAINERS, its config class in
-engine/preset.py (docs/architecture.md, "Where to add a new algorithm").
+engine/preset/schema.py (docs/architecture.md, "Where to add a new algorithm").
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer
-    from engine.preset import Preset
-    from engine.stopping import StopFlag
+    from engine.preset.schema import Preset
+    from engine.run.stopping import StopFlag
 
 TRAINERS = {
-    "grpo": "engine.algorithms.grpo:GRPOTrainer",
-    "ppo": "engine.algorithms.ppo:PPOTrainer",
-    "dpo": "engine.algorithms.dpo:DPOTrainer",
+    "grpo": "engine.algorithms.grpo.trainer:GRPOTrainer",
+    "ppo": "engine.algorithms.ppo.trainer:PPOTrainer",
+    "dpo": "engine.algorithms.dpo.trainer:DPOTrainer",
 }
 
 

@@ -3,9 +3,9 @@ evaluation, checkpoints, the run loop and its events; each algorithm in
 engine.algorithms (grpo, ppo, dpo) subclasses it and adds a step. This module imports
 no algorithm: engine.algorithms.TRAINERS maps a preset's algorithm name to its class.
 
-The loops stay thin: the math is in engine.losses / engine.advantages, sampling in
-engine.rollout, per-token records in engine.trajectories and the on-disk contract in
-engine.rundir.
+The loops stay thin: the math is in engine.rl.losses / engine.rl.advantages, sampling in
+engine.model.rollout, per-token records in engine.run.trajectories and the on-disk contract in
+engine.run.rundir.
 """
 
 from __future__ import annotations
@@ -20,27 +20,28 @@ from pathlib import Path
 
 import torch
 
-from engine import rundir
+from engine.run import rundir
 from engine.alarms import AlarmWatcher, alarm_line
 from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
 from engine.algorithms.evaluation import evaluate_generations
 from engine.algorithms.step_metrics import rollout_metrics, timing_metrics
 from engine.algorithms.memory import OutOfMemory, is_out_of_memory, out_of_memory_message, train_step_that_fits
-from engine.chat import chat_format, template_examples
+from engine.model.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.distributed.launch import world_size_problems
 from engine.distributed.rollouts import gather_rollout
 from engine.distributed.world import TrainedModules, World
-from engine.forward import completion_logits
-from engine.input_checks import reward_field_problems
-from engine.models import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
-from engine.preset import Preset, preset_to_dict, save_preset
+from engine.model.forward import completion_logits
+from engine.preset.input_checks import reward_field_problems
+from engine.model.loading import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
+from engine.preset.schema import Preset
+from engine.preset.io import preset_to_dict, save_preset
 from engine.rewards import build_reward_components, combine_rewards
-from engine.rollout import Rollout, sample
-from engine.token_logits import TokenLogits
-from engine.stopping import StopFlag
-from engine.reporting import tee_for
+from engine.model.rollout import Rollout, sample
+from engine.model.token_logits import TokenLogits
+from engine.run.stopping import StopFlag
+from engine.run.reporting import tee_for
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,7 @@ class Trainer(Declares):
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
-        # Prompts as the model sees them: through its chat template (engine/chat.py).
+        # Prompts as the model sees them: through its chat template (engine/model/chat.py).
         self.chat = chat_format(preset.model.chat_template, self.loaded.tokenizer_chat_template,
                                 preset.data.system_prompt, preset_dir)
         self.train_examples, self.eval_examples = (
@@ -496,7 +497,7 @@ class Trainer(Declares):
         A checkpoint is saved every save_steps and at the end, unless no step was trained
         (stopped before the first step: nothing new to save) or this step is saved already.
         `fork_of` (with resume_from, a checkpoint of another run): a new run, a fork, whose
-        run_started carries `parent` (engine/fork.py)."""
+        run_started carries `parent` (engine/commands/fork.py)."""
         self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Rank 0 alone writes the run directory; the other ranks' events go nowhere.

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine import rundir
+from engine.run import rundir
 from engine.distributed.launch import checkpoint_world_size_problem
-from engine.failures import storage_error
+from engine.run.failures import storage_error
 
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer

@@ -1,6 +1,6 @@
 """Held-out evaluation by generation: greedy completions of the held-out prompts, their
 rewards, and accuracy by the preset's first verifier. `self` is the Trainer
-(engine/algorithms/base.py); DPO adds its preference accuracy (engine/algorithms/dpo.py).
+(engine/algorithms/base.py); DPO adds its preference accuracy (engine/algorithms/dpo/trainer.py).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.rollout import Rollout
+from engine.model.rollout import Rollout
 
 if TYPE_CHECKING:
     from engine.algorithms.base import Trainer

@@ -3,7 +3,7 @@ DPO's pair, and how the answer is pulled out of its column (GSM8K's `... #### 72
 
 One mapping for prompt files and Hugging Face data sets alike. A prompt is text or a
 conversation (TRL's conversational format: a list of ``{"role", "content"}`` messages);
-it is chat-templated later, once the tokenizer is known (engine/chat.py). Torch-free.
+it is chat-templated later, once the tokenizer is known (engine/model/chat.py). Torch-free.
 
 Example:
     >>> columns = Columns(prompt="question", answer_pattern=compile_answer_pattern(r"####\\s*(.+)"))
@@ -86,7 +86,7 @@ class Columns:
 
     @classmethod
     def from_config(cls, cfg) -> "Columns":
-        """From a preset's data section (engine.preset.DataConfig)."""
+        """From a preset's data section (engine.preset.schema.DataConfig)."""
         pattern = compile_answer_pattern(cfg.answer_pattern) if cfg.answer_pattern else None
         return cls(cfg.prompt_field, cfg.answer_field, cfg.chosen_field, cfg.rejected_field, pattern)
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from engine.data.columns import Columns, missing_columns_message, row_to_example
 from engine.data.examples import Example
-from engine.hub_access import download_hint, hub_offline
-from engine.preset_paths import local_or_hub_id
+from engine.hub.access import download_hint, hub_offline
+from engine.preset.paths import local_or_hub_id
 
 __all__ = ["load_dataset_splits", "open_split", "sample_rows"]
 
@@ -80,8 +80,8 @@ def open_split(source: Path | str, subset: str | None, split: str, split_field: 
             return _load(lambda: _load_files(builder, [source], "train"), where, subset, split, split_field)
         return _load(lambda: datasets.load_dataset(str(source), subset, split=split), where, subset, split, split_field)
     # Imported here: hub_cache loads huggingface_hub, which must not load before the
-    # engine has decided on offline mode (engine.hub_access).
-    from engine.hub_cache import cached_snapshot
+    # engine has decided on offline mode (engine.hub.access).
+    from engine.hub.cache import cached_snapshot
 
     where = f"data.dataset: {source!r}"
     snapshot = cached_snapshot(source, "dataset")
@@ -116,7 +116,7 @@ def _from_snapshot(repo_id: str, snapshot: Path, subset: str | None, split: str,
 def _snapshot_files(repo_id: str, snapshot: Path, subset: str | None, split: str, split_field: str,
                     where: str) -> tuple[str, list[Path]]:
     """(the subset used, the split's files); a wrong subset or split names its field."""
-    from engine.hub_cache import snapshot_splits, snapshot_subsets
+    from engine.hub.cache import snapshot_splits, snapshot_subsets
 
     def incomplete(name: str | None) -> ValueError:
         return ValueError(f"{where}: no data files (parquet, json, csv, arrow) for subset {name or 'default'!r}; "

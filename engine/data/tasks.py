@@ -39,7 +39,7 @@ import re
 from typing import Callable
 
 from engine.data.examples import Example, _split_unique, is_eval_prompt
-from engine.options import Registry
+from engine.preset.options import Registry
 
 __all__ = [
     "Example",

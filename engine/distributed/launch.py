@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from engine import rundir
+from engine.run import rundir
 
 __all__ = ["launched_by_torchrun", "launched_rank", "world_size_problems", "torchrun_command", "run_launcher", "alive", "read_ranks", "RANKS_FILE",
            "launch_from_cli", "checkpoint_world_size_problem"]
@@ -226,7 +226,7 @@ def launch_from_cli(args, preset, run_dir: Path, engine_args: list[str]) -> int:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # one line naming the folder, as a run in one process says it
-        from engine.failures import storage_error, storage_message
+        from engine.run.failures import storage_error, storage_message
 
         print(f"error: {storage_message(storage_error(exc) or exc, run_dir, ' or choose another --run-dir')}",
               file=sys.stderr)

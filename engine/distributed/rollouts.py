@@ -4,7 +4,7 @@ Each rank samples the completions of its share of the step's prompts. Prompts ar
 left-padded and completions right-padded to lengths that differ between ranks, so the
 parts are padded to the longest before they are joined in rank order. Padding changes
 no result: padded prompt positions are masked out and positions come from the mask
-(engine.rollout.positions_from_mask), padded completion positions have mask 0.
+(engine.model.rollout.positions_from_mask), padded completion positions have mask 0.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.distributed.world import World
-from engine.rollout import Rollout
+from engine.model.rollout import Rollout
 
 __all__ = ["join_rollouts", "gather_rollout"]
 

@@ -2,7 +2,7 @@
 with `training.fsdp: true` each decoder layer's weights, base and LoRA alike, are
 sharded across the processes (each holds 1/N of them and gathers a layer just for its
 pass); the embeddings, the final norm and the output head stay whole on every process
-(the head is read chunk by chunk by engine/token_logits.py, and is often tied to the
+(the head is read chunk by chunk by engine/model/token_logits.py, and is often tied to the
 embeddings). FSDP2 reduce-scatters the LoRA gradients of the sharded layers; what is
 trained outside them (PPO's value head) stays DDP's (world.py).
 
@@ -37,7 +37,7 @@ def decoder_layers(model) -> torch.nn.ModuleList:
 def shard_layers(model, world: World) -> list[torch.nn.Module]:
     """fully_shard each decoder layer over all the processes; returns the layers.
 
-    The decoder itself (what engine/forward.py calls) is FSDP2's root, holding none of
+    The decoder itself (what engine/model/forward.py calls) is FSDP2's root, holding none of
     its own weights (ignored_params: the embeddings and the final norm stay whole, as
     the head tied to the embeddings must). With the layers roots of their own instead,
     they would keep their gathered weights after a pass, and a peft adapter switch in
@@ -45,7 +45,7 @@ def shard_layers(model, world: World) -> list[torch.nn.Module]:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from engine.forward import backbone
+    from engine.model.forward import backbone
 
     mesh = init_device_mesh(world.device.type, (world.size,))
     layers = list(decoder_layers(model))

@@ -3,7 +3,7 @@
 A preset's ``rewards`` entry names one of three kinds, each in a module of its own:
 
 * ``builtin.py``: the registry rewards (``exact_match``, ``numeric_match``, ...), each a
-  factory whose keyword options are its signature (engine/options.py checks them);
+  factory whose keyword options are its signature (engine/preset/options.py checks them);
 * ``model.py``: ``reward_model``, a Hugging Face sequence-classification model (the only
   module here that imports torch; imported only when a preset uses one);
 * ``custom.py``: ``FILE.py:FUNCTION``, the user's own function (read without running it

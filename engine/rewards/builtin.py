@@ -2,7 +2,7 @@
 
 A factory takes keyword-only options (all with defaults) and returns the reward
 callable (see engine/rewards/base.py for its shape), so a preset can name a reward
-plus options and :func:`build_reward` checks them (engine/options.py: the factory's
+plus options and :func:`build_reward` checks them (engine/preset/options.py: the factory's
 signature is its option list).
 
 Example:
@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Callable
 
 import engine.rewards.math_parse as math_parse
-from engine.options import Registry
+from engine.preset.options import Registry
 from engine.rewards.base import MissingFieldError, RewardError, RewardFunc
 
 __all__ = [

@@ -58,7 +58,7 @@ from typing import Any
 
 from engine.rewards.base import RewardError, RewardFunc, RewardTimeout
 from engine.rewards.kinds import split_custom_name
-from engine.stopping import ctrl_c_since, sigint_count
+from engine.run.stopping import ctrl_c_since, sigint_count
 
 log = logging.getLogger(__name__)
 

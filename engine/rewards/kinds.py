@@ -166,7 +166,7 @@ def check_reward_model_options(options: dict) -> None:
                 f"got {type(value).__name__} {value!r}."
             )
         # Texts scored in one pass / tokens per text: past these no GPU holds the pass.
-        from engine.preset_limits import MAX_BATCH, MAX_TOKENS, short_repr
+        from engine.preset.limits import MAX_BATCH, MAX_TOKENS, short_repr
 
         most = MAX_BATCH if option == "batch_size" else MAX_TOKENS
         if value > most:
@@ -182,7 +182,7 @@ def check_reward_model_options(options: dict) -> None:
 
 
 def _check_custom_options(function: str, options: dict) -> None:
-    from engine.preset_limits import plain_data_problem
+    from engine.preset.limits import plain_data_problem
 
     for option, value in options.items():
         if not (isinstance(option, str) and option.isidentifier()):

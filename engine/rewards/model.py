@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from engine.models import context_length, resolve_device, resolve_dtype
+from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import REWARD_MODEL_OPTIONS
 from engine.rewards.paths import num_labels_message, resolve_reward_model

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import rundir
+from engine.run import rundir
 from workbench.inspector.quantities import _int, _num
 from workbench.inspector.records import Trajectory, parse_records
 from workbench.run_declaration import PAIR, declared_records

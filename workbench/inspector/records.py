@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine import rundir
+from engine.run import rundir
 from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
 from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
 

@@ -5,5 +5,5 @@ Model (no Qt): model (the completions, the engine request and its answer, the re
 made fit for the set-up form). Views (Qt): view (`PlaygroundView`, the tab), source
 (where the completions come from), rewards_host (the set-up form's rewards editor on the
 playground's copy of the preset), results (the table), scorer (`rl-engine
-score-rewards` in a QProcess). The scoring is the engine's (engine/playground.py).
+score-rewards` in a QProcess). The scoring is the engine's (engine/commands/score_rewards.py).
 """

@@ -2,7 +2,7 @@
 samples of one step, or typed in), the request for `rl-engine score-rewards`, its answer
 read back, and the edited rewards made fit for the set-up form.
 
-The scoring itself runs in the engine (engine/playground.py): rewards may need torch (a
+The scoring itself runs in the engine (engine/commands/score_rewards.py): rewards may need torch (a
 reward model, a user's function), which the window never imports.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import rundir
-from engine.preset_io import read_preset_dict
+from engine.run import rundir
+from engine.preset.io import read_preset_dict
 from engine.rewards import absolute_reward_paths, reward_kind, split_custom_name
 
 __all__ = ["Completion", "ScoreResult", "ScoreError", "run_completions", "sample_steps", "typed_completions",
@@ -160,7 +160,7 @@ def run_preset(run_dir: Path, fallback: dict | None = None) -> dict:
 
 def build_request(preset: dict, base_dir: Path | None, completions: list[Completion], group_size: int,
                   fields_from_data: bool) -> dict:
-    """The request for `rl-engine score-rewards` (see engine/playground.py)."""
+    """The request for `rl-engine score-rewards` (see engine/commands/score_rewards.py)."""
     return {
         "preset": preset,
         "base_dir": str(base_dir) if base_dir else "",

@@ -1,5 +1,5 @@
 """`rl-engine score-rewards -` in the background: the request goes in on stdin, the answer
-comes back as one JSON line on stdout (engine/playground.py).
+comes back as one JSON line on stdout (engine/commands/score_rewards.py).
 
 A QProcess, not the launcher's detached Popen: a scoring has no reason to outlive the
 window (QProcess ends its child when it goes), and its finished signal arrives through

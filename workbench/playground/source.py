@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import rundir
+from engine.run import rundir
 from workbench.playground.model import Completion, run_completions, sample_steps, typed_completions
 from workbench.runs.rundata import RunData
 

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import rundir
+from engine.run import rundir
 from workbench.playground.model import (Completion, ScoreError, ScoreResult, TypedInputError, build_request,
                                         rewards_for_setup, run_preset)
 from workbench.playground.results import ResultsTable

@@ -1,6 +1,6 @@
 """"Export…": a run's LoRA adapter, a merged model or its TensorBoard events, written
 by the engine (`python -m engine export RUN --checkpoint step_N --adapter OUT ...
---quiet --progress`, engine/export.py) while this dialog shows its progress.
+--quiet --progress`, engine/commands/export.py) while this dialog shows its progress.
 
 The dialog picks what to export (several at once), the checkpoint and an output folder
 for each, checks them as the engine will (a folder that exists and is not empty is
@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine.failures import no_checkpoint_message
+from engine.run.failures import no_checkpoint_message
 from workbench.runs.fork_dialog import checkpoint_steps
 
 EXPORTS_DIR = "exports"  # beside the runs, in the runs folder (not a run: the runs list skips it)

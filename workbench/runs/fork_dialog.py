@@ -2,7 +2,7 @@
 changed. The dialog picks the checkpoint, takes the settings to change as KEY=VALUE
 lines and the new run's folder name, checks them against the parent's preset as the
 user types, and gives the engine command (`python -m engine fork PARENT --checkpoint
-step_N --run-dir NEW --quiet --set ...`, engine/fork.py) that the window launches as a
+step_N --run-dir NEW --quiet --set ...`, engine/commands/fork.py) that the window launches as a
 run."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from engine import rundir
-from engine.fork import CARRIED_FIELDS, carried_field_problems, carried_set_problem
-from engine.preset import PresetError, load_preset
+from engine.run import rundir
+from engine.commands.fork import CARRIED_FIELDS, carried_field_problems, carried_set_problem
+from engine.preset.errors import PresetError
+from engine.preset.schema import load_preset
 from workbench.runs.launcher import engine_fork_command
 
 

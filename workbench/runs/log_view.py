@@ -11,7 +11,7 @@ from pathlib import Path
 from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
-from engine import rundir
+from engine.run import rundir
 from workbench import runs
 
 FIRST_READ_BYTES = 512 * 1024  # a long log opens at its end

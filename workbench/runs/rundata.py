@@ -3,7 +3,7 @@ generations and lifecycle. No Qt: the dashboard, samples table and runs list are
 of this model, and a live run and a past run are read the same way (tail the events).
 
 `RunData.poll()` reads whatever was appended to events.jsonl since the last call (with
-engine.rundir's reader) and returns what changed; the window calls it on a timer. When
+engine.run.rundir's reader) and returns what changed; the window calls it on a timer. When
 something new arrived it emits `updated`, which the views of the run follow.
 
 `alarm` events (the engine's watch over its own metrics, docs/run-directory.md) are kept
@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine import rundir
+from engine.run import rundir
 from workbench.signals import Signal
 from workbench.runs.metric_table import MetricTable  # noqa: F401
 from workbench.runs.samples_store import Sample, SampleStore  # noqa: F401
@@ -167,7 +167,7 @@ class RunData:
 
     @property
     def status(self) -> str:
-        """running | done | stopped | failed, by engine.rundir.lifecycle_status of the
+        """running | done | stopped | failed, by engine.run.rundir.lifecycle_status of the
         last lifecycle event; `empty` before the first event. (Whether a `running` run's
         process is still alive is for workbench.runs to judge.)"""
         if self.lifecycle is None:

@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from engine import rundir
+from engine.run import rundir
 from workbench.runs.metric_table import MetricTable, _is_number
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.failures import checkpoint_step, no_checkpoint_message
-from engine.rundir import complete_checkpoints
+from engine.run.failures import checkpoint_step, no_checkpoint_message
+from engine.run.rundir import complete_checkpoints
 from workbench.runs.process import (OUTPUT_FILE, STALE_AFTER_S, describe_exit, find_engine,
                                     read_exit_record, workbench_dir)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from engine import rundir
+from engine.run import rundir
 from workbench.runs.process import EXIT_FILE, LAUNCH_PRESET, PROCESS_FILE, read_process_record, workbench_dir
 from workbench.runs.status import describe_run
 

@@ -16,19 +16,19 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from engine.chat import FolderTemplater, chat_format, template_examples
+from engine.model.chat import FolderTemplater, chat_format, template_examples
 from engine.data import Example, load_splits
 from engine.distributed.launch import world_size_problems
-from engine.hub_access import download_hint
-from engine.hub_cache import cached_snapshot
-from engine.input_checks import context_problem, prompt_location, reward_field_problems
-from engine.preset import BUILTIN_MODEL, Preset
-from engine.preset_paths import local_or_hub_id, model_path_problem, resolve_data_path
-from engine.reporting import missing_reporter
+from engine.hub.access import download_hint
+from engine.hub.cache import cached_snapshot
+from engine.preset.input_checks import context_problem, prompt_location, reward_field_problems
+from engine.preset.schema import BUILTIN_MODEL, Preset
+from engine.preset.paths import local_or_hub_id, model_path_problem, resolve_data_path
+from engine.run.reporting import missing_reporter
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# engine.builtin_model says where the built-in model lives, but importing it loads
+# engine.builtin_model.recipe says where the built-in model lives, but importing it loads
 # torch; the location is part of the repository layout (docs/architecture.md).
 BUILTIN_MODEL_DIR = REPO_ROOT / "assets" / "tiny-model"
 
@@ -244,7 +244,7 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
     examples, _ = templated(raw, preset.model.model_dump(), preset.data.system_prompt, base_dir)
     lengths = prompt_token_counts(folder, [e.prompt for e in examples])
     longest = max(lengths, default=0)
-    # The engine's own message (engine/preset_limits.py), naming the longest prompt's row.
+    # The engine's own message (engine/preset/limits.py), naming the longest prompt's row.
     problem = context_problem(lengths, preset.algorithm.max_completion_length, info.context_length,
                               where=lambda i: prompt_location(preset.data, base_dir, raw[i]))
     if problem is not None:
@@ -258,10 +258,10 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
 
 
 def memory_notes(preset: Preset, folder: Path, longest: int, processes: int = 1) -> list[tuple[str, str]]:
-    """The memory estimate (engine/memory_estimate.py) as a note on micro_batch_size, the
+    """The memory estimate (engine/model/memory_estimate.py) as a note on micro_batch_size, the
     first knob to turn; the form knows no GPU, so both the GPU's and the CPU's figure.
     With several processes, what each one needs."""
-    from engine.memory_estimate import estimate_for_folder
+    from engine.model.memory_estimate import estimate_for_folder
 
     try:
         cpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cpu", processes=processes)
@@ -283,7 +283,8 @@ def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6
     """A few training examples of the data section, even while other sections of the
     preset are invalid, their prompts as `model` (the preset's model section) will see
     them. Returns (examples, a note or "") or ([], the reason there are none)."""
-    from engine.preset import DataConfig, PresetError
+    from engine.preset.schema import DataConfig
+    from engine.preset.errors import PresetError
     from pydantic import ValidationError
 
     try:

@@ -18,7 +18,9 @@ from typing import Any
 
 import yaml
 
-from engine.preset import Preset, PresetError, preset_from_dict, preset_to_yaml, read_preset_dict
+from engine.preset.schema import Preset, preset_from_dict
+from engine.preset.errors import PresetError
+from engine.preset.io import preset_to_yaml, read_preset_dict
 from workbench.setup import schema
 from workbench.signals import Signal
 

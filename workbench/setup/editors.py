@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.preset import BUILTIN_MODEL
+from engine.preset.schema import BUILTIN_MODEL
 from workbench.setup import schema
 from workbench.setup.schema import FieldSpec, format_value
 

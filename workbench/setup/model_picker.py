@@ -1,7 +1,7 @@
 """Dialogs that list what the local Hugging Face cache already holds, to pick a model
 (`ModelPicker`) or a data set (`DatasetPicker`) by its hub id instead of typing it.
 
-The cache is read by engine.hub_cache (safetensors headers only, no torch); on a big
+The cache is read by engine.hub.cache (safetensors headers only, no torch); on a big
 cache that takes a while, so the scan runs on a worker thread (through
 workbench.setup.background) while the dialog says "Scanning…".
 """
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.hub_cache import (
+from engine.hub.cache import (
     CachedDataset,
     CachedModel,
     cached_datasets,
@@ -121,7 +121,7 @@ class CachePicker(QDialog):
         self.scanning = False
         try:
             entries = future.result()
-        except Exception as exc:  # engine.hub_cache tolerates bad repos; this is a bug, shown as such
+        except Exception as exc:  # engine.hub.cache tolerates bad repos; this is a bug, shown as such
             self.message.setText(f"Could not read the Hugging Face cache at {self.cache_dir}: "
                                  f"{type(exc).__name__}: {exc}")
             self.scanned.emit()

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.data.tasks import TASKS, task_options
-from engine.preset import Preset
+from engine.preset.schema import Preset
 from workbench.setup import schema
 from workbench.setup.background import submit as submit_in_background
 from workbench.setup.checks import launch_problems, prelaunch_checks, preview_prompts

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.preset import Preset
+from engine.preset.schema import Preset
 from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
 from engine.rewards.custom import function_options
 from workbench.setup import schema

@@ -1,4 +1,4 @@
-"""What the set-up form is generated from: the preset schema (engine.preset), read
+"""What the set-up form is generated from: the preset schema (engine.preset.schema), read
 through pydantic's field information into plain `FieldSpec`s.
 
 Nothing here knows about Qt. A new field in the engine's schema shows up in the form
@@ -16,7 +16,7 @@ import annotated_types
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from engine.preset import Preset
+from engine.preset.schema import Preset
 
 # Field kinds the form knows how to edit.
 INT, FLOAT, BOOL, CHOICE, TEXT, NAMES, MAPPING, SECTION, LIST = (

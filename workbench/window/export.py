@@ -16,7 +16,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 from PySide6.QtGui import QAction
 
-from engine import rundir
+from engine.run import rundir
 from workbench.runs.export_dialog import KINDS, ExportDialog
 from workbench.runs.launcher import engine_environment
 from workbench.runs.status import clean_output
@@ -57,7 +57,7 @@ def engine_error(stderr: str, code: int | None) -> str:
 
 
 def staged_folder(out: Path) -> Path:
-    """The hidden folder the engine writes `out` into before renaming it (engine/export.py)."""
+    """The hidden folder the engine writes `out` into before renaming it (engine/commands/export.py)."""
     return out.with_name(f".{out.name}.export.tmp")
 
 

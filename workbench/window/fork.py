@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from engine import rundir
+from engine.run import rundir
 from workbench import runs
 from workbench.runs.fork_dialog import ForkDialog
 from workbench.runs.launcher import EngineProcess

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QFileDialog
 
-from engine.preset import PresetError
+from engine.preset.errors import PresetError
 from workbench.settings import bundled_presets
 from workbench.setup import REPO_ROOT
 from workbench.window.names import CANCEL, DISCARD, SAVE, SETUP
@@ -123,7 +123,7 @@ class PresetsMixin:
 
     @staticmethod
     def _read_preset(path: Path) -> dict:
-        from engine.preset import read_preset_dict
+        from engine.preset.io import read_preset_dict
 
         data = read_preset_dict(path)
         if not isinstance(data, dict):

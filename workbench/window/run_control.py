@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from engine import rundir
-from engine.preset_paths import absolute_preset_paths
+from engine.run import rundir
+from engine.preset.paths import absolute_preset_paths
 from workbench import runs
 from workbench.runs.launcher import EngineHandle, EngineProcess, engine_resume_command, launch_of
 from workbench.runs.status import last_checkpoint, resume_problem
@@ -104,7 +104,7 @@ class RunControlMixin:
         self.engine = engine
         self.engine_dir = Path(run_dir)
         engine.finished.connect(self._engine_finished)
-        engine.stopping.connect(lambda: self._update_actions())
+        engine.run.stopping.connect(lambda: self._update_actions())
         engine.escalated.connect(lambda text: self.show_message(f"{engine.run_dir.name}: {text}", "engine"))
         self._update_actions()
 

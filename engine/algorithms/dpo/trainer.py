@@ -1,0 +1,327 @@
+"""DPO: offline preference optimisation on (prompt, chosen, rejected) pairs.
+
+A step takes `batch_size` pairs, lays them out as rows [chosen_0, rejected_0, chosen_1,
+...] so that each prompt is encoded once for both answers (the shared-prefix pass), and
+minimises the DPO loss of engine.rl.losses.dpo_loss against the reference, which is the
+same model with the adapter disabled: per step, or once before training with
+precompute_ref_log_probs. Names of the knobs and metrics follow TRL's DPO trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.data import Example, load_splits, preference_pairs
+from engine.data.columns import is_conversation
+from engine.rl.losses import dpo_loss, sequence_logps
+from engine.model.rollout import Rollout
+from engine.algorithms.base import Trainer, set_update_mode
+from engine.algorithms.declaration import plot
+from engine.run.trajectories import token_fields
+
+PAIR = 2  # rows per preference pair: chosen, rejected
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DPOStepOutputs:
+    """What a DPO step keeps for `write_step_outputs`: its pairs, their rows
+    [chosen_0, rejected_0, ...], the policy's token logprobs (2B, T), the recorded rows'
+    entropy and top-5 per micro-batch, each pair's implicit rewards, and the recorded
+    rows' reference logprobs (the step used sums)."""
+
+    examples: list[Example]
+    rows: Rollout
+    logps: torch.Tensor
+    recorded: dict[str, list]
+    r_chosen: list[float]
+    r_rejected: list[float]
+    ref_recorded: torch.Tensor | None
+
+
+class DPOTrainer(Trainer):
+    TEMPLATED_PAIRS = True
+    MICRO_BATCH_UNIT = "preference pairs"
+    # Metric names as TRL's DPO trainer logs them.
+    PLOTS = (
+        plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
+        plot("loss", "Loss", "loss"),
+        plot("grad_norm", "Gradient norm", "grad_norm"),
+        plot("lr", "Learning rate", "learning_rate"),
+        plot("timing", "Step time", "step_time"),
+        plot("dpo_margins", "Reward margins", "rewards/margins", "rewards/chosen", "rewards/rejected"),
+        plot("dpo_logps", "Sequence logprobs", "logps/chosen", "logps/rejected"),
+        plot("dpo_eval", "Held-out preference accuracy", eval=("preference_accuracy",)),
+        plot("dpo_accuracy", "Preference accuracy", "rewards/accuracies"),
+    )
+    # One record per preference pair: a chosen and a rejected side.
+    RECORDS = {"layout": "pair", "sides": ["chosen", "rejected"],
+               "token_values": ["implicit_reward", "logprob", "ref_logprob"],
+               "preferred": ["implicit_reward", "advantage"]}
+
+    def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
+        train, held_out = load_splits(self.preset.data, self.cfg.seed, preset_dir)
+        if self.preset.data.task is not None:
+            task = self.preset.data.task
+            return preference_pairs(train, self.cfg.seed, task), preference_pairs(held_out, self.cfg.seed + 1, task)
+        source = "data.dataset" if self.preset.data.dataset is not None else "data.path"
+        for where, examples in (("training", train), ("held-out", held_out)):
+            for number, e in enumerate(examples):
+                missing = [k for k in ("chosen", "rejected")
+                           if not (isinstance(e.fields.get(k), str) or is_conversation(e.fields.get(k)))]
+                if missing:
+                    raise ValueError(
+                        f"{source}: DPO needs `chosen` and `rejected` answers (text, or assistant messages in "
+                        f"TRL's preference format) beside the prompt; {where} example {number} "
+                        f"({str(e.prompt)[:40]!r}) lacks {', '.join(missing)} (columns data.chosen_field / "
+                        "data.rejected_field name them)"
+                    )
+        return train, held_out
+
+    def setup_modules(self) -> None:
+        # Filled by the first step when precompute_ref_log_probs is on (after run_started
+        # and the first evaluation, so a reader sees the run begin at once).
+        self.reference_cache: dict[tuple[str, str, str], tuple[float, float, int, int]] = {}
+
+    # -------------------------------------------------------------- batching
+
+    def encode_answer(self, text: str) -> list[int]:
+        """An answer's tokens up to its first end token (a chat template ends the answer
+        with its end-of-turn token), or with the tokenizer's EOS added (the model must
+        learn to stop there), cut to max_completion_length."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        eos = set(self.loaded.eos_token_ids)
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
+        return ids[: self.algo.max_completion_length]
+
+    def pair_rows(self, examples: list[Example]) -> Rollout:
+        """Rows [chosen_0, rejected_0, chosen_1, ...]: prompts left-padded, answers
+        right-padded, as a sampled rollout would be."""
+        prompts = [e.prompt for e in examples for _ in range(PAIR)]
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        answers = [self.encode_answer(e.fields[side]) for e in examples for side in ("chosen", "rejected")]
+        T = max(len(a) for a in answers)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([a + [pad] * (T - len(a)) for a in answers], device=self.device)
+        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers], device=self.device)
+        B = len(answers)
+        return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
+                       torch.zeros(B, dtype=torch.bool, device=self.device))
+
+    def pair_micro_batches(self, pairs: int) -> list[slice]:
+        """Row slices of whole pairs (this process's); training.micro_batch_size counts pairs."""
+        return [slice(mb.start * PAIR, mb.stop * PAIR) for mb in self.micro_batches(pairs)]
+
+    def pair_share(self, pairs: int) -> tuple[slice, slice]:
+        """This process's share of a batch of `pairs`: (its pairs, their rows)."""
+        mine = self.world.share(pairs)
+        return mine, slice(mine.start * PAIR, mine.stop * PAIR)
+
+    def side_logps(self, token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(chosen, rejected) sequence logps from interleaved rows; length-averaged for IPO."""
+        seq = sequence_logps(token_logps, mask, average=self.algo.loss_type == "ipo")
+        return seq[0::PAIR], seq[1::PAIR]
+
+    # ------------------------------------------------------------- reference
+
+    def _key(self, e: Example) -> tuple[str, str, str]:
+        return (e.prompt, e.fields["chosen"], e.fields["rejected"])
+
+    @torch.no_grad()
+    def precompute_reference(self, examples: list[Example]) -> None:
+        """Reference logps of every pair, once (sums and lengths, so IPO's averages follow)."""
+        started = time.perf_counter()
+        chunk = max(self.cfg.batch_size, 32)
+        log.info("precomputing reference logprobs of %d pairs", len(examples))
+        for i in range(0, len(examples), chunk):
+            if i and i % (chunk * 50) == 0:
+                log.info("reference logprobs: %d / %d pairs", i, len(examples))
+            part = examples[i: i + chunk]
+            rows = self.pair_rows(part)
+            ref = self.reference_logprobs(rows, slice(0, rows.completion_ids.shape[0]), group_size=PAIR)
+            sums = (ref * rows.completion_mask).sum(-1).tolist()
+            lengths = rows.completion_mask.sum(-1).long().tolist()
+            for j, e in enumerate(part):
+                self.reference_cache[self._key(e)] = (sums[2 * j], sums[2 * j + 1], lengths[2 * j], lengths[2 * j + 1])
+        log.info("reference logprobs of %d pairs in %.1f s", len(examples), time.perf_counter() - started)
+
+    def reference_side_logps(self, examples: list[Example], rows: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):
+            cached = [self.reference_cache[self._key(e)] for e in examples]
+            chosen = torch.tensor([c[0] for c in cached], device=self.device)
+            rejected = torch.tensor([c[1] for c in cached], device=self.device)
+            if self.algo.loss_type == "ipo":
+                chosen = chosen / torch.tensor([c[2] for c in cached], device=self.device)
+                rejected = rejected / torch.tensor([c[3] for c in cached], device=self.device)
+            return chosen, rejected
+        ref = torch.zeros_like(rows.completion_mask)
+        for mb in self.pair_micro_batches(len(examples)):
+            ref[mb] = self.reference_logprobs(rows, mb, group_size=PAIR)
+        self.world.combine_rows(ref, self.pair_share(len(examples))[1])  # each row from the process that ran it
+        return self.side_logps(ref, rows.completion_mask)
+
+    # ------------------------------------------------------------------ step
+
+    def train_step(self) -> dict:
+        algo = self.algo
+        self.phase = "update"  # every pass of a DPO step runs in micro-batches of pairs
+        if algo.precompute_ref_log_probs and not self.reference_cache:
+            self.precompute_reference(self.train_examples)
+        t0 = time.perf_counter()
+        examples = self.stream.take(self.cfg.batch_size)
+        rows = self.pair_rows(examples)
+        mask = rows.completion_mask
+        ref_chosen, ref_rejected = self.reference_side_logps(examples, rows)
+        t1 = time.perf_counter()
+
+        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)  # no ratio in DPO: see set_update_mode
+        self.optimizer.zero_grad(set_to_none=True)
+        num_recorded = self.num_recorded(len(examples)) * PAIR
+        B = len(examples)
+        loss_total, nll_total = 0.0, 0.0
+        chosen_tokens = mask[0::PAIR].sum().clamp(min=1)
+        logps = torch.zeros_like(mask)
+        logit_sums = torch.zeros(B * PAIR, device=self.device)
+        recorded = {"entropy": [], "top": []}
+        # Per pair: implicit rewards and the policy's sequence logps of both sides.
+        per_pair = {k: torch.zeros(B, device=self.device) for k in ("r_chosen", "r_rejected", "chosen", "rejected")}
+        micro_batches = self.pair_micro_batches(B)
+        for index, mb in enumerate(micro_batches):
+            with self.synced(index, len(micro_batches)):
+                logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
+                token_logps = logits.logprobs(rows.completion_ids[mb])
+                chosen, rejected = self.side_logps(token_logps, mask[mb])
+                pairs = slice(mb.start // PAIR, mb.stop // PAIR)
+                losses, r_chosen, r_rejected = dpo_loss(
+                    chosen, rejected, ref_chosen[pairs], ref_rejected[pairs],
+                    beta=algo.beta, loss_type=algo.loss_type, label_smoothing=algo.label_smoothing)
+                loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
+                if algo.rpo_alpha is not None:
+                    # the chosen answers' NLL, a mean over every chosen token of the batch
+                    nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
+                    loss = loss + algo.rpo_alpha * nll
+                    nll_total += nll.item()
+                self.backward(loss)
+                loss_total += loss.item()
+                with torch.no_grad():
+                    logps[mb] = token_logps.detach()
+                    logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
+                    top = self.recorded_top(logits, mb, num_recorded)
+                    if top is not None:
+                        recorded["top"].append(top)
+                        recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
+                for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected),
+                                   ("chosen", chosen), ("rejected", rejected)):
+                    per_pair[key][pairs] = value.detach()
+        # Several processes: the loss shares summed, each row and pair from its process.
+        loss_total, nll_total = self.world.sum_floats([loss_total, nll_total])
+        mine_pairs, mine_rows = self.pair_share(B)
+        for values in per_pair.values():
+            self.world.combine_rows(values, mine_pairs)
+        for values in (logps, logit_sums):
+            self.world.combine_rows(values, mine_rows)
+        grad_norm, ok = self.clip_and_step(loss_total)
+        t2 = time.perf_counter()
+        if not ok:
+            self.count_skipped_step()
+
+        self.step += 1
+        r_chosen, r_rejected = per_pair["r_chosen"], per_pair["r_rejected"]
+        V = self.model.get_output_embeddings().weight.shape[0]
+        lengths = mask.sum(-1)
+        tokens = int(lengths.sum()) + int(rows.prompt_mask.sum())
+        metrics = {
+            "loss": loss_total if ok else None,
+            "rewards/chosen": float(r_chosen.mean()),
+            "rewards/rejected": float(r_rejected.mean()),
+            "rewards/margins": float((r_chosen - r_rejected).mean()),
+            "rewards/accuracies": float((r_chosen > r_rejected).float().mean()),
+            "logps/chosen": float(per_pair["chosen"].mean()),
+            "logps/rejected": float(per_pair["rejected"].mean()),
+            # Mean logit over the vocabulary and the side's tokens, as TRL logs it.
+            "logits/chosen": float(logit_sums[0::PAIR].sum() / (lengths[0::PAIR].sum() * V)),
+            "logits/rejected": float(logit_sums[1::PAIR].sum() / (lengths[1::PAIR].sum() * V)),
+        }
+        if algo.rpo_alpha is not None:
+            metrics["nll_loss"] = nll_total
+        metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
+        metrics["grad_norm"] = grad_norm
+        self._last = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
+                                    r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
+                                    ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR))
+        return metrics
+
+    def write_step_outputs(self) -> None:
+        last = self._last
+        examples = last.examples
+        self.emit_samples([
+            {"index": i, "group": i, "prompt": e.prompt, "completion": e.fields["chosen"],
+             "rejected": e.fields["rejected"], "reward": last.r_chosen[i],
+             "rewards": {"chosen": last.r_chosen[i], "rejected": last.r_rejected[i],
+                         "margin": last.r_chosen[i] - last.r_rejected[i]},
+             "advantage": last.r_chosen[i] - last.r_rejected[i]}
+            for i, e in enumerate(examples[: self.cfg.log_completions])
+        ])
+        tops = last.recorded["top"]
+        if not tops:
+            return
+        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
+        entropy = torch.cat(last.recorded["entropy"])
+        n_rows = top[0].shape[0]
+        rows = last.rows
+        ref = last.ref_recorded  # per token, for the few recorded rows only
+        beta = self.algo.beta
+        records = []
+        for p in range(n_rows // PAIR):
+            e = examples[p]
+            record = {"step": self.step, "index": p, "group": p, "prompt": e.prompt, "beta": beta,
+                      "margin": last.r_chosen[p] - last.r_rejected[p]}
+            for offset, side in enumerate(("chosen", "rejected")):
+                r = PAIR * p + offset
+                n = int(rows.completion_mask[r].sum())
+                lp, rf = last.logps[r], ref[r]
+                record[side] = {
+                    "completion": e.fields[side],
+                    **token_fields(self.tokenizer, rows.completion_ids[r, :n].tolist(),
+                                   {"logprob": lp, "ref_logprob": rf, "implicit_reward": beta * (lp - rf),
+                                    "entropy": entropy[r]}, (top[0][r], top[1][r])),
+                    "reward": last.r_chosen[p] if side == "chosen" else last.r_rejected[p],
+                }
+            records.append(record)
+        self.write_trajectories(records)
+
+    # ------------------------------------------------------------------ eval
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Held-out preference accuracy (implicit reward of chosen above rejected) and
+        margins; for data with answers (built-in tasks), greedy generation accuracy too."""
+        if not self.eval_examples:
+            return {}
+        started = time.perf_counter()
+        set_update_mode(self.model, False)
+        margins = []
+        chunk = max(self.cfg.batch_size, 32)
+        for i in range(0, len(self.eval_examples), chunk):
+            part = self.eval_examples[i: i + chunk]
+            rows = self.pair_rows(part)
+            whole = slice(0, rows.completion_ids.shape[0])
+            policy = self.completion_logits(rows, whole, group_size=PAIR).logprobs(rows.completion_ids)
+            ref = self.reference_logprobs(rows, whole, group_size=PAIR)
+            (pc, pr), (rc, rr) = self.side_logps(policy, rows.completion_mask), self.side_logps(ref, rows.completion_mask)
+            margins += (self.algo.beta * ((pc - rc) - (pr - rr))).tolist()
+        result = super().evaluate() if self.accuracy_reward else {}
+        result.update({
+            "preference_accuracy": sum(m > 0 for m in margins) / len(margins),
+            "rewards/margins": sum(margins) / len(margins),
+            "num_pairs": len(margins),
+            "eval_time": time.perf_counter() - started,
+        })
+        result.setdefault("accuracy", None)
+        return result

@@ -1,0 +1,208 @@
+"""GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
+completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL.
+
+One step: sample num_generations completions per prompt; score them; advantages by the
+preset's estimator (engine.rl.advantages.GRPO_ESTIMATORS); num_iterations clipped updates,
+the first pass of which gives the old policy's logprobs. Names of the knobs and metrics
+follow TRL's GRPO trainer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine.rl.advantages import GRPO_ESTIMATORS, group_reward_std
+from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.algorithms.base import (
+    RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode,
+)
+from engine.rl.losses import grpo_loss
+from engine.model.rollout import Rollout
+from engine.run.trajectories import trajectory_records
+
+
+@dataclass
+class GRPOStepOutputs(RolloutStepOutputs):
+    """A GRPO step's per-token values (logprob, entropy, ratio, clipped; (B, T) each),
+    the recorded rows' top-5 (probs, ids) and the reference logprobs (None at beta 0)."""
+
+    per_token: dict[str, torch.Tensor]
+    top: tuple[torch.Tensor, torch.Tensor] | None
+    ref_all: torch.Tensor | None
+    ref_recorded: torch.Tensor | None
+
+
+class GRPOTrainer(Trainer):
+    """GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
+    completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL."""
+
+    PLOTS = ROLLOUT_PLOTS + (
+        plot("clip", "Clip ratio", "clip_ratio/region_mean"),
+        plot("truncated", "Truncated completions", "completions/clipped_ratio"),
+        plot("zero_std", "Groups with no signal", "frac_reward_zero_std"),
+        plot("throughput", "Throughput", "throughput/tokens_per_second"),
+    )
+    # One record per completion; the completions of a prompt form a group.
+    RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],
+               "preferred": ["advantage"]}
+
+    def updates_per_step(self) -> int:
+        return self.algo.num_iterations
+
+    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Advantages by the preset's estimator: (B,) per completion, or (B, T) per token."""
+        estimator = GRPO_ESTIMATORS[self.algo.advantage_estimator]
+        return estimator(rewards, mask, self.algo.num_generations, self.algo.scale_rewards)
+
+    def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
+        """num_iterations clipped policy-gradient updates on one rollout batch.
+
+        Returns the loss and its diagnostics, the gradient norm, whether the step was
+        skipped for a non-finite loss or gradient, and the per-token values the
+        inspector records (logprob, entropy, ratio, clipped, top-5 of the first
+        `num_recorded` rows)."""
+        batch = rollout.completion_ids.shape[0]
+        G = self.algo.num_generations
+        micro_batches = self.micro_batches(batch, G)  # this process's rows (all of them in one)
+        self.phase = "update"
+        set_update_mode(self.model, True)
+        old_logprobs: dict[int, torch.Tensor] = {}
+        per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
+                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
+        tops = []
+        loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
+        eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
+        ref_all = None
+        if self.algo.beta > 0:
+            ref_all = torch.zeros_like(mask)
+            for mb in micro_batches:
+                ref_all[mb] = self.reference_logprobs(rollout, mb)
+            self.world.combine_rows(ref_all, self.world.share(batch, G))
+        seq_weights = []
+        if self.algo.importance_sampling_level == "sequence":
+            # GSPO's clip ratios are means over sequences (engine.rl.losses.clip_fraction): a
+            # micro-batch's share is its share of the batch's non-empty sequences.
+            present = mask.bool().any(-1)
+            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in micro_batches]
+        for iteration in range(self.algo.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_total, info_total = 0.0, {}
+            for index, mb in enumerate(micro_batches):
+                with self.synced(index, len(micro_batches)):
+                    logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+                    logprobs = logits.logprobs(rollout.completion_ids[mb])
+                    if iteration == 0:
+                        # The first pass sees the weights that sampled the batch: its logprobs
+                        # are the old policy's, exactly, with no extra forward pass.
+                        old_logprobs[index] = logprobs.detach()
+                        with torch.no_grad():
+                            per_token["entropy"][mb] = logits.entropy()
+                            per_token["logprob"][mb] = logprobs.detach()
+                        top = self.recorded_top(logits, mb, num_recorded)
+                        if top is not None:
+                            tops.append(top)
+                    loss, info, tok = grpo_loss(
+                        logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
+                        advantages[mb], mask[mb], beta=self.algo.beta,
+                        epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
+                        loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
+                        importance_sampling_level=self.algo.importance_sampling_level,
+                    )
+                    weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
+                    self.backward(loss * weight)
+                    loss_total += loss.detach().item() * weight
+                    for key, value in info.items():
+                        info_total[key] = info_total.get(key, 0.0) + value * (
+                            seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
+                    if iteration == self.algo.num_iterations - 1:
+                        per_token["ratio"][mb] = tok["ratio"]
+                        per_token["clipped"][mb] = tok["clipped"].float()
+            # Each process holds its rows' shares of the batch's loss: summed, they are the
+            # loss of the whole batch, and every process takes the same skip decision.
+            loss_total = self.world.sum_floats([loss_total])[0]
+            info_total = self.world.sum_dict(info_total)
+            grad_norm, ok = self.clip_and_step(loss_total)
+            if not ok:
+                skipped = True
+                break
+            loss_sum, info_sum = loss_total, info_total
+        mine = self.world.share(batch, G)
+        for values in per_token.values():  # every row from the process that ran it
+            self.world.combine_rows(values, mine)
+        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
+        return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
+                "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
+
+    def train_step(self) -> dict:
+        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
+        G = self.algo.num_generations
+        t0 = time.perf_counter()
+        _, prompts, fields = self.take_examples()
+        rollout, completions = self.sample_batch(prompts, G)
+        t1 = time.perf_counter()
+
+        totals, components = self.score(prompts, completions, fields, G)
+        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
+        mask = rollout.completion_mask
+        if self.algo.mask_truncated_completions:
+            mask = mask * (~rollout.truncated).float()[:, None]
+        advantages = self.advantages(rewards, mask)
+        t2 = time.perf_counter()
+
+        record_rows = list(range(self.num_recorded(len(prompts), G)))
+        update = self.update(rollout, advantages, mask, len(record_rows))
+        t3 = time.perf_counter()
+        if update["skipped"]:
+            self.count_skipped_step()
+
+        self.step += 1
+        info, per_token = update["info"], update["per_token"]
+        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
+        metrics = self.rollout_metrics(rollout, rewards, components)
+        metrics.update({
+            # exact: group_reward_std is exactly 0 for a group of equal rewards
+            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
+            "loss": update["loss"],
+            "kl": info.get("kl") if update["ref"] is not None else None,
+            "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
+            "clip_ratio/low_mean": info.get("clip_ratio/low_mean"),
+            "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
+            "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
+        })
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        metrics["grad_norm"] = update["grad_norm"]
+
+        self._last = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
+                                     components=components, advantages=advantages, rollout=rollout,
+                                     per_token=per_token, top=update["top"], record_rows=record_rows,
+                                     ref_all=update["ref"],
+                                     # beta 0 skips the reference pass; the inspector still
+                                     # gets reference logprobs for the few recorded rows.
+                                     ref_recorded=self.recorded_reference(rollout, len(record_rows))
+                                     if update["ref"] is None else None)
+        return metrics
+
+    def write_step_outputs(self) -> None:
+        """samples events and trajectory records for the step just taken."""
+        last = self._last
+        G = self.algo.num_generations
+        advantages = last.advantages
+        self.emit_rollout_samples(last, advantages)
+        rows = last.record_rows
+        if not rows:
+            return
+        rollout, per_token = last.rollout, last.per_token
+        ref = last.ref_all[: len(rows)] if last.ref_all is not None else last.ref_recorded
+        token_advantages = advantages[:, None].expand_as(rollout.completion_mask) if advantages.dim() == 1 else advantages
+        self.write_trajectories(trajectory_records(
+            self.tokenizer, step=self.step, rows=rows, num_generations=G,
+            prompts=last.prompts, completions=last.completions, rollout=rollout,
+            per_token={"logprob": per_token["logprob"], "ref_logprob": ref, "entropy": per_token["entropy"],
+                       "advantage": token_advantages, "ratio": per_token["ratio"]},
+            clipped=per_token["clipped"], top=last.top,
+            totals=last.totals, components=last.components,
+        ))
+

@@ -1,0 +1,266 @@
+"""PPO with a value head on the policy's LoRA backbone (actor-critic, token-level rewards).
+
+One step: sample a batch; score it; one no-grad pass gives the old policy's logprobs,
+the old values (a linear head on the last hidden state) and the entropy; a pass with the
+adapter disabled gives the reference logprobs; per-token rewards are the KL penalty on
+every token plus the score on the last; GAE gives advantages and returns; then
+num_ppo_epochs x num_mini_batches clipped updates of policy and value together.
+Names of the knobs and metrics follow TRL's PPO trainer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
+from engine.rl.losses import (
+    KL_ESTIMATORS,
+    clipped_value_loss,
+    masked_mean,
+    ppo_policy_loss,
+)
+from engine.model.rollout import Rollout
+from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.algorithms.base import RolloutStepOutputs, Trainer, set_update_mode
+from engine.run.trajectories import trajectory_records
+
+
+@dataclass
+class PPOStepOutputs(RolloutStepOutputs):
+    """A PPO step's old-policy pass (logprob, value, entropy, ref_logprob (B, T), top),
+    per-token KL, KL reward and total reward, GAE returns, the scores (with the missing-EOS
+    penalty), and the last epoch's per-token ratio and clip flags."""
+
+    old: dict
+    kl: torch.Tensor
+    non_score: torch.Tensor
+    token_rewards: torch.Tensor
+    returns: torch.Tensor
+    scores: list[float]
+    ratio: torch.Tensor
+    clipped: torch.Tensor
+
+
+class PPOTrainer(Trainer):
+    # Metric names as TRL's PPO trainer logs them.
+    PLOTS = ROLLOUT_PLOTS + (
+        plot("ppo_objective", "RLHF objective", "objective/rlhf_reward", "objective/scores",
+             "objective/non_score_reward"),
+        plot("value_loss", "Value loss", "loss/value_avg", "loss/policy_avg"),
+        plot("explained_variance", "Explained variance", "val/explained_variance"),
+        plot("ppo_clip", "Clipped fraction", "policy/clipfrac_avg", "val/clipfrac_avg"),
+        plot("ppo_approxkl", "Policy change per update", "policy/approxkl_avg", "val/ratio"),
+    )
+    # One record per completion (one per prompt by default), with the critic's numbers per token.
+    RECORDS = {"layout": "single", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio",
+                                                    "value", "return", "kl_reward", "reward_per_token"],
+               "preferred": ["advantage"]}
+
+    # ------------------------------------------------------------------ critic
+
+    def setup_modules(self) -> None:
+        hidden = self.model.get_base_model().config.get_text_config().hidden_size
+        # fp32 whatever the backbone's dtype: values are regression targets, bf16's
+        # 3 significant digits would make the value loss noise. Zero-initialised, so
+        # the critic starts by predicting 0 rather than random numbers.
+        self.value_head = torch.nn.Linear(hidden, 1, device=self.device, dtype=torch.float32)
+        torch.nn.init.zeros_(self.value_head.weight)
+        torch.nn.init.zeros_(self.value_head.bias)
+
+    def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The critic's value at each position. (b, T, H) -> (b, T) float32"""
+        return self.value_head(hidden.float()).squeeze(-1)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return super().trainable_parameters() + list(self.value_head.parameters())
+
+    def trained_modules(self) -> list[torch.nn.Module]:
+        return super().trained_modules() + [self.value_head]
+
+    def updates_per_step(self) -> int:
+        return self.algo.num_ppo_epochs * self.algo.num_mini_batches
+
+    def extra_state(self) -> dict:
+        return {"value_head": self.value_head.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.value_head.load_state_dict(state["value_head"])
+
+    # ------------------------------------------------------------------- step
+
+    @torch.no_grad()
+    def old_policy_pass(self, rollout: Rollout, num_recorded: int) -> dict:
+        """Logprobs, values and entropy of the policy that sampled, and the reference
+        logprobs; top-5 alternatives of the recorded rows. All (B, T)."""
+        self.phase = "update"  # the passes over the sampled batch run in micro-batches
+        set_update_mode(self.model, False)
+        B, G = rollout.completion_ids.shape[0], self.preset.group_size
+        out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy", "ref_logprob")}
+        tops = []
+        for mb in self.micro_batches(B, G):  # this process's rows (all of them in one)
+            logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+            out["logprob"][mb] = logits.logprobs(rollout.completion_ids[mb])
+            out["value"][mb] = self.values(logits.hidden)
+            out["entropy"][mb] = logits.entropy()
+            top = self.recorded_top(logits, mb, num_recorded)
+            if top is not None:
+                tops.append(top)
+            out["ref_logprob"][mb] = self.reference_logprobs(rollout, mb)
+        for key in ("logprob", "value", "entropy", "ref_logprob"):  # each row from the process that ran it
+            self.world.combine_rows(out[key], self.world.share(B, G))
+        out["top"] = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
+        return out
+
+    def mini_batches(self, batch: int) -> tuple[list[torch.Tensor], int]:
+        """Row indices of each mini-batch of one epoch, and the group size they keep.
+
+        One mini-batch keeps the batch's order, so rows of a prompt stay together and
+        share one prompt pass; several are drawn at random (as TRL), which breaks groups."""
+        n = self.algo.num_mini_batches
+        if n == 1:
+            return [torch.arange(batch, device=self.device)], self.preset.group_size
+        order = torch.randperm(batch, generator=self.generator, device=self.generator.device).to(self.device)
+        return list(order.chunk(n)), 1
+
+    def update(self, rollout: Rollout, old: dict, advantages, returns, mask) -> dict:
+        """num_ppo_epochs passes of num_mini_batches clipped updates. Returns averaged
+        diagnostics, the per-token ratio and clip flags of the last epoch, and whether
+        a non-finite loss or gradient stopped it."""
+        B = rollout.completion_ids.shape[0]
+        set_update_mode(self.model, True)
+        sums: dict[str, float] = {}
+        updates = 0
+        ratio_all, clipped_all = torch.ones_like(mask), torch.zeros_like(mask)
+        ran = torch.zeros(B, dtype=torch.bool, device=mask.device)  # rows this process ran last
+        grad_norm, skipped = float("nan"), False
+        for _epoch in range(self.algo.num_ppo_epochs):
+            batches, group_size = self.mini_batches(B)
+            ran.zero_()
+            for idx in batches:
+                part = rollout.select(idx)
+                part_mask = mask[idx]
+                self.optimizer.zero_grad(set_to_none=True)
+                stats: dict[str, float] = {}
+                micro_batches = self.micro_batches(len(idx), group_size)  # this process's rows of it
+                for index, mb in enumerate(micro_batches):
+                    with self.synced(index, len(micro_batches)):
+                        rows = idx[mb]
+                        ran[rows] = True
+                        logits = self.completion_logits(part, mb, group_size=group_size)
+                        logprobs = logits.logprobs(part.completion_ids[mb])
+                        values = self.values(logits.hidden)
+                        m = part_mask[mb]
+                        pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
+                                                                self.algo.cliprange)
+                        vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], returns[rows], m,
+                                                              self.algo.cliprange_value)
+                        loss = pg_loss + self.algo.vf_coef * vf_loss
+                        # Each micro-batch carries its share of the mini-batch's tokens, so the
+                        # accumulated gradient is that of the mini-batch's token mean.
+                        weight = float(m.sum() / part_mask.sum().clamp(min=1))
+                        self.backward(loss * weight)
+                        for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
+                                           ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
+                                           ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):
+                            stats[key] = stats.get(key, 0.0) + value * weight
+                        ratio_all[rows] = tok["ratio"]
+                        clipped_all[rows] = tok["clipped"].float()
+                stats = self.world.sum_dict(stats)  # the processes' shares: the mini-batch's
+                grad_norm, ok = self.clip_and_step(stats["loss"])
+                if not ok:
+                    skipped = True
+                    break
+                for key, value in stats.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                updates += 1
+            if skipped:
+                break
+        averaged = {k: v / max(updates, 1) for k, v in sums.items()}
+        if self.world.distributed:  # each row from the process that ran it in the last epoch (1 where none did)
+            self.world.combine_rows(ratio_all.sub_(1.0), ran).add_(1.0)
+            self.world.combine_rows(clipped_all, ran)
+        return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
+                "ratio": ratio_all, "clipped": clipped_all}
+
+    def train_step(self) -> dict:
+        algo = self.algo
+        t0 = time.perf_counter()
+        _, prompts, fields = self.take_examples()
+        rollout, completions = self.sample_batch(prompts, algo.num_generations)
+        t1 = time.perf_counter()
+
+        totals, components = self.score(prompts, completions, fields, algo.num_generations)
+        rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
+        scores = rewards.clone()
+        if algo.missing_eos_penalty is not None:
+            scores = scores - algo.missing_eos_penalty * rollout.truncated.float()
+        t2 = time.perf_counter()
+
+        mask = rollout.completion_mask
+        record_rows = list(range(self.num_recorded(len(prompts), algo.num_generations)))
+        old = self.old_policy_pass(rollout, len(record_rows))
+        kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
+        token_rewards, non_score = ppo_token_rewards(scores, kl, mask, algo.kl_coef)
+        if algo.whiten_rewards:
+            token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
+        old["value"] = old["value"] * mask
+        advantages, returns = gae(token_rewards, old["value"], mask, algo.gamma, algo.lam)
+        advantages = masked_whiten(advantages, mask)
+        update = self.update(rollout, old, advantages, returns, mask)
+        t3 = time.perf_counter()
+        if update["skipped"]:
+            self.count_skipped_step()
+
+        self.step += 1
+        stats = update["stats"]
+        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
+        metrics = self.rollout_metrics(rollout, rewards, components)
+        mean_non_score = float(non_score.sum(1).mean())
+        metrics.update({
+            "objective/kl": float(kl.sum(1).mean()),
+            "objective/entropy": float((-old["logprob"] * mask).sum(1).mean()),
+            "objective/non_score_reward": mean_non_score,
+            "objective/rlhf_reward": mean_non_score + float(scores.mean()),
+            "objective/scores": float(scores.mean()),
+            "policy/approxkl_avg": stats.get("approxkl"),
+            "policy/clipfrac_avg": stats.get("clipfrac"),
+            "loss/policy_avg": stats.get("policy"),
+            "loss/value_avg": stats.get("value"),
+            "val/clipfrac_avg": stats.get("vf_clipfrac"),
+            "val/ratio": stats.get("ratio"),
+            "val/explained_variance": explained_variance(old["value"], returns, mask),
+            "val/mean": float(masked_mean(old["value"], mask)),
+            "loss": None if update["skipped"] else stats.get("loss"),
+            "kl": float(masked_mean(kl, mask)),
+            "entropy": float(masked_mean(old["entropy"], mask)),
+        })
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        metrics["grad_norm"] = update["grad_norm"]
+
+        self._last = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
+                                    rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
+                                    advantages=advantages, returns=returns, scores=scores.tolist(),
+                                    ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
+        return metrics
+
+    def write_step_outputs(self) -> None:
+        last = self._last
+        G = self.algo.num_generations
+        self.emit_rollout_samples(last, last.advantages)
+        rows = last.record_rows
+        if not rows:
+            return
+        old = last.old
+        self.write_trajectories(trajectory_records(
+            self.tokenizer, step=self.step, rows=rows, num_generations=G,
+            prompts=last.prompts, completions=last.completions, rollout=last.rollout,
+            per_token={"logprob": old["logprob"], "ref_logprob": old["ref_logprob"], "kl": last.kl,
+                       "entropy": old["entropy"], "advantage": last.advantages, "value": old["value"],
+                       "return": last.returns, "kl_reward": last.non_score,
+                       "reward_per_token": last.token_rewards, "ratio": last.ratio},
+            clipped=last.clipped, top=old["top"],
+            totals=last.totals, components=last.components, extra={"score": last.scores},
+        ))

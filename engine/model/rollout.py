@@ -1,0 +1,177 @@
+"""Batched sampling with a KV cache.
+
+Our own decoding loop rather than `model.generate`: it returns each sampled token's
+logprob under the sampling policy as it goes (no second pass), encodes each distinct
+prompt of a GRPO group once, and drops finished rows from the batch, so a step costs
+what its completions need rather than what the longest one needs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from engine.rl.losses import completion_mask
+
+
+@dataclass
+class Rollout:
+    """A batch of prompts and their sampled completions.
+
+    Prompts are left-padded and completions right-padded, so completion column t of
+    every row is generation step t.
+    """
+
+    prompt_ids: torch.Tensor  # (B, P) long, left-padded
+    prompt_mask: torch.Tensor  # (B, P) long
+    completion_ids: torch.Tensor  # (B, T) long, pad after EOS
+    completion_mask: torch.Tensor  # (B, T) float: 1 up to and including the first EOS
+    sampling_logprobs: torch.Tensor  # (B, T) float32: log p(token) under the sampling policy
+    truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(-1)
+
+    def select(self, index: torch.Tensor) -> "Rollout":
+        """The rows `index` (a 1-d long tensor), in that order."""
+        return Rollout(*(getattr(self, f)[index] for f in (
+            "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs", "truncated")))
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus (top-p) set to -inf. (B, V) -> (B, V).
+
+    input:  logits log([0.5, 0.3, 0.2]), top_p=0.7
+    output: [log 0.5, log 0.3, -inf]   (0.5 < 0.7, 0.5 + 0.3 >= 0.7: the smallest set kept)
+    """
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        # drop a token when the tokens before it already reach top_p
+        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that ignore left padding. (B, L) -> (B, L)
+
+    input:  [[0, 0, 1, 1], [1, 1, 1, 1]]
+    output: [[0, 0, 0, 1], [0, 1, 2, 3]]
+    """
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def cache_keyword(model) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` in transformers 5.2x
+    (where `past_key_values` warns and goes in 5.40), `past_key_values` in older versions
+    and in remote code written for them. Read from the signature, not a version number."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def returned_cache(out):
+    """The KV cache a forward pass returned: `out.cache` where the output has that field,
+    else `out.past_key_values` (older transformers; reading it on newer ones logs a warning)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
+    """Run each distinct prompt once and expand the result to every row.
+
+    `firsts` index the rows holding each distinct prompt, `inverse` maps every row to
+    its prompt. Returns the logits predicting the first completion token (b, 1, V), the
+    KV cache expanded to the b rows, and the rows' position ids (b, P).
+    """
+    mask = prompt_mask[firsts].long()
+    positions = positions_from_mask(mask)
+    out = model(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions,
+                use_cache=True, logits_to_keep=1)
+    cache = returned_cache(out)
+    cache.reorder_cache(inverse)  # (u, ...) -> (b, ...)
+    return out.logits[inverse], cache, positions[inverse]
+
+
+@torch.no_grad()
+def sample(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+    group_size: int = 1,
+    finished_everywhere=None,
+) -> Rollout:
+    """Sample up to `max_new_tokens` tokens for each (left-padded) prompt.
+
+    With `group_size` > 1 the prompts come in contiguous groups of identical rows (GRPO's
+    num_generations): each distinct prompt is encoded once and its cache shared.
+    `finished_everywhere(finished_here) -> bool` keeps processes whose model is sharded
+    (FSDP2) in step: each pass gathers weights from all of them, so one that has finished
+    keeps taking passes (its rows' tokens past their end are masked) until all have.
+    """
+    batch = prompt_ids.shape[0]
+    device = prompt_ids.device
+    eos = torch.tensor(eos_token_ids, device=device)
+    attention = prompt_mask.long()
+    if group_size < 1 or batch % group_size:
+        group_size = 1
+    rows = torch.arange(batch, device=device)
+    cache_kw = cache_keyword(model)
+    logits, cache, positions = encode_prompts_once(
+        model, prompt_ids, attention, firsts=rows[::group_size], inverse=rows // group_size)
+    next_pos = positions[:, -1:] + 1  # (B, 1)
+    logits = logits[:, -1, :]
+    # Rows still generating. Finished rows are dropped from the batch (and the cache) as
+    # they accumulate, so short completions do not pay for the longest one.
+    active = torch.arange(batch, device=device)
+    completion_ids = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(batch, max_new_tokens, device=device)
+    steps = 0
+    for t in range(max_new_tokens):
+        scaled = logits.float() / (1.0 if greedy else temperature)  # (A, V)
+        logp = torch.log_softmax(scaled, dim=-1)
+        if greedy:
+            token = scaled.argmax(-1)
+        else:
+            probs = filter_logits(scaled, top_k, top_p).softmax(-1)
+            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        completion_ids[active, t] = token
+        logprobs[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
+        steps = t + 1
+        done = torch.isin(token, eos)  # (A,)
+        finished = bool(done.all()) or t == max_new_tokens - 1
+        if finished_everywhere is None and finished:
+            break
+        if finished_everywhere is not None and finished_everywhere(finished):
+            break
+        if not finished and int(done.sum()) * 8 >= len(active):  # compact once enough rows have finished
+            keep = (~done).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, token, attention, next_pos = active[keep], token[keep], attention[keep], next_pos[keep]
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
+        out = model(input_ids=token[:, None], attention_mask=attention, position_ids=next_pos,
+                    use_cache=True, **{cache_kw: cache})
+        cache = returned_cache(out)
+        logits = out.logits[:, -1, :]
+        next_pos = next_pos + 1
+    completion_ids = completion_ids[:, :steps]  # (B, T)
+    mask = completion_mask(completion_ids, eos_token_ids).float()
+    truncated = ~torch.isin(completion_ids, eos).any(-1)
+    logprobs = logprobs[:, :steps] * mask
+    return Rollout(prompt_ids, prompt_mask.long(), completion_ids, mask, logprobs, truncated)
