@@ -74,8 +74,10 @@ def test_the_cli_and_the_window_resolve_a_preset_the_same_way(preset_folder, win
     data_path, reward_name = expected(preset_folder)
     # The CLI: what `rl-engine run` hands to training (and so to the run's preset.yaml).
     trained = []
-    monkeypatch.setattr(cli, "train", lambda preset, *args: trained.append(preset) or 0)
-    monkeypatch.setattr(cli, "setup_logging", lambda run_dir: None)
+    from engine.commands import train as run_command
+
+    monkeypatch.setattr(run_command, "train", lambda preset, *args: trained.append(preset) or 0)
+    monkeypatch.setattr(run_command, "setup_logging", lambda run_dir: None)
     args = cli.build_parser().parse_args(["run", str(preset_folder / "p.yaml"), "--run-dir", str(tmp_path / "run")])
     assert cli.cmd_run(args) == 0
     by_cli = trained[0]

@@ -152,10 +152,11 @@ def plan_fork(args) -> tuple[Preset, Path, Path, dict]:
     return preset, checkpoint, run_dir, fork_parent(parent_dir, checkpoint, step)
 
 
-def run_fork(args, train, open_run_folder) -> int:
+def run_fork(args) -> int:
     """The `fork` subcommand: check, write the fork's folder and preset, then train from
-    the parent's checkpoint, or launch N processes that do. `train` and `open_run_folder`
-    are engine.cli's (passed in: this module does not import the CLI)."""
+    the parent's checkpoint (engine/commands/train.py's `train`, as run and resume), or
+    launch N processes that do."""
+    from engine.commands.train import open_run_folder, train
     from engine.distributed.launch import launch_from_cli, launched_by_torchrun, launched_rank
     from engine.run.failures import storage_error, storage_message
     from engine.preset.io import save_preset
