@@ -25,7 +25,7 @@ import os
 import sys
 
 from engine.commands.train import (  # noqa: F401 (install_stop_handlers, restore_handlers: re-exported for tests)
-    cmd_resume, cmd_run, end_interrupted, install_stop_handlers, restore_handlers, unwatch, watch_process,
+    cmd_fork, cmd_resume, cmd_run, end_interrupted, install_stop_handlers, restore_handlers, unwatch, watch_process,
 )
 from engine.run.failures import failure_location, no_checkpoint_message, user_code_location  # noqa: F401 (re-exported)
 from engine.run.progress import progress_callback, progress_postfix  # noqa: F401 (re-exported)
@@ -38,14 +38,6 @@ def cmd_validate(args) -> int:
     from engine.commands.validate import validate
 
     return validate(args.preset, args.set, args.nproc_per_node or 1)
-
-
-def cmd_fork(args) -> int:
-    """A new run from a run's checkpoint with --set overrides (engine/commands/fork.py). Exit 0 or 1
-    as `run`; 2 for bad input (no such checkpoint, a field the checkpoint fixes)."""
-    from engine.commands.fork import run_fork
-
-    return run_fork(args)
 
 
 def cmd_export(args) -> int:

@@ -16,7 +16,8 @@ with no `--set` its steps are the very steps the parent took after that checkpoi
 Refused (exit status 2): no such run or checkpoint (the available ones are listed), a
 `--set` that changes what a checkpoint cannot carry (the algorithm, the base model, the
 adapter's rank or target modules), a max_steps not past the checkpoint's step, and a
-target folder that already holds a run. No torch import here (train() loads it).
+target folder that already holds a run. The planning is here (torch-free: the window's
+fork dialog uses it); the fork's training process is engine/commands/train.py's `cmd_fork`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from engine.preset.errors import PresetError
 EXIT_INVALID = 2
 
 __all__ = ["ForkError", "add_fork_parser", "find_checkpoint", "carried_field_problems", "carried_set_problem",
-           "default_fork_dir", "fork_parent", "plan_fork", "run_fork"]
+           "default_fork_dir", "fork_parent", "plan_fork"]
 
 
 class ForkError(ValueError):
@@ -150,39 +151,6 @@ def plan_fork(args) -> tuple[Preset, Path, Path, dict]:
     # resolved them: the fork's preset.yaml must find them from its own folder too.
     preset = absolute_preset_paths(preset, parent_dir.resolve())
     return preset, checkpoint, run_dir, fork_parent(parent_dir, checkpoint, step)
-
-
-def run_fork(args) -> int:
-    """The `fork` subcommand: check, write the fork's folder and preset, then train from
-    the parent's checkpoint (engine/commands/train.py's `train`, as run and resume), or
-    launch N processes that do."""
-    from engine.commands.train import open_run_folder, train
-    from engine.distributed.launch import launch_from_cli, launched_by_torchrun, launched_rank
-    from engine.run.failures import storage_error, storage_message
-    from engine.preset.io import save_preset
-
-    try:
-        preset, checkpoint, run_dir, parent = plan_fork(args)
-    except (ForkError, PresetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
-    retry = " or choose another --run-dir"
-    if launched_rank() == 0:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
-        except OSError as exc:  # one line naming the folder, as `run` says it
-            print(f"error: {storage_message(storage_error(exc) or exc, run_dir, retry)}", file=sys.stderr)
-            return EXIT_INVALID
-    if args.nproc_per_node and not launched_by_torchrun():
-        engine_args = ["fork", str(Path(args.parent).resolve()), "--checkpoint", checkpoint.name,
-                       "--run-dir", str(run_dir)]
-        return launch_from_cli(args, preset, run_dir, engine_args)
-    problem = open_run_folder(run_dir, retry)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return EXIT_INVALID
-    return train(preset, run_dir, checkpoint, run_dir, args.quiet, fork_of=parent)
 
 
 def add_fork_parser(sub) -> argparse.ArgumentParser:

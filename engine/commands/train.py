@@ -1,9 +1,10 @@
-"""`rl-engine run` and `rl-engine resume`: one training process from its first line to its
+"""`rl-engine run`, `resume` and `fork`: one training process from its first line to its
 final event. The stop handlers (SIGTERM, SIGINT, a `stop` line on stdin; what a stop does
 in each phase is engine/run/stopping.py's), the run folder and its log, `train` (set-up,
-the trainer's run, and the final event however it ends) and the exit statuses. `fork`
-(engine/commands/fork.py) trains through the same `train`. engine/cli.py installs the
-handlers first thing (`watch_process`) and dispatches here.
+the trainer's run, and the final event however it ends) and the exit statuses. A fork
+is planned by engine/commands/fork.py (torch-free: the window's fork dialog uses it) and
+trains through the same `train`. engine/cli.py installs the handlers first thing
+(`watch_process`) and dispatches here.
 """
 
 from __future__ import annotations
@@ -353,6 +354,38 @@ def cmd_resume(args) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
     return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
+
+
+def cmd_fork(args) -> int:
+    """`rl-engine fork`: check the fork (engine/commands/fork.py's plan_fork), write its
+    folder and preset, then train from the parent's checkpoint as resume does, or launch
+    N processes that do. Exit 0 or 1 as `run`; 2 for bad input (no such checkpoint, a
+    field the checkpoint fixes)."""
+    from engine.commands.fork import ForkError, plan_fork
+    from engine.preset.io import save_preset
+
+    try:
+        preset, checkpoint, run_dir, parent = plan_fork(args)
+    except (ForkError, PresetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    retry = " or choose another --run-dir"
+    if launched_rank() == 0:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+        except OSError as exc:  # one line naming the folder, as `run` says it
+            print(f"error: {storage_message(storage_error(exc) or exc, run_dir, retry)}", file=sys.stderr)
+            return EXIT_INVALID
+    if args.nproc_per_node and not launched_by_torchrun():
+        engine_args = ["fork", str(Path(args.parent).resolve()), "--checkpoint", checkpoint.name,
+                       "--run-dir", str(run_dir)]
+        return launch_from_cli(args, preset, run_dir, engine_args)
+    problem = open_run_folder(run_dir, retry)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    return train(preset, run_dir, checkpoint, run_dir, args.quiet, fork_of=parent)
 
 
 def watch_process(stop: StopFlag) -> dict:
