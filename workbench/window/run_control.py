@@ -104,7 +104,7 @@ class RunControlMixin:
         self.engine = engine
         self.engine_dir = Path(run_dir)
         engine.finished.connect(self._engine_finished)
-        engine.run.stopping.connect(lambda: self._update_actions())
+        engine.stopping.connect(lambda: self._update_actions())
         engine.escalated.connect(lambda text: self.show_message(f"{engine.run_dir.name}: {text}", "engine"))
         self._update_actions()
 
