@@ -9,8 +9,10 @@ PRESET ?= presets/grpo-sort.yaml
 run: setup
 	$(BIN)/rl-workbench $(PRESET)
 
+# Two workers (pytest-xdist; tests marked xdist_group share a fixture's launch on one
+# worker); the slowest 25 tests printed, so growth is seen. The budget: README, Development.
 test: setup
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
 
 setup: $(VENV)/.installed
 

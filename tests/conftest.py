@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 import time
@@ -28,16 +29,45 @@ def small_preset_dict(**training) -> dict:
 
 @pytest.fixture
 def engine_env():
-    """Environment for engine subprocesses: the repo importable, hub offline."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    """Environment for engine subprocesses: the repo importable, hub offline (engine_runs.py)."""
+    from engine_runs import subprocess_env
+
+    return subprocess_env()
+
+
+# The one trained run the tests share (the `trained_run` fixture): grpo-sort on the
+# built-in model, 4 steps, a checkpoint at steps 2 and 4, TensorBoard files written live.
+TRAINED_RUN_SETS = ["training.max_steps=4", "training.save_steps=2", "training.eval_steps=0", "data.num_eval=8",
+                    "training.batch_size=16", "algorithm.num_generations=4", "training.report_to=tensorboard"]
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory) -> Path:
+    """A short run of presets/grpo-sort.yaml (TRAINED_RUN_SETS), trained once a session
+    (under pytest-xdist, once a worker), in this process: the tests that use it check its
+    files, not the process. Shared: read it only; a test that writes into a run (or must
+    find it in its own runs folder) takes `trained_run_copy`."""
+    from engine.run import rundir
+    from engine_runs import cli
+
+    folder = tmp_path_factory.mktemp("trained")
+    run = folder / "sort-run"
+    sets = [a for item in TRAINED_RUN_SETS for a in ("--set", item)]
+    result = cli("run", ROOT / "presets" / "grpo-sort.yaml", "--run-dir", run, "--quiet", *sets, cwd=folder)
+    assert result.code == 0, result.err
+    assert [p.name for p in rundir.complete_checkpoints(run)] == ["step_000002", "step_000004"]
+    return run
 
 
 @pytest.fixture
-def python():
-    return sys.executable
+def trained_run_copy(trained_run, tmp_path) -> Path:
+    """This test's own copy of `trained_run`, at tmp_path/runs/<its name> (the window
+    fixtures' runs folder)."""
+    import shutil
+
+    copy = tmp_path / "runs" / trained_run.name
+    shutil.copytree(trained_run, copy)
+    return copy
 
 
 @pytest.fixture
@@ -52,6 +82,23 @@ def nan_grpo_loss(monkeypatch):
         return loss * float("nan"), info, tok
 
     monkeypatch.setattr(grpo, "grpo_loss", nan_loss)
+
+
+@pytest.fixture(autouse=True)
+def _engine_log_file_closed():
+    """engine.cli.main called in this process (a test's own call; engine_runs.cli puts
+    it back itself) gives the root logger the run's log file and level, and sends
+    warnings to logging (setup_logging): undone after the test, so no later test logs
+    into that file."""
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    captured = logging._warnings_showwarning is not None  # noqa: SLF001 (logging keeps no public flag)
+    yield
+    for handler in [h for h in root.handlers if h not in before and isinstance(h, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
+    root.setLevel(level)
+    logging.captureWarnings(captured)
 
 
 @pytest.fixture(autouse=True)

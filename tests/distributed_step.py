@@ -1,16 +1,21 @@
-"""One training step of a bundled preset on a fixed rollout, in one process (run with
-python) or several (run under torchrun): writes the trainable parameters' gradients,
-their values after the step and the step's metrics, rank by rank, to OUT_rankN.pt.
-tests/test_distributed.py compares a 1-process and a 2-process step.
+"""Training steps and short runs of bundled presets, in this process (`one_step`, imported:
+the one-process reference) or in several under torchrun (run as a script), for
+tests/test_distributed.py. Several presets in one launch, one after another in the same
+process group, so the launch (imports, the group forming) is paid once:
 
-    python tests/distributed_step.py PRESET OUT [--set KEY=VALUE ...]
+- a step: one training step on a fixed rollout (GRPO, PPO) or on the step's pairs (DPO):
+  the trainable parameters' gradients, their values after the step, the step's metrics
+  and the adapter's tensor shapes, rank by rank, to OUT/NAME_rankN.pt;
+- a run: Trainer.run to the preset's max_steps, into OUT/NAME/ (rank 0 writes it).
+
+    torchrun --standalone --nproc-per-node 2 tests/distributed_step.py OUT JOBS.json
+    JOBS.json: [{"kind": "step" or "run", "name": NAME, "preset": PATH, "sets": [KEY=VALUE, ...]}, ...]
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -19,38 +24,58 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.algorithms import build_trainer  # noqa: E402
 from engine.distributed.sharding import full_tensor  # noqa: E402
-from engine.distributed.world import init_world  # noqa: E402
+from engine.distributed.world import World, init_world  # noqa: E402
 from engine.preset.schema import load_preset  # noqa: E402
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("preset")
-    parser.add_argument("out")
-    parser.add_argument("--set", action="append", default=[])
-    args = parser.parse_args()
-    preset = load_preset(args.preset, args.set)
-    world = init_world("cpu")
-    trainer = build_trainer(preset, tempfile.mkdtemp(), preset_dir=Path(args.preset).parent, world=world)
+def one_step(preset_path: str | Path, sets: list[str], run_dir: str | Path, world: World | None = None) -> dict:
+    """One step of the preset with `sets` (in `world`; one process when None): the
+    trainable parameters' gradients and values after it (whole tensors, FSDP2's shards
+    gathered), the metrics, whether layers were sharded, and the adapter's shapes as a
+    one-process checkpoint saves it."""
+    from peft import get_peft_model_state_dict
+
+    preset = load_preset(preset_path, sets)
+    trainer = build_trainer(preset, run_dir, preset_dir=Path(preset_path).parent, world=world or World())
     if preset.algorithm.name != "dpo":
         # The same rollout on every rank and in one process: all of the step's prompts,
         # sampled with one seed (what the gradient comparison needs fed alike).
         def fixed_rollout(prompts, group_size):
-            trainer.sample_generator = torch.Generator().manual_seed(1234)
+            trainer.random_states.sample_generator = torch.Generator().manual_seed(1234)
             rollout = trainer.generate(prompts, group_size=group_size)
-            return rollout, trainer.decode_completions(rollout)
+            return rollout, trainer.policy.decode_completions(rollout)
 
         trainer.sample_batch = fixed_rollout
-    metrics = trainer.train_step()
+    metrics = trainer.train_step().metrics
     params = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
     if hasattr(trainer, "value_head"):
         params.update({f"value_head.{n}": p for n, p in trainer.value_head.named_parameters()})
     whole = full_tensor  # FSDP2's shards (training.fsdp), gathered; other tensors as they are
-    torch.save({"grads": {n: whole(p.grad.detach()).clone() for n, p in params.items()},
-                "weights": {n: whole(p.detach()).clone() for n, p in params.items()},
-                "metrics": metrics, "sharded": bool(trainer.sharded_layers)}, f"{args.out}_rank{world.rank}.pt")
+    result = {"grads": {n: whole(p.grad.detach()).clone() for n, p in params.items()},
+              "weights": {n: whole(p.detach()).clone() for n, p in params.items()},
+              "metrics": metrics, "sharded": bool(trainer.sharded_layers)}
+    if not trainer.sharded_layers:
+        result["adapter_shapes"] = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(trainer.model).items()}
+    return result
+
+
+def one_run(preset_path: str | Path, sets: list[str], run_dir: str | Path, world: World) -> str:
+    """The preset with `sets` trained to its max_steps in `world` (Trainer.run: run_started,
+    evaluations, checkpoints, samples and trajectories, run_finished); "done" or "stopped"."""
+    preset = load_preset(preset_path, sets)
+    return build_trainer(preset, run_dir, preset_dir=Path(preset_path).parent, world=world).run()
+
+
+def main(out: Path, jobs: list[dict]) -> None:
+    world = init_world("cpu")
+    for job in jobs:
+        if job["kind"] == "step":
+            result = one_step(job["preset"], job["sets"], out / f"{job['name']}.scratch", world)
+            torch.save(result, out / f"{job['name']}_rank{world.rank}.pt")
+        else:
+            one_run(job["preset"], job["sets"], out / job["name"], world)
     world.close()
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))

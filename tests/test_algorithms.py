@@ -172,7 +172,7 @@ def test_dpo_precomputed_reference_gives_the_same_step(tmp_path):
                              tmp_path / f"p{precompute}")
         trainer.optimizer.step = lambda: None
         trainer.scheduler.step = lambda: None
-        losses[precompute] = [trainer.train_step()["loss"] for _ in range(2)]
+        losses[precompute] = [trainer.train_step().metrics["loss"] for _ in range(2)]
     assert losses[True] == pytest.approx(losses[False], rel=1e-5)
     assert len(trainer.reference_cache) == len(trainer.train_examples)
 
@@ -183,7 +183,7 @@ def test_dpo_micro_batches_give_the_full_batch_gradient(tmp_path, algorithm):
     for micro in (None, 3):
         trainer = DPOTrainer(dpo_preset(training={"micro_batch_size": micro}, **algorithm), tmp_path / f"m{micro}")
         trainer.optimizer.step = lambda: None
-        metrics[micro] = trainer.train_step()
+        metrics[micro] = trainer.train_step().metrics
         grads[micro] = torch.cat([p.grad.flatten() for p in trainer.trainable_parameters() if p.grad is not None])
     assert torch.allclose(grads[None], grads[3], rtol=1e-4, atol=1e-7)
     assert metrics[None]["loss"] == pytest.approx(metrics[3]["loss"], rel=1e-5)
@@ -257,8 +257,9 @@ def test_each_estimators_advantages_reach_the_loss(tmp_path, monkeypatch):
         data = small_preset_dict(max_steps=1)
         data["algorithm"]["advantage_estimator"] = estimator
         trainer = GRPOTrainer(preset_from_dict(data), tmp_path / estimator)
-        assert trainer.train_step()["loss"] is not None
-        last = trainer._last
+        result = trainer.train_step()
+        assert result.metrics["loss"] is not None
+        last = result.outputs
         step_rewards = torch.tensor(last.totals, dtype=torch.float32)
         expected = function(step_rewards, last.rollout.completion_mask, 4)
         (call,) = calls  # one micro-batch, one iteration
@@ -282,7 +283,7 @@ def test_gspo_passes_sequence_level_and_uses_the_sequence_ratio(tmp_path, monkey
     data["algorithm"].update({"importance_sampling_level": "sequence", "num_iterations": 2,
                               "epsilon": 3e-4, "epsilon_high": 4e-4})
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
-    trainer.train_step()
+    last = trainer.train_step().outputs
     assert [c["level"] for c in calls] == ["sequence", "sequence"]
     second = calls[1]  # after one optimizer step: the ratio has moved from 1
     mask = second["mask"].bool()
@@ -296,7 +297,7 @@ def test_gspo_passes_sequence_level_and_uses_the_sequence_ratio(tmp_path, monkey
     token_ratio = torch.exp(second["logprobs"] - second["old"])
     assert not torch.allclose(token_ratio[mask], second["ratio"][mask])
     # and the inspector records the same per-sequence ratio
-    torch.testing.assert_close(trainer._last.per_token["ratio"][mask], second["ratio"][mask])
+    torch.testing.assert_close(last.per_token["ratio"][mask], second["ratio"][mask])
 
 
 def test_rloo_advantages_reach_the_samples(tmp_path):
@@ -320,10 +321,11 @@ def test_ppo_first_epoch_ratio_is_exactly_one_with_lora_dropout(tmp_path):
     data["algorithm"] = {"name": "ppo", "max_completion_length": 10, "num_ppo_epochs": 1}
     trainer = PPOTrainer(preset_from_dict(data), tmp_path / "run")
     randomise_lora_b(trainer.model)
-    metrics = trainer.train_step()
-    mask = trainer._last.rollout.completion_mask.bool()
+    result = trainer.train_step()
+    metrics, last = result.metrics, result.outputs
+    mask = last.rollout.completion_mask.bool()
     assert mask.sum() > 0
-    assert torch.equal(trainer._last.ratio[mask], torch.ones(int(mask.sum())))
+    assert torch.equal(last.ratio[mask], torch.ones(int(mask.sum())))
     assert metrics["policy/clipfrac_avg"] == 0.0 and metrics["policy/approxkl_avg"] == 0.0
 
 
@@ -342,7 +344,7 @@ def test_dpo_updates_are_dropout_free_unless_asked(tmp_path, disable_dropout):
         trainer = DPOTrainer(preset_from_dict(data), tmp_path / f"run{seed}")
         randomise_lora_b(trainer.model)
         torch.manual_seed(seed)
-        losses.append(trainer.train_step()["loss"])
+        losses.append(trainer.train_step().metrics["loss"])
     assert (losses[0] == losses[1]) is disable_dropout
 
 

@@ -1,7 +1,9 @@
 """Instruct models with chat templates, end to end and offline: a tiny Qwen2-architecture
 model with Qwen2.5's real chat template and a BPE tokenizer (tests/hub_fixtures.py), a
 GSM8K-shaped data set with the math verifier (GRPO) and a TRL-format preference set
-(DPO), run through the CLI as a user would."""
+(DPO), run through the CLI as a user would: in this process (engine_runs.cli), or, for a
+test with a Hugging Face cache of its own (HF_HOME, read when the hub libraries are
+imported), as a process of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import hub_fixtures as hf
 from engine.run import rundir
 from engine.model.chat import chat_format, conversation
 from engine.model.rollout import sample
-from test_cli_presets import rl_engine
+from engine_runs import cli, rl_engine
 
 QUESTION = "Tom has 3 apples and buys 4 more. How many apples does he have?"
 
@@ -114,16 +116,21 @@ def test_generation_stops_at_each_of_several_end_tokens(chat_model, tokenizer):
 # ------------------------------------------------------------------ real runs
 
 
-def _run(preset: dict, tmp_path, env) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def _run(preset: dict, tmp_path, env: dict | None = None) -> tuple:
+    """`rl-engine run` on the preset: (the result, the run's events). In this process; with
+    `env`, the console script in a process of its own with that environment."""
     path = tmp_path / "preset.yaml"
     path.write_text(yaml.safe_dump(preset))
     run = tmp_path / "run"
-    result = subprocess.run([*rl_engine(), "run", str(path), "--run-dir", str(run)], capture_output=True,
-                            text=True, env=env, cwd=tmp_path, timeout=300)
+    if env is None:
+        result = cli("run", path, "--run-dir", run, cwd=tmp_path)
+    else:
+        result = subprocess.run([*rl_engine(), "run", str(path), "--run-dir", str(run)], capture_output=True,
+                                text=True, env=env, cwd=tmp_path, timeout=300)
     return result, rundir.read_events(run) if (run / rundir.EVENTS_FILE).exists() else []
 
 
-def test_grpo_on_a_gsm8k_shaped_set_with_the_math_verifier(chat_model, tmp_path, engine_env):
+def test_grpo_on_a_gsm8k_shaped_set_with_the_math_verifier(chat_model, tmp_path):
     gsm8k = hf.make_gsm8k(tmp_path / "data", "save_to_disk")
     preset = {
         "name": "gsm8k-tiny",
@@ -135,7 +142,7 @@ def test_grpo_on_a_gsm8k_shaped_set_with_the_math_verifier(chat_model, tmp_path,
         "rewards": [{"name": "math_answer"}, {"name": "think_answer_format", "weight": 0.1}],
         "training": {"max_steps": 2, "batch_size": 8, "eval_steps": 0, "save_steps": 0, "record_rollouts": 2},
     }
-    result, events = _run(preset, tmp_path, engine_env)
+    result, events = _run(preset, tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     started = events[0]
     assert started["model"]["chat_template"] == "tokenizer"
@@ -151,7 +158,7 @@ def test_grpo_on_a_gsm8k_shaped_set_with_the_math_verifier(chat_model, tmp_path,
     assert events[-1]["type"] == "run_finished"
 
 
-def test_dpo_on_a_trl_preference_set(chat_model, tmp_path, engine_env):
+def test_dpo_on_a_trl_preference_set(chat_model, tmp_path):
     prefs = hf.make_preference_set(tmp_path / "data", "save_to_disk", conversational=True)
     preset = {
         "name": "dpo-tiny",
@@ -161,7 +168,7 @@ def test_dpo_on_a_trl_preference_set(chat_model, tmp_path, engine_env):
         "rewards": [{"name": "math_answer"}],
         "training": {"max_steps": 2, "batch_size": 4, "eval_steps": 0, "save_steps": 0, "record_rollouts": 1},
     }
-    result, events = _run(preset, tmp_path, engine_env)
+    result, events = _run(preset, tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     metrics = [e for e in events if e["type"] == "metrics"]
     assert len(metrics) == 2 and all(abs(m["loss"]) < 10 for m in metrics)
@@ -170,7 +177,7 @@ def test_dpo_on_a_trl_preference_set(chat_model, tmp_path, engine_env):
     assert chosen[-1] == "<|im_end|>"  # the answer ends with the template's end of turn
 
 
-def test_remote_code_is_refused_unless_the_preset_allows_it(chat_model, tmp_path, engine_env):
+def test_remote_code_is_refused_unless_the_preset_allows_it(chat_model, tmp_path):
     import shutil
 
     folder = tmp_path / "custom"
@@ -182,7 +189,7 @@ def test_remote_code_is_refused_unless_the_preset_allows_it(chat_model, tmp_path
     preset = {"model": {"name_or_path": str(folder)}, "training": {"max_steps": 1, "batch_size": 8},
               "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 4},
               "data": {"task": "sort", "num_train": 8, "num_eval": 0}}
-    result, events = _run(preset, tmp_path, engine_env)
+    result, events = _run(preset, tmp_path)
     assert result.returncode == 2  # refused during set-up on what the preset says: as validate
     failed = events[-1]
     assert failed["type"] == "run_failed" and "model.trust_remote_code" in failed["message"]

@@ -1,9 +1,12 @@
-"""The headless CLI as a user runs it: progress, stop by signal or stdin, failures."""
+"""The headless CLI as a user runs it: progress, stop by signal or stdin, failures.
+
+Where the process is the subject (its progress bar and exit status, a signal, stdin) the
+engine is a real process: test_run_to_the_end is run's real-process check, the sigterm
+case of test_stop_... resume's. The rest call the CLI in this process (engine_runs.cli)."""
 
 import json
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import yaml
 
 from conftest import ROOT, small_preset_dict
 from engine.run import rundir
+from engine_runs import cli, engine, start_engine, wait_for
 
 
 def write_preset(tmp_path, **training) -> Path:
@@ -19,40 +23,28 @@ def write_preset(tmp_path, **training) -> Path:
     return path
 
 
-def wait_for(predicate, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def metrics_written(run_dir):
     return lambda: any(e["type"] == "metrics" for e in rundir.read_events(run_dir))
 
 
-def test_run_to_the_end(tmp_path, engine_env, python):
+def test_run_to_the_end(tmp_path, engine_env):
+    # run's real-process check: a `python -m engine run` process, its progress bar and exit status.
     preset = write_preset(tmp_path, max_steps=2)
     run = tmp_path / "run"
-    result = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(run)],
-                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    result = engine("run", preset, "--run-dir", run, env=engine_env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "2/2" in result.stderr  # the progress bar reached the end
     events = rundir.read_events(run)
     assert events[-1] == {**events[-1], "type": "run_finished", "status": "done", "step": 2}
-    again = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(run)],
-                           capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=60)
+    again = cli("run", preset, "--run-dir", run, cwd=tmp_path)
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
 @pytest.mark.parametrize("how", ["sigterm", "stdin"])
-def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, python, how):
+def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, how):
     preset = write_preset(tmp_path, max_steps=500)
     run = tmp_path / "run"
-    proc = subprocess.Popen([python, "-m", "engine", "run", str(preset), "--run-dir", str(run), "--quiet"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=engine_env, cwd=tmp_path)
+    proc = start_engine(["run", preset, "--run-dir", run, "--quiet"], engine_env, tmp_path, stdin=subprocess.PIPE)
     try:
         assert wait_for(metrics_written(run)), "no step was taken"
         if how == "sigterm":
@@ -71,22 +63,20 @@ def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, python, ho
     (checkpoint,) = rundir.complete_checkpoints(run)
     assert json.loads((checkpoint / "state.json").read_text())["step"] == step
 
-    resumed = subprocess.run([python, "-m", "engine", "resume", str(run), "--quiet",
-                              "--set", f"training.max_steps={step + 1}"],
-                             capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    # The sigterm case resumes in a real process (resume's real-process check), stdin's in this one.
+    resume = (lambda *args: engine(*args, env=engine_env, cwd=tmp_path)) if how == "sigterm" else cli
+    resumed = resume("resume", run, "--quiet", "--set", f"training.max_steps={step + 1}")
     assert resumed.returncode == 0, resumed.stderr
     events = rundir.read_events(run)
     assert [e["step"] for e in events if e["type"] == "metrics"][-1] == step + 1
     assert events[-1]["status"] == "done"
 
 
-def test_failure_writes_run_failed_and_exits_nonzero(tmp_path, engine_env, python):
+def test_failure_writes_run_failed_and_exits_nonzero(tmp_path):
     preset = write_preset(tmp_path)
     run = tmp_path / "run"
-    result = subprocess.run(
-        [python, "-m", "engine", "run", str(preset), "--run-dir", str(run),
-         "--set", f"model.name_or_path={tmp_path / 'no-such-model'}"],
-        capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=120)
+    result = cli("run", preset, "--run-dir", run, "--set", f"model.name_or_path={tmp_path / 'no-such-model'}",
+                 cwd=tmp_path)
     assert result.returncode == 2  # a model the preset names that cannot load: input, as validate says
     assert "Traceback" not in result.stderr and "model.name_or_path" in result.stderr
     (failed,) = [e for e in rundir.read_events(run) if e["type"] == "run_failed"]
@@ -94,17 +84,15 @@ def test_failure_writes_run_failed_and_exits_nonzero(tmp_path, engine_env, pytho
     assert "Traceback" in (run / "engine.log").read_text()  # the details stay in the log
 
 
-def test_bad_preset_is_exit_2_and_writes_no_run(tmp_path, engine_env, python):
+def test_bad_preset_is_exit_2_and_writes_no_run(tmp_path):
     preset = write_preset(tmp_path)
-    result = subprocess.run([python, "-m", "engine", "run", str(preset), "--run-dir", str(tmp_path / "run"),
-                             "--set", "algorithm.temperature=-1"],
-                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=60)
+    result = cli("run", preset, "--run-dir", tmp_path / "run", "--set", "algorithm.temperature=-1", cwd=tmp_path)
     assert result.returncode == 2
     assert "algorithm.temperature:" in result.stderr and "greater than 0" in result.stderr
     assert not (tmp_path / "run").exists()
 
 
-def test_prompt_file_run_resolves_its_path(tmp_path, engine_env, python):
+def test_prompt_file_run_resolves_its_path(tmp_path):
     rows = [{"prompt": f"sort {a} {b} =", "answer": f" {min(a, b)} {max(a, b)}"} for a in range(5) for b in range(4)]
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -113,8 +101,7 @@ def test_prompt_file_run_resolves_its_path(tmp_path, engine_env, python):
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     # started from another folder: the path is relative to the preset file
-    result = subprocess.run([python, "-m", "engine", "run", str(tmp_path / "p.yaml"), "--run-dir", str(run), "--quiet"],
-                            capture_output=True, text=True, env=engine_env, cwd=ROOT, timeout=300)
+    result = cli("run", tmp_path / "p.yaml", "--run-dir", run, "--quiet", cwd=ROOT)
     assert result.returncode == 0, result.stderr
     saved = yaml.safe_load((run / "preset.yaml").read_text())
     assert Path(saved["data"]["path"]).is_absolute()

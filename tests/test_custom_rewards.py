@@ -5,7 +5,6 @@ in a user's reward reporting the file and line in run_failed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from engine.rewards.custom import function_options, static_problems
 from engine.preset.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rewards import RewardError, absolute_reward_paths, build_reward_components, combine_rewards
+from engine_runs import cli
 
 REWARDS_PY = '''\
 import math
@@ -369,16 +369,16 @@ def test_try_reward_failures(rewards_file, tmp_path, capsys):
     assert "rewards[1] (my_rewards.py:nope): no function 'nope'" in capsys.readouterr().err
 
 
-def test_validate_reports_a_missing_function(rewards_file, tmp_path, capsys):
+def test_validate_reports_a_missing_function(rewards_file, tmp_path):
     preset = write_preset(tmp_path, [{"name": "my_rewards.py:nope"}])
-    assert main(["validate", str(preset)]) == 2
-    assert "rewards.0.name: no function 'nope'" in capsys.readouterr().err
+    result = cli("validate", preset)
+    assert result.code == 2 and "rewards.0.name: no function 'nope'" in result.err
 
 
 # ------------------------------------------------------------- a run that fails
 
 
-def test_a_run_whose_reward_raises_reports_the_users_file_and_line(tmp_path, engine_env, python):
+def test_a_run_whose_reward_raises_reports_the_users_file_and_line(tmp_path):
     folder = tmp_path / "presets"
     folder.mkdir()
     rewards_file = folder / "my_rewards.py"
@@ -394,8 +394,7 @@ def test_a_run_whose_reward_raises_reports_the_users_file_and_line(tmp_path, eng
     (folder / "p.yaml").write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
     # started from another folder: the file is found next to the preset
-    result = subprocess.run([python, "-m", "engine", "run", str(folder / "p.yaml"), "--run-dir", str(run), "--quiet"],
-                            capture_output=True, text=True, env=engine_env, cwd=ROOT, timeout=300)
+    result = cli("run", folder / "p.yaml", "--run-dir", run, "--quiet", cwd=ROOT)
     assert result.returncode == 1
     saved = yaml.safe_load((run / "preset.yaml").read_text())
     assert saved["rewards"][1]["name"] == f"{rewards_file.resolve()}:strict"  # resume finds it from anywhere

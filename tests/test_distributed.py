@@ -1,16 +1,22 @@
 """Several processes (engine/distributed): the row shares and the rollout join, the
-checks that refuse a preset for N processes, and, end to end on this CPU with gloo and
-2 processes under torchrun: the same update as one process, a run of each bundled
-preset, a stop, a kill -9 of a rank, and a resume that continues exactly.
+checks that refuse a preset for N processes, the launcher's stop line, and, end to end
+on this CPU with gloo and 2 processes under torchrun: the same update as one process
+and a short run of each bundled preset (one launch per mode, DDP and FSDP2, steps every
+preset in turn: tests/distributed_step.py; the one-process reference in this process),
+a run through `rl-engine run --nproc-per-node 2` per mode, a stop, a kill -9 of a rank,
+of rank 0 and of the launcher, and resumes that continue exactly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +25,7 @@ import torch
 import yaml
 
 from conftest import ROOT
+from engine_runs import cli, start_engine, subprocess_env, wait_for
 from engine.run import rundir
 from engine.distributed.launch import torchrun_command, world_size_problems
 from engine.distributed.rollouts import join_rollouts
@@ -102,18 +109,71 @@ def test_an_option_torchrun_lacks_is_left_out_not_refused():
                                                            for s in a.option_strings}))
 
 
+# ------------------------------------------------------------- the launcher
+
+FAKE_TORCHRUN = """\
+import pathlib, signal, sys, time
+sys.path.insert(0, {root!r})
+from engine.run import rundir
+
+run_dir = pathlib.Path(sys.argv[1])
+terms = []
+signal.signal(signal.SIGTERM, lambda signum, frame: terms.append(signum))
+(run_dir / "ready").write_text("waiting for SIGTERM")
+deadline = time.monotonic() + 60
+while not terms and time.monotonic() < deadline:
+    time.sleep(0.02)
+time.sleep(0.3)  # long enough for a second SIGTERM to arrive, were one sent
+events = rundir.EventWriter(run_dir)
+events.emit("run_finished", step=3, status="stopped", reason=f"{{len(terms)}} SIGTERM", checkpoint=None)
+events.close()
+"""
+
+
+def test_a_stop_line_reaches_torchrun_as_sigterm(tmp_path, monkeypatch, capsys):
+    """The window's Stop is a `stop` line on the launcher's stdin: the launcher passes it
+    to torchrun as one SIGTERM (torchrun passes that to every rank: the SIGTERM test
+    below) and exits 0 on the run_finished rank 0 writes. torchrun here is a script that
+    waits for SIGTERM and writes what rank 0 would."""
+    from engine.distributed import launch
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    fake = tmp_path / "fake_torchrun.py"
+    fake.write_text(FAKE_TORCHRUN.format(root=str(ROOT)))
+    monkeypatch.setattr(launch, "torchrun_command", lambda args, nproc: [sys.executable, str(fake), str(run_dir)])
+    read_end, write_end = os.pipe()
+    monkeypatch.setattr(sys, "stdin", os.fdopen(read_end, "r"))
+
+    def type_stop():  # the window writes its line once the engine runs
+        if wait_for(lambda: (run_dir / "ready").exists(), timeout=60):
+            os.write(write_end, b"stop\n")
+        os.close(write_end)
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    typist = threading.Thread(target=type_stop)
+    typist.start()
+    try:
+        code = launch.run_launcher(run_dir, ["run", "p.yaml"], 2)
+    finally:
+        typist.join(70)
+        sys.stdin.close()
+    assert code == 0
+    final = rundir.read_events(run_dir)[-1]
+    assert final["type"] == "run_finished" and final["reason"] == "1 SIGTERM"  # one stop passed on, once
+    assert "stopping every process after the current step" in capsys.readouterr().err
+    assert {s: signal.getsignal(s) for s in handlers} == handlers  # the launcher's handlers are gone
+
+
 # ------------------------------------------------------------- end to end
 
-
-@pytest.fixture
-def env(engine_env):
-    """conftest's engine environment, one thread a process (as torchrun sets it)."""
-    return {**engine_env, "OMP_NUM_THREADS": "1"}
+# Each launch and run takes one thread a process (as torchrun sets it).
+ENV = subprocess_env(OMP_NUM_THREADS="1")
 
 
-def torchrun(args: list[str], env: dict, nproc: int = 2) -> subprocess.CompletedProcess:
+def torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           *args], env=env, capture_output=True, text=True, timeout=DEADLINE)
+                           *args], env=ENV, capture_output=True, text=True, timeout=DEADLINE)
 
 
 STEP_SCRIPT = str(ROOT / "tests" / "distributed_step.py")
@@ -122,29 +182,81 @@ STEPS = {
     "grpo-sort.yaml": ["training.batch_size=16", "training.micro_batch_size=4", "algorithm.num_generations=4",
                        "algorithm.beta=0.04", "algorithm.num_iterations=2"],
     "ppo-sort.yaml": ["training.batch_size=16", "training.micro_batch_size=2", "algorithm.num_mini_batches=2"],
-    "dpo-sort.yaml": ["training.batch_size=8", "training.micro_batch_size=2", "algorithm.rpo_alpha=0.5"],
+    "dpo-sort.yaml": ["training.batch_size=8", "training.micro_batch_size=2", "algorithm.rpo_alpha=0.5",
+                      "data.num_train=64"],  # DPO scores every training pair's reference first
 }
+QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8", "data.num_train=64"]
+# The bundled presets run to step 2 in each mode's launch (FSDP2: sampling of different
+# lengths on each process and evaluation keep the processes in step, since every pass
+# gathers sharded weights).
+RUNS = {"ddp": ["grpo-sort.yaml", "grpo-arithmetic.yaml", "ppo-sort.yaml", "dpo-sort.yaml"],
+        "fsdp2": ["grpo-sort.yaml", "dpo-sort.yaml"]}
 
 
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
+def fsdp_set(mode: str) -> str:
+    return f"training.fsdp={str(mode == 'fsdp2').lower()}"
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """The one-process reference: STEPS[preset]'s step in this process (one thread, as
+    the ranks have), each preset once a module; the random states are put back after."""
+    from distributed_step import one_step
+
+    done = {}
+
+    def reference(preset: str) -> dict:
+        if preset not in done:
+            threads, torch_state, python_state = torch.get_num_threads(), torch.get_rng_state(), random.getstate()
+            torch.set_num_threads(1)
+            try:
+                done[preset] = one_step(ROOT / "presets" / preset, STEPS[preset], tmp_path_factory.mktemp("one"))
+            finally:
+                torch.set_num_threads(threads)
+                torch.set_rng_state(torch_state)
+                random.setstate(python_state)
+        return done[preset]
+
+    return reference
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory):
+    """One torchrun launch of 2 processes per mode (ddp, fsdp2), made the first time a test
+    asks for it: STEPS's step of each preset, then RUNS's presets each run to step 2
+    (tests/distributed_step.py). The folder with their results."""
+    made: dict[str, Path | str] = {}
+
+    def launch(mode: str) -> Path:
+        if mode not in made:
+            out = tmp_path_factory.mktemp(mode)
+            jobs = [{"kind": "step", "name": f"step-{preset}", "preset": str(ROOT / "presets" / preset),
+                     "sets": STEPS[preset] + [fsdp_set(mode)]} for preset in sorted(STEPS)]
+            jobs += [{"kind": "run", "name": f"run-{preset}", "preset": str(ROOT / "presets" / preset),
+                      "sets": QUICK + [fsdp_set(mode)]} for preset in RUNS[mode]]
+            (out / "jobs.json").write_text(json.dumps(jobs))
+            done = torchrun([STEP_SCRIPT, str(out), str(out / "jobs.json")])
+            made[mode] = out if done.returncode == 0 else f"the {mode} launch failed: {done.stderr[-3000:]}"
+        if isinstance(made[mode], str):
+            pytest.fail(made[mode])
+        return made[mode]
+
+    return launch
+
+
+@pytest.mark.xdist_group("distributed-steps")
 @pytest.mark.parametrize("preset", sorted(STEPS))
-def test_two_processes_take_the_same_update_as_one(preset, fsdp, tmp_path, env):
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_two_processes_take_the_same_update_as_one(mode, preset, launches, one_process):
     """The same rollout (GRPO, PPO) or pairs (DPO) through a 1-process and a 2-process
     step: the LoRA (and value head) gradients and the weights after it agree to 1e-5,
     with the base model whole on each process (DDP) or its layers sharded (FSDP2)."""
-    sets = [a for s in STEPS[preset] for a in ("--set", s)]
-    path = str(ROOT / "presets" / preset)
-    one = subprocess.run([sys.executable, STEP_SCRIPT, path, str(tmp_path / "one"), *sets], env=env,
-                         capture_output=True, text=True, timeout=DEADLINE)
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = torchrun([STEP_SCRIPT, path, str(tmp_path / "two"), *sets, "--set", f"training.fsdp={str(fsdp).lower()}"],
-                   env)
-    assert two.returncode == 0, two.stderr[-3000:]
-    single = torch.load(tmp_path / "one_rank0.pt")
+    out = launches(mode)
+    single = one_process(preset)
     assert single["grads"] and any(float(g.abs().max()) > 1e-4 for g in single["grads"].values())
     for rank in (0, 1):
-        shared = torch.load(tmp_path / f"two_rank{rank}.pt")
-        assert shared["sharded"] is fsdp
+        shared = torch.load(out / f"step-{preset}_rank{rank}.pt")
+        assert shared["sharded"] is (mode == "fsdp2")
         for kind in ("grads", "weights"):
             assert shared[kind].keys() == single[kind].keys()
             for name, value in single[kind].items():
@@ -154,9 +266,27 @@ def test_two_processes_take_the_same_update_as_one(preset, fsdp, tmp_path, env):
                 assert shared["metrics"][key] == pytest.approx(value, abs=1e-5), key
 
 
-def engine(args: list[str], env: dict, cwd: Path, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "engine", *args], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+@pytest.mark.xdist_group("distributed-steps")
+@pytest.mark.parametrize("mode,preset", [(mode, preset) for mode in RUNS for preset in RUNS[mode]])
+def test_each_bundled_preset_trains_in_two_processes(mode, preset, launches):
+    """Trainer.run of each bundled preset in 2 processes, to step 2: one run_started with
+    the world, a metrics event a step, evaluations, samples, trajectories, a checkpoint
+    of whole adapter tensors, run_finished done. (The CLI's own part of a run in several
+    processes, its logs and ranks, is test_a_run_in_two_processes_through_the_cli.)"""
+    run_dir = launches(mode) / f"run-{preset}"
+    events = rundir.read_events(run_dir)
+    started = [e for e in events if e["type"] == "run_started"]
+    assert len(started) == 1 and started[0]["world_size"] == 2 and started[0]["backend"] == "gloo"
+    assert [e["step"] for e in events if e["type"] == "metrics"] == [1, 2]
+    assert [e["step"] for e in events if e["type"] == "eval"] == [0, 2]
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done", events[-1]
+    assert (run_dir / "checkpoints" / "step_000002" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert [e for e in events if e["type"] == "samples"]
+
+
+def engine(args: list[str], cwd: Path) -> subprocess.Popen:
+    return start_engine(args, ENV, cwd)
 
 
 def events_of(run_dir: Path) -> list[dict]:
@@ -176,29 +306,6 @@ def assert_clean_run_dir(run_dir: Path, steps: int, world_size: int = 2) -> list
     return events
 
 
-QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8"]
-
-
-@pytest.mark.parametrize("preset,fsdp", [("grpo-sort.yaml", False), ("grpo-arithmetic.yaml", False),
-                                         ("ppo-sort.yaml", False), ("dpo-sort.yaml", False),
-                                         ("grpo-sort.yaml", True), ("dpo-sort.yaml", True)])
-def test_each_bundled_preset_runs_in_two_processes(preset, fsdp, tmp_path, env):
-    """With FSDP2 too: sampling (completions of different lengths on each process) and
-    evaluation keep the processes in step, since every pass gathers sharded weights."""
-    run_dir = tmp_path / "run"
-    sets = [a for s in QUICK + [f"training.fsdp={str(fsdp).lower()}"] for a in ("--set", s)]
-    proc = engine(["run", str(ROOT / "presets" / preset), "--run-dir", str(run_dir), *sets, "--nproc-per-node", "2"],
-                  env, tmp_path)
-    out, err = proc.communicate(timeout=DEADLINE)
-    assert proc.returncode == 0, err[-3000:]
-    events = assert_clean_run_dir(run_dir, 2)
-    assert events[-1]["status"] == "done"
-    assert (run_dir / "checkpoints" / "step_000002" / "adapter_model.safetensors").exists()
-    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
-    assert [e for e in events if e["type"] == "samples"]
-    assert err.count("run done at step 2") == 1  # rank 0 alone reports
-
-
 def small_run_preset(folder: Path, **training) -> Path:
     data = yaml.safe_load((ROOT / "presets" / "grpo-sort.yaml").read_text())
     data["model"]["device"] = "cpu"
@@ -210,23 +317,71 @@ def small_run_preset(folder: Path, **training) -> Path:
     return path
 
 
-def wait_for(predicate, timeout=DEADLINE) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+# FSDP2 with PPO (value head under DDP, layers sharded), 4 steps, a checkpoint at 2 and 4.
+SHARDED = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
+           "training.save_steps=2", "training.lr_scheduler_type=constant", "training.micro_batch_size=4",
+           "training.max_steps=4"]
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """`rl-engine run --nproc-per-node 2` to the end, once a module per mode, made the first
+    time a test asks: ddp, grpo-sort (small_run_preset) for 6 steps; fsdp2, ppo-sort
+    (SHARDED) for 4. Each is (run folder, preset, stderr, steps); read them, never write:
+    the uninterrupted runs the resume tests compare with."""
+    made: dict[str, tuple | str] = {}
+
+    def run(mode: str) -> tuple[Path, Path, str, int]:
+        if mode not in made:
+            folder = tmp_path_factory.mktemp(f"cli-{mode}")
+            if mode == "ddp":
+                preset, sets, steps = small_run_preset(folder, max_steps=6), [], 6
+            else:
+                preset, sets, steps = ROOT / "presets" / "ppo-sort.yaml", SHARDED, 4
+            run_dir = folder / "run"
+            proc = engine(["run", str(preset), "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)],
+                           "--nproc-per-node", "2"], folder)
+            _, err = proc.communicate(timeout=DEADLINE)
+            made[mode] = (run_dir, preset, err, steps) if proc.returncode == 0 else \
+                f"the {mode} run failed ({proc.returncode}): {err[-3000:]}"
+        if isinstance(made[mode], str):
+            pytest.fail(made[mode])
+        return made[mode]
+
+    return run
+
+
+@pytest.mark.xdist_group("distributed-ddp-run")
+def test_a_run_in_two_processes_through_the_cli_ddp(cli_runs):
+    assert_run_through_the_cli(*cli_runs("ddp"))
+
+
+@pytest.mark.xdist_group("distributed-fsdp2-run")
+def test_a_run_in_two_processes_through_the_cli_fsdp2(cli_runs):
+    assert_run_through_the_cli(*cli_runs("fsdp2"))
+
+
+def assert_run_through_the_cli(run_dir: Path, preset: Path, err: str, steps: int) -> None:
+    """The launcher, torchrun and the workers of `rl-engine run --nproc-per-node 2`: a
+    clean run folder (each rank's log, no rank's failure), the last checkpoint, samples
+    and trajectories, and one line that the run is done (rank 0 alone reports)."""
+    events = assert_clean_run_dir(run_dir, steps)
+    assert events[-1]["status"] == "done"
+    assert (run_dir / "checkpoints" / f"step_{steps:06d}" / "adapter_model.safetensors").exists()
+    assert [p["rank"] for p in json.loads((run_dir / "ranks.json").read_text())] == [0, 1]
+    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert [e for e in events if e["type"] == "samples"]
+    assert err.count(f"run done at step {steps}") == 1
 
 
 def metric_steps(run_dir: Path) -> int:
     return sum(1 for e in events_of(run_dir) if e["type"] == "metrics") if (run_dir / "events.jsonl").exists() else 0
 
 
-def test_sigterm_to_the_launcher_stops_every_process_after_the_step(tmp_path, env):
+def test_sigterm_to_the_launcher_stops_every_process_after_the_step(tmp_path):
     preset = small_run_preset(tmp_path, max_steps=500)
     run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
     assert wait_for(lambda: metric_steps(run_dir) >= 2)
     ranks = json.loads((run_dir / "ranks.json").read_text())
     proc.send_signal(signal.SIGTERM)
@@ -247,16 +402,14 @@ def comparable(events: list[dict]) -> dict[int, dict]:
             for e in events if e["type"] == "metrics"}
 
 
-def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_path, env):
-    preset = small_run_preset(tmp_path, max_steps=6)
-    whole = tmp_path / "whole"
-    proc = engine(["run", str(preset), "--run-dir", str(whole), "--nproc-per-node", "2"], env, tmp_path)
-    assert proc.wait(timeout=DEADLINE) == 0
+@pytest.mark.xdist_group("distributed-ddp-run")
+def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_path, cli_runs):
+    whole, preset, _, _ = cli_runs("ddp")  # the same preset, uninterrupted
     uninterrupted = comparable(events_of(whole))
     assert sorted(uninterrupted) == [1, 2, 3, 4, 5, 6]
 
     run_dir = tmp_path / "killed"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
     assert wait_for(lambda: (run_dir / "checkpoints" / "step_000002").is_dir())
     rank1 = json.loads((run_dir / "ranks.json").read_text())[1]["pid"]
     os.kill(rank1, signal.SIGKILL)
@@ -270,12 +423,12 @@ def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_pa
     assert final["rank"] == 1 and "rank 1" in final["message"], final
     assert not list((run_dir / "checkpoints").glob("*.tmp"))
 
-    # A different number of processes is refused, naming the one to use.
-    refused = engine(["resume", str(run_dir)], env, tmp_path)
-    _, err = refused.communicate(timeout=DEADLINE)
-    assert refused.returncode == 2 and "--nproc-per-node 2" in err
+    # A different number of processes is refused, naming the one to use (before anything
+    # starts: in this process).
+    refused = cli("resume", run_dir, cwd=tmp_path)
+    assert refused.code == 2 and "--nproc-per-node 2" in refused.err
 
-    resumed = engine(["resume", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    resumed = engine(["resume", str(run_dir), "--nproc-per-node", "2"], tmp_path)
     _, err = resumed.communicate(timeout=DEADLINE)
     assert resumed.returncode == 0, err[-3000:]
     events = events_of(run_dir)
@@ -290,10 +443,10 @@ def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_pa
             assert value == pytest.approx(uninterrupted[step][key], abs=1e-6), (step, key)
 
 
-def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path, env):
+def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path):
     preset = small_run_preset(tmp_path, max_steps=500)
     run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
     assert wait_for(lambda: metric_steps(run_dir) >= 1)
     os.kill(json.loads((run_dir / "ranks.json").read_text())[0]["pid"], signal.SIGKILL)
     _, err = proc.communicate(timeout=DEADLINE)
@@ -303,47 +456,53 @@ def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path, env):
     assert "rank 0" in err
 
 
-def test_a_sharded_run_checkpoints_whole_adapters_and_resumes_exactly(tmp_path, env):
-    """FSDP2 with PPO (value head under DDP, layers sharded): 2 steps then a resume to 4
-    equals 4 straight steps; the checkpoint is an ordinary adapter of whole tensors."""
+def cut_after_checkpoint(run_dir: Path, step: int) -> None:
+    """`run_dir` as a run killed right after its checkpoint of `step`: later checkpoints
+    and the events after that checkpoint's event gone."""
+    for later in rundir.complete_checkpoints(run_dir):
+        if int(later.name.split("_")[1]) > step:
+            shutil.rmtree(later)
+    lines = (run_dir / rundir.EVENTS_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
+    (end,) = [i for i, line in enumerate(lines)
+              if json.loads(line)["type"] == "checkpoint" and json.loads(line)["step"] == step]
+    (run_dir / rundir.EVENTS_FILE).write_text("".join(lines[:end + 1]), encoding="utf-8")
+
+
+@pytest.mark.xdist_group("distributed-fsdp2-run")
+def test_a_sharded_run_checkpoints_whole_adapters_and_resumes_exactly(tmp_path, cli_runs, one_process):
+    """FSDP2 with PPO (value head under DDP, layers sharded): the run's state at step 2
+    (a copy of the 4-step run, cut there) resumed to 4 equals the 4 straight steps; the
+    checkpoint is an ordinary adapter of whole tensors, the shapes one process saves."""
     from peft.utils import load_peft_weights
     from safetensors import safe_open
 
-    sets = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
-            "training.save_steps=2", "training.lr_scheduler_type=constant", "training.micro_batch_size=4"]
-    args = [a for s in sets for a in ("--set", s)]
-    preset = str(ROOT / "presets" / "ppo-sort.yaml")
-    straight, split = tmp_path / "straight", tmp_path / "split"
-    for run_dir, steps in ((straight, 4), (split, 2)):
-        proc = engine(["run", preset, "--run-dir", str(run_dir), *args, "--set", f"training.max_steps={steps}",
-                       "--nproc-per-node", "2"], env, tmp_path)
-        _, err = proc.communicate(timeout=DEADLINE)
-        assert proc.returncode == 0, err[-3000:]
-    proc = engine(["resume", str(split), "--set", "training.max_steps=4", "--nproc-per-node", "2"], env, tmp_path)
+    straight, _, _, _ = cli_runs("fsdp2")
+    split = tmp_path / "split"
+    shutil.copytree(straight, split)
+    cut_after_checkpoint(split, 2)
+    proc = engine(["resume", str(split), "--nproc-per-node", "2"], tmp_path)
     _, err = proc.communicate(timeout=DEADLINE)
     assert proc.returncode == 0, err[-3000:]
-    a, b = comparable(events_of(straight)), comparable(events_of(split))
+    events = events_of(split)
+    assert [e["step"] for e in events if e["type"] == "run_resumed"] == [2]
+    a, b = comparable(events_of(straight)), comparable(events)
     for step in (3, 4):
         for key, value in a[step].items():
             assert b[step][key] == pytest.approx(value, abs=1e-6), (step, key)
     # Whole tensors: the adapter of a sharded run has the shapes of a 1-process run's.
-    one = tmp_path / "one"
-    proc = engine(["run", preset, "--run-dir", str(one), *args, "--set", "training.max_steps=2",
-                   "--set", "training.fsdp=false"], env, tmp_path)
-    assert proc.wait(timeout=DEADLINE) == 0
+    whole = one_process("ppo-sort.yaml")["adapter_shapes"]
     sharded = load_peft_weights(str(split / "checkpoints" / "step_000004"), device="cpu")
-    whole = load_peft_weights(str(one / "checkpoints" / "step_000002"), device="cpu")
-    assert sharded.keys() == whole.keys() and all(sharded[k].shape == whole[k].shape for k in whole)
+    assert sharded.keys() == whole.keys() and all(tuple(sharded[k].shape) == whole[k] for k in whole)
     with safe_open(str(split / "checkpoints" / "step_000004" / "adapter_model.safetensors"), "pt") as f:
         assert set(f.keys()) == set(whole)
 
 
-def test_killing_the_launcher_leaves_no_process_behind(tmp_path, env):
+def test_killing_the_launcher_leaves_no_process_behind(tmp_path):
     """The window's Kill is SIGKILL to the launcher: torchrun dies with it and the
     workers, orphaned, exit too."""
     preset = small_run_preset(tmp_path, max_steps=500)
     run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], env, tmp_path)
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
     assert wait_for(lambda: metric_steps(run_dir) >= 1)
     pids = [e["pid"] for e in json.loads((run_dir / "ranks.json").read_text())]
     proc.kill()
@@ -358,10 +517,8 @@ def test_killing_the_launcher_leaves_no_process_behind(tmp_path, env):
     assert wait_for(lambda: all(gone(pid) for pid in pids), timeout=30)
 
 
-def test_validate_checks_the_process_count(env, tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "engine", "validate", str(ROOT / "presets" / "dpo-sort.yaml"),
-                         "--nproc-per-node", "2"], env=env, capture_output=True, text=True, timeout=DEADLINE)
-    assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, "-m", "engine", "validate", str(ROOT / "presets" / "dpo-sort.yaml"),
-                          "--nproc-per-node", "64"], env=env, capture_output=True, text=True, timeout=DEADLINE)
-    assert bad.returncode == 2 and "at most 32 processes" in bad.stderr
+def test_validate_checks_the_process_count():
+    ok = cli("validate", ROOT / "presets" / "dpo-sort.yaml", "--nproc-per-node", "2")
+    assert ok.code == 0, ok.err
+    bad = cli("validate", ROOT / "presets" / "dpo-sort.yaml", "--nproc-per-node", "64")
+    assert bad.code == 2 and "at most 32 processes" in bad.err

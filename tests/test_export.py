@@ -2,49 +2,32 @@
 TensorBoard files tensorboard's own reader reads, live `training.report_to:
 tensorboard`, and the errors (exit 2, no traceback).
 
-One short run on the built-in model (2 steps, report_to tensorboard) serves every test.
+The session's trained run (tests/conftest.py: grpo-sort on the built-in model, 4 steps,
+checkpoints at 2 and 4, report_to tensorboard) serves every test. Exports run in this
+process (engine_runs.cli); the SIGTERM test is export's real-process check.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import sys
 
 import pytest
 import torch
 
-from conftest import ROOT
 from engine.run import rundir
 from engine.preset.schema import load_preset
+from engine_runs import cli, start_engine
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # a dependency: no skip
 
 NEW_TOKENS = 12
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", **extra)
-    return env
-
-
-def engine(*args, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *map(str, args)], capture_output=True, text=True,
-                          env=env or _env(), cwd=cwd or ROOT, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    run = tmp_path_factory.mktemp("export") / "run"
-    result = engine("run", ROOT / "presets/grpo-sort.yaml", "--run-dir", run, "--quiet",
-                    "--set", "training.max_steps=2", "--set", "training.eval_steps=0", "--set", "data.num_eval=8",
-                    "--set", "training.batch_size=32", "--set", "training.report_to=tensorboard")
-    assert result.returncode == 0, result.stderr
-    return run
+@pytest.fixture
+def run_dir(trained_run):
+    """The session's trained run (read only: a test that changes it takes trained_run_copy)."""
+    return trained_run
 
 
 def task_prompts(run, n=3) -> list[str]:
@@ -93,10 +76,10 @@ def base_model():
 
 
 @pytest.fixture(scope="module")
-def exported(run_dir, tmp_path_factory):
+def exported(trained_run, tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
-    result = engine("export", run_dir, "--adapter", out / "adapter", "--merged", out / "merged",
-                    "--tensorboard", out / "tb", "--checkpoint", "2")
+    result = cli("export", trained_run, "--adapter", out / "adapter", "--merged", out / "merged",
+                 "--tensorboard", out / "tb", "--checkpoint", "4")  # the newest, by its step alone
     assert result.returncode == 0, result.stderr
     assert "merged" in result.stderr  # the progress bar
     return out
@@ -123,7 +106,7 @@ def test_exported_adapter_loads_with_peft_and_generates_as_the_run(run_dir, expo
     card = (folder / "README.md").read_text()
     events = rundir.read_events(run_dir)
     final_eval = [e for e in events if e["type"] == "eval"][-1]
-    for text in ("grpo-sort", "GRPO", "builtin:tiny", "step_000002", "exact_match", "sort_inclusion_order",
+    for text in ("grpo-sort", "GRPO", "builtin:tiny", "step_000004", "exact_match", "sort_inclusion_order",
                  f"accuracy {final_eval['accuracy']:.4g}", f"reward {final_eval['reward']:.4g}",
                  "library_name: peft", "PeftModel.from_pretrained"):
         assert text in card, text
@@ -144,7 +127,7 @@ def test_merged_model_loads_with_transformers_and_generates_as_base_plus_adapter
     assert "library_name: transformers" in (exported / "merged" / "README.md").read_text()
 
 
-def test_merged_model_keeps_the_dtype_the_base_was_stored_in(run_dir, exported, tmp_path):
+def test_merged_model_keeps_the_dtype_the_base_was_stored_in(trained_run_copy, exported, tmp_path):
     # Merged in fp32, it was also saved in fp32: a bf16 base exported at twice its size.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -154,11 +137,10 @@ def test_merged_model_keeps_the_dtype_the_base_was_stored_in(run_dir, exported, 
     bf16_base = tmp_path / "tiny-bf16"
     base_model().to(torch.bfloat16).save_pretrained(bf16_base)
     AutoTokenizer.from_pretrained(tiny).save_pretrained(bf16_base)
-    run = tmp_path / "run"
-    shutil.copytree(run_dir, run)
+    run = trained_run_copy
     preset_file = run / rundir.PRESET_FILE
     preset_file.write_text(preset_file.read_text().replace("builtin:tiny", str(bf16_base)))
-    result = engine("export", run, "--merged", tmp_path / "merged", "--checkpoint", "2")
+    result = cli("export", run, "--merged", tmp_path / "merged", "--checkpoint", "2")
     assert result.returncode == 0, result.stderr
     merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
     assert {p.dtype for p in merged.parameters()} == {torch.bfloat16}
@@ -247,37 +229,35 @@ def refused(result, *texts) -> None:
 
 
 def test_unknown_checkpoint_lists_the_available_ones(run_dir, tmp_path):
-    refused(engine("export", run_dir, "--checkpoint", "step_7", "--adapter", tmp_path / "a"),
-            "step_7", "available: step_000002")
+    refused(cli("export", run_dir, "--checkpoint", "step_7", "--adapter", tmp_path / "a"),
+            "step_7", "available: step_000002, step_000004")
     assert not (tmp_path / "a").exists()
 
 
 def test_a_folder_that_is_not_empty_is_refused(run_dir, tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    refused(engine("export", run_dir, "--merged", tmp_path / "out"), "not empty")
+    refused(cli("export", run_dir, "--merged", tmp_path / "out"), "not empty")
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
 
 
 def test_missing_run_no_checkpoint_and_no_output_are_refused(run_dir, tmp_path):
-    refused(engine("export", tmp_path / "nowhere", "--adapter", tmp_path / "a"), "is not a folder")
-    refused(engine("export", run_dir), "--adapter OUT", "--tensorboard OUT")
+    refused(cli("export", tmp_path / "nowhere", "--adapter", tmp_path / "a"), "is not a folder")
+    refused(cli("export", run_dir), "--adapter OUT", "--tensorboard OUT")
     empty = tmp_path / "never-trained"
     empty.mkdir()
     (empty / rundir.PRESET_FILE).write_text((run_dir / rundir.PRESET_FILE).read_text())
     (empty / rundir.EVENTS_FILE).write_text(
         '{"type":"run_finished","time":1.0,"step":0,"status":"stopped","during_setup":true,"reason":"SIGTERM"}\n')
-    refused(engine("export", empty, "--adapter", tmp_path / "a"), "no complete checkpoint to export",
+    refused(cli("export", empty, "--adapter", tmp_path / "a"), "no complete checkpoint to export",
             "stopped during set-up")
 
 
-def test_tensorboard_not_installed_says_how_to_install_it(run_dir, tmp_path):
-    shadow = tmp_path / "shadow" / "tensorboard"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('no tensorboard here')\n")
-    env = _env()
-    env["PYTHONPATH"] = str(tmp_path / "shadow") + os.pathsep + env["PYTHONPATH"]
-    refused(engine("export", run_dir, "--tensorboard", tmp_path / "tb", env=env), "pip install tensorboard")
+def test_tensorboard_not_installed_says_how_to_install_it(run_dir, tmp_path, monkeypatch):
+    # No tensorboard to import: None in sys.modules makes every `import tensorboard...` fail.
+    for name in [n for n in sys.modules if n == "tensorboard" or n.startswith("tensorboard.")] + ["tensorboard"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    refused(cli("export", run_dir, "--tensorboard", tmp_path / "tb"), "pip install tensorboard")
     assert not (tmp_path / "tb").exists()
 
 
@@ -294,7 +274,7 @@ def progress_lines(stdout: str) -> list[tuple[int, int, str]]:
 def test_progress_lines_announce_each_stage_of_what_was_asked(run_dir, tmp_path):
     from engine.commands.export import STAGES
 
-    result = engine("export", run_dir, "--adapter", tmp_path / "a", "--tensorboard", tmp_path / "tb", "--progress")
+    result = cli("export", run_dir, "--adapter", tmp_path / "a", "--tensorboard", tmp_path / "tb", "--progress")
     assert result.returncode == 0, result.stderr
     lines = progress_lines(result.stdout)
     expected = [*STAGES["run"], *STAGES["--adapter"], *STAGES["--tensorboard"]]
@@ -311,16 +291,15 @@ def test_progress_lines_announce_each_stage_of_what_was_asked(run_dir, tmp_path)
     assert lines[-2][2] == f"{STAGES['--tensorboard'][0]} ({events}/{events} events)"
     assert not any("merged" in what for _, _, what in lines)
     # The result lines are still there, and without --progress there is no progress line.
-    assert f"adapter (step_000002): {tmp_path / 'a'}" in result.stdout
-    quiet = engine("export", run_dir, "--adapter", tmp_path / "b")
+    assert f"adapter (step_000004): {tmp_path / 'a'}" in result.stdout
+    quiet = cli("export", run_dir, "--adapter", tmp_path / "b")
     assert quiet.returncode == 0 and "progress:" not in quiet.stdout
 
 
 def test_sigterm_cancels_an_export_and_leaves_no_half_folder(run_dir, tmp_path):
+    # export's real-process check: a `python -m engine export` process, its signal and exit status.
     out = tmp_path / "merged"
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "export", str(run_dir), "--merged", str(out),
-                             "--progress", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env(), cwd=ROOT)
+    proc = start_engine(["export", run_dir, "--merged", out, "--progress", "--quiet"])
     first = proc.stdout.readline()  # the first stage has begun: the signal handler is in place
     assert first.startswith("progress: 0/"), first
     proc.terminate()

@@ -1,23 +1,24 @@
 """Forks: `rl-engine fork RUN_DIR` starts a new run from a run's checkpoint with settings
 changed (engine/commands/fork.py), and the window's "Fork from here…" launches it and shows the
-family in the Runs tab (workbench/runs/fork_dialog.py, workbench/window/fork.py)."""
+family in the Runs tab (workbench/runs/fork_dialog.py, workbench/window/fork.py).
+
+The parent is the session's trained run (tests/conftest.py: 4 steps, checkpoints at 2 and
+4). Forks and refusals run in this process (engine_runs.cli); the first test is fork's
+real-process check, and the window's test launches its fork as the window does."""
 
 from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from PySide6.QtCore import Qt
 
-from conftest import ROOT
 from engine.run import rundir
 from engine.preset.schema import load_preset
+from engine_runs import cli, engine
 from workbench.runs.fork_dialog import ForkDialog
 from workbench.runs.launcher import engine_fork_command
 from workbench.runs.runs_view import COLUMNS
@@ -25,34 +26,15 @@ from workbench.runs.summaries import RunIndex
 from workbench_helpers import type_text, write_run
 from window_fixtures import Asked, make_window, window  # noqa: F401 (fixtures)
 
-TINY = ["training.max_steps=4", "training.save_steps=2", "training.eval_steps=0", "data.num_eval=8",
-        "training.batch_size=16", "algorithm.num_generations=4"]
 # What differs between two runs of the very same steps: the clock.
 TIMING = ("step_time", "timing/", "throughput/", "time")
 
 
-def sets(items: list[str]) -> list[str]:
-    return [a for item in items for a in ("--set", item)]
-
-
-def engine(args: list[str], env: dict, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout)
-
-
-@pytest.fixture(scope="module")
-def parent_run(tmp_path_factory) -> Path:
-    """A 4-step run of grpo-sort on the built-in model, checkpoints at steps 2 and 4."""
-    import os
-
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    folder = tmp_path_factory.mktemp("parent")
-    run = folder / "sort-parent"
-    result = engine(["run", str(ROOT / "presets" / "grpo-sort.yaml"), "--run-dir", str(run), "--quiet",
-                     *sets(TINY)], env, folder)
-    assert result.returncode == 0, result.stderr
-    assert [p.name for p in rundir.complete_checkpoints(run)] == ["step_000002", "step_000004"]
-    return run
+@pytest.fixture
+def parent_run(trained_run) -> Path:
+    """The session's trained run: grpo-sort, 4 steps, checkpoints at steps 2 and 4 (read
+    only: forks go to folders of their own)."""
+    return trained_run
 
 
 def metrics_by_step(run: Path) -> dict[int, dict]:
@@ -67,9 +49,10 @@ def without_timing(event: dict) -> dict:
 
 
 def test_a_fork_with_no_changes_takes_the_parents_very_steps(parent_run, tmp_path, engine_env):
+    # fork's real-process check: a `python -m engine fork` process, to its exit status.
     fork = tmp_path / "fork"
-    result = engine(["fork", str(parent_run), "--checkpoint", "step_000002", "--run-dir", str(fork), "--quiet"],
-                    engine_env, tmp_path)
+    result = engine("fork", parent_run, "--checkpoint", "step_000002", "--run-dir", fork, "--quiet",
+                    env=engine_env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     events = rundir.read_events(fork)
     started = events[0]
@@ -92,12 +75,12 @@ def test_a_fork_with_no_changes_takes_the_parents_very_steps(parent_run, tmp_pat
     assert [e["type"] for e in rundir.read_events(parent_run)].count("run_started") == 1
 
 
-def test_a_fork_with_a_change_trains_with_it_into_a_default_folder(parent_run, tmp_path, engine_env):
-    result = engine(["fork", str(parent_run), "--checkpoint", "2", "--quiet",
-                     "--set", "training.learning_rate=0.0005", "--set", "training.max_steps=5"], engine_env, tmp_path)
+def test_a_fork_with_a_change_trains_with_it_into_a_default_folder(parent_run, tmp_path):
+    result = cli("fork", parent_run, "--checkpoint", "2", "--quiet",
+                 "--set", "training.learning_rate=0.0005", "--set", "training.max_steps=5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     (fork,) = (tmp_path / "runs").iterdir()  # runs/<parent>-fork-<step>-<timestamp>
-    assert re.fullmatch(r"sort-parent-fork-2-\d{8}-\d{6}", fork.name), fork.name
+    assert re.fullmatch(rf"{parent_run.name}-fork-2-\d{{8}}-\d{{6}}", fork.name), fork.name
     preset = load_preset(fork / rundir.PRESET_FILE)
     assert preset.training.learning_rate == 0.0005 and preset.training.max_steps == 5
     started = rundir.read_events(fork)[0]
@@ -123,10 +106,10 @@ def test_a_fork_with_a_change_trains_with_it_into_a_default_folder(parent_run, t
     (["--checkpoint", "2", "--run-dir", "{existing}"], ["already holds a run"]),
     (["--checkpoint", "2", "--nproc-per-node", "2"], ["written by a run in 1 process", "this fork would have 2"]),
 ])
-def test_what_a_fork_refuses(parent_run, tmp_path, engine_env, args, expected):
+def test_what_a_fork_refuses(parent_run, tmp_path, args, expected):
     existing = write_run(tmp_path, "existing", steps=2)
     args = [a.format(parent=parent_run, existing=existing) for a in args]
-    result = engine(["fork", str(parent_run), *args, "--quiet"], engine_env, tmp_path, timeout=120)
+    result = cli("fork", parent_run, *args, "--quiet", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and "Traceback" not in result.stderr
     for text in expected:
@@ -134,9 +117,9 @@ def test_what_a_fork_refuses(parent_run, tmp_path, engine_env, args, expected):
     assert not (tmp_path / "runs").exists()  # nothing written
 
 
-def test_a_run_with_no_checkpoint_cannot_be_forked(tmp_path, engine_env):
+def test_a_run_with_no_checkpoint_cannot_be_forked(tmp_path):
     run = write_run(tmp_path, "no-checkpoints", steps=2, status="failed")
-    result = engine(["fork", str(run), "--quiet"], engine_env, tmp_path, timeout=120)
+    result = cli("fork", run, "--quiet", cwd=tmp_path)
     assert result.returncode == 2 and "to fork from" in result.stderr and "Traceback" not in result.stderr
 
 
@@ -182,7 +165,7 @@ def test_the_fork_dialog_builds_the_engine_command(qtbot, parent_run, tmp_path):
     dialog.checkpoint.setFocus()
     qtbot.keyClick(dialog.checkpoint, Qt.Key_Up)  # the older one
     assert dialog.checkpoint_name() == "step_000002" and dialog.fork_button.isEnabled()
-    assert dialog.name.text().startswith("sort-parent-fork-2-")
+    assert dialog.name.text().startswith(f"{parent_run.name}-fork-2-")
 
     qtbot.mouseClick(dialog.sets.viewport(), Qt.LeftButton)
     qtbot.keyClicks(dialog.sets, "model.lora.r=8")
@@ -202,10 +185,9 @@ def test_the_fork_dialog_builds_the_engine_command(qtbot, parent_run, tmp_path):
         "py", "-m", "engine", "fork", "p", "--checkpoint", "step_000002", "--run-dir", "n", "--quiet"]
 
 
-def test_fork_from_here_launches_the_fork_and_lists_it(window, qtbot, parent_run, tmp_path):
+def test_fork_from_here_launches_the_fork_and_lists_it(window, qtbot, trained_run_copy, tmp_path):
     folder = tmp_path / "runs"
-    parent = folder / parent_run.name
-    shutil.copytree(parent_run, parent)
+    parent = trained_run_copy  # in the window's runs folder
     window.tabs.setCurrentIndex(window.tabs.indexOf(window.runs_view))
     window.runs_view.refresh()
     window.runs_view.select_paths([parent])
@@ -219,14 +201,14 @@ def test_fork_from_here_launches_the_fork_and_lists_it(window, qtbot, parent_run
     with qtbot.waitSignal(window.run_launched, timeout=30_000) as launched:
         qtbot.mouseClick(dialog.fork_button, Qt.LeftButton)
     fork = launched.args[0]
-    assert fork.parent == folder.resolve() and fork.name.startswith("sort-parent-fork-2-")
+    assert fork.parent == folder.resolve() and fork.name.startswith(f"{parent.name}-fork-2-")
     assert window.engine.command[3:5] == ["fork", str(parent.resolve())]
     with qtbot.waitSignal(window.engine_finished, timeout=150_000) as finished:
         pass
     assert finished.args[0] == 0, (fork / "workbench" / "engine-output.log").read_text()
     window.runs_view.refresh()
     summary = window.runs_view.summary(fork)
-    assert summary.status == "done" and summary.family == "fork of sort-parent @ step 2"
+    assert summary.status == "done" and summary.family == f"fork of {parent.name} @ step 2"
     assert window.runs_view.summary(parent).family == "1 fork"
     assert sorted(metrics_by_step(fork)) == [3, 4]
     assert yaml.safe_load((fork / rundir.PRESET_FILE).read_text())["training"]["learning_rate"] == 0.0005

@@ -2,7 +2,11 @@
 GPU). No machine here can download them, so: each validates offline (static checks, and a
 note naming what to fetch); each validates in full against a Hugging Face cache that holds
 stand-ins under the real ids; and each runs 2 steps through the CLI with the tiny
-chat-templated model and a local set of the same format in place of the Hub ones."""
+chat-templated model and a local set of the same format in place of the Hub ones.
+
+A test with a Hugging Face cache of its own (HF_HOME) runs the engine as a process: the hub
+libraries read HF_HOME when imported. The runs with local stand-ins call the CLI in this
+process (engine_runs.cli)."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import yaml
 import hub_fixtures as hf
 from conftest import ROOT
 from engine.run import rundir
-from test_cli_presets import rl_engine
+from engine_runs import cli, rl_engine
 
 HUB_PRESETS = sorted((ROOT / "presets" / "hub").glob("*.yaml"))
 QUICK = ["training.max_steps=2", "training.batch_size=8", "training.micro_batch_size=null",
@@ -64,11 +68,9 @@ def test_validates_offline_naming_what_to_fetch(preset, tmp_path, engine_env):
 
 
 @pytest.mark.parametrize("preset", HUB_PRESETS, ids=lambda p: p.stem)
-def test_runs_two_steps_with_local_stand_ins(preset, tmp_path, engine_env):
+def test_runs_two_steps_with_local_stand_ins(preset, tmp_path):
     run = tmp_path / "run"
-    result = subprocess.run([*rl_engine(), "run", str(preset), "--run-dir", str(run),
-                             *_sets(QUICK + _stand_ins(preset, tmp_path))],
-                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    result = cli("run", preset, "--run-dir", run, *_sets(QUICK + _stand_ins(preset, tmp_path)), cwd=tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "2/2" in result.stderr
     events = rundir.read_events(run)

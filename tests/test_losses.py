@@ -3,9 +3,8 @@ import math
 import pytest
 import torch
 
+from engine.rl.catalog import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
 from engine.rl.losses import (
-    KL_ESTIMATORS,
-    LOSS_AGGREGATORS,
     clipped_surrogate,
     completion_mask,
     entropy_from_logits,
@@ -15,6 +14,16 @@ from engine.rl.losses import (
     masked_mean,
     selective_log_softmax,
 )
+
+
+def _aggregator(loss_type):
+    """The aggregation a loss type declares, called as (per_token_loss, mask, L)."""
+    entry = AGGREGATIONS.entry(POLICY_LOSSES.declares(loss_type).aggregation)
+    return lambda per_token_loss, mask, length: entry.call(per_token_loss, mask, max_completion_length=length)
+
+
+# Each built-in loss type's aggregation (engine.rl.catalog), by loss type.
+LOSS_AGGREGATORS = {name: _aggregator(name) for name in ("grpo", "dr_grpo", "dapo")}
 
 LN = math.log
 
@@ -135,7 +144,7 @@ def test_kl_hand_worked():
     # ref - lp = ln 0.5: k3 = 0.5 - ln 0.5 - 1 = 0.5 + 0.693147 - 1 = 0.193147
     close(kl_k3(lp, ref), [0.193147])
     close(kl_k3(lp, lp), [0.0])
-    assert KL_ESTIMATORS == {"k1": kl_k1, "k3": kl_k3}
+    assert dict(KL_ESTIMATORS) == {"k1": kl_k1, "k3": kl_k3}
 
 
 def test_k3_non_negative_and_unbiased_over_full_support():

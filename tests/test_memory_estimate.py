@@ -152,7 +152,7 @@ def test_the_hub_grpo_preset_is_not_underestimated_against_the_h100_peak():
 
 
 def test_module_is_torch_free():
-    tree = ast.parse((ROOT / "engine" / "memory_estimate.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "engine" / "model" / "memory_estimate.py").read_text(encoding="utf-8"))
     names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
              for alias in node.names}
     names |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}

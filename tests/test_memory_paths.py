@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.algorithms.base import set_update_mode
+from engine.algorithms.policy import set_update_mode
 from engine.model.forward import completion_logits
 from engine.model.loading import load_model, wants_checkpointing
 from engine.preset.schema import ModelConfig

@@ -54,7 +54,7 @@ def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path, monkeypatch):
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
     named = dict(trainer.model.named_parameters())
     before = {n: p.detach().clone() for n, p in named.items()}
-    metrics = trainer.train_step()
+    metrics = trainer.train_step().metrics
     assert metrics["kl"] is not None and metrics["kl"] >= 0
     assert torch.isfinite(torch.tensor(metrics["loss"]))
     # a finite loss is not training: the step moved the adapter, and only the adapter

@@ -106,7 +106,7 @@ def test_out_of_memory_while_sampling_names_the_batch(tmp_path, monkeypatch):
     def sample(*args, **kwargs):
         raise torch.OutOfMemoryError(CUDA_OOM)
 
-    monkeypatch.setattr("engine.algorithms.base.sample", sample)
+    monkeypatch.setattr("engine.algorithms.policy.sample", sample)
     preset = small_preset_dict(micro_batch_size="auto")
     with pytest.raises(OutOfMemory, match=r"in the held-out evaluation, decoding 32 prompts at once up to 14 "
                                           r"tokens: lower training.batch_size"):

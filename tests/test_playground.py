@@ -7,8 +7,6 @@ error with its file:line, and carries the edited rewards into the set-up form.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from engine.preset.schema import preset_from_dict
 from engine.preset.io import preset_to_dict
 from engine.rewards import build_reward_components, combine_rewards
 from workbench.playground.results import ADVANTAGE, RUN_ADVANTAGE, RUN_TOTAL, TOTAL, component_column
+from engine_runs import cli, engine
 from workbench_helpers import small_preset, type_text
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)
 
@@ -51,13 +50,17 @@ def line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
-def score_cli(request: dict, tmp_path: Path) -> tuple[int, dict, str]:
-    """`python -m engine score-rewards REQUEST.json` as the window runs it: (exit code, answer, stderr)."""
+def score_cli(request: dict, tmp_path: Path, process: bool = False) -> tuple[int, dict, str]:
+    """`rl-engine score-rewards REQUEST.json`: (exit code, answer, stderr). In this process
+    (engine_runs.cli); with `process`, as the window runs it: `python -m engine
+    score-rewards` in a process of its own, with a bare environment."""
     path = tmp_path / "request.json"
     path.write_text(json.dumps(request))
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-m", "engine", "score-rewards", str(path)], capture_output=True,
-                          text=True, timeout=120, env=env, cwd=tmp_path)
+    if process:
+        env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+        done = engine("score-rewards", path, env=env, cwd=tmp_path, timeout=120)
+    else:
+        done = cli("score-rewards", path, cwd=tmp_path)
     return done.returncode, json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
@@ -156,9 +159,10 @@ def test_a_fault_in_a_user_function_gives_its_file_and_line(tmp_path):
     assert error["file"] == str(rewards_file.resolve())
     assert error["line"] == line_of(rewards_file, "len(c) / scale")
     assert "failed with ZeroDivisionError" in error["message"] and "error:" in stderr
-    # A reward's print goes to stderr: the answer on stdout stays one JSON object.
+    # A reward's print goes to stderr: the answer on stdout stays one JSON object. This one
+    # is score-rewards' real-process check: the window's command line, a process's stdout.
     request["preset"]["rewards"] = [{"name": "my_rewards.py:chatty"}]
-    code, answer, stderr = score_cli(request, tmp_path)
+    code, answer, stderr = score_cli(request, tmp_path, process=True)
     assert code == 0 and answer["items"][0]["total"] == 1.0 and "debugging output" in stderr
 
 

@@ -10,6 +10,7 @@ import yaml
 from engine.preset.schema import Preset, load_preset, preset_from_dict
 from engine.preset.errors import PresetError
 from engine.preset.io import apply_overrides, preset_to_yaml, save_preset
+from engine_runs import cli, engine
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = sorted((ROOT / "presets").glob("*.yaml"))
@@ -142,8 +143,7 @@ def test_validate_command_reports_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("training:\n  batch_size: 10\nalgorithm:\n  name: grpo\n  num_generations: 4\n")
     before = sorted(tmp_path.rglob("*"))
-    result = subprocess.run([sys.executable, "-m", "engine", "validate", str(bad)],
-                            capture_output=True, text=True, cwd=tmp_path, env=_env())
+    result = cli("validate", bad, cwd=tmp_path)
     assert result.returncode == 2
     assert "training.batch_size: 10 must be divisible by algorithm.num_generations (4)" in result.stderr
     assert "Traceback" not in result.stderr
@@ -151,27 +151,16 @@ def test_validate_command_reports_and_writes_nothing(tmp_path):
 
 
 def test_validate_accepts_the_default_preset():
-    result = subprocess.run([sys.executable, "-m", "engine", "validate", "presets/grpo-sort.yaml"],
-                            capture_output=True, text=True, cwd=ROOT, env=_env())
+    # validate's real-process check: a `python -m engine validate` process, its output and exit status.
+    result = engine("validate", "presets/grpo-sort.yaml", cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
 
 
 def test_validate_refuses_completion_longer_than_context():
-    result = subprocess.run(
-        [sys.executable, "-m", "engine", "validate", "presets/grpo-sort.yaml",
-         "--set", "algorithm.max_completion_length=4000"],
-        capture_output=True, text=True, cwd=ROOT, env=_env())
+    result = cli("validate", "presets/grpo-sort.yaml", "--set", "algorithm.max_completion_length=4000", cwd=ROOT)
     assert result.returncode == 2
     assert "algorithm.max_completion_length:" in result.stderr and "context" in result.stderr
-
-
-def _env():
-    import os
-
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
 
 
 # ------------------------------------------------- values that cannot be meant (issue 10)
@@ -364,8 +353,9 @@ def test_every_command_reports_a_binary_preset_in_one_line(tmp_path, command):
     state.write_text('{"step": 1}')
     junk.write_bytes(bytes(range(256)) * 4)
     target = str(junk.parent) if command == ["resume"] else str(junk)
-    result = subprocess.run([sys.executable, "-m", "engine", command[0], target, *command[1:]],
-                            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=120)
+    # try-reward's real-process check: all a `python -m engine try-reward` process prints is the one line.
+    call = engine if command[0] == "try-reward" else cli
+    result = call(command[0], target, *command[1:], cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert result.stderr == f"error: {junk} is invalid:\n  - not UTF-8 text (byte 0x80 at offset 128); " \
                             "a preset is a YAML text file saved as UTF-8\n"

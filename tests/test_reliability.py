@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, small_preset_dict
+from engine_runs import cli
 from engine.run import rundir
 
 DEADLINE = 180.0  # generous: the machine running the tests may be loaded
@@ -64,6 +65,20 @@ def finish(proc: subprocess.Popen, timeout=DEADLINE) -> tuple[int, str]:
             proc.kill()
             proc.wait()
     return proc.returncode, proc.stderr_path.read_text()
+
+
+def run_here(*args, cwd: Path):
+    """`rl-engine ARGS` in this process (tests/engine_runs.py's `cli`), on one thread as the
+    engine processes of these tests (OMP_NUM_THREADS=1): the same numbers, bit for bit.
+    For a run whose report or result is the subject, not its process."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return cli(*args, "--quiet", cwd=cwd)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def every_line_parses(run: Path) -> list[dict]:
@@ -136,9 +151,8 @@ def test_a_stop_during_setup_ends_the_run_at_once(tmp_path, env, how):
     assert not rundir.complete_checkpoints(run)
     assert "Traceback" not in err and "stopped during set-up" in err
     assert (run / rundir.PRESET_FILE).exists()  # the folder still says what the run was
-    if how == "sigterm":
-        resumed = subprocess.run([sys.executable, "-m", "engine", "resume", str(run)], capture_output=True,
-                                 text=True, env=env, cwd=tmp_path, timeout=120)
+    if how == "sigterm":  # resume refuses it before anything starts: in this process
+        resumed = cli("resume", run, cwd=tmp_path)
         assert resumed.returncode == 2
         assert "no complete checkpoint" in resumed.stderr and "stopped during set-up (SIGTERM)" in resumed.stderr
         assert f"rl-engine run {run / 'preset.yaml'}" in resumed.stderr
@@ -279,9 +293,9 @@ sys.exit(main(sys.argv[2:]))
 
 def test_kill_during_checkpoint_writing_then_resume_matches_an_uninterrupted_run(tmp_path, env):
     preset = write_preset(tmp_path, max_steps=3, save_steps=1)
-    reference = tmp_path / "reference"
-    code, err = finish(launch(["run", str(preset), "--run-dir", str(reference)], tmp_path, env))
-    assert code == 0, err
+    reference = tmp_path / "reference"  # uninterrupted, in this process: only its adapter is compared
+    result = run_here("run", preset, "--run-dir", reference, cwd=tmp_path)
+    assert result.code == 0, result.err
 
     (tmp_path / "block.py").write_text(BLOCK_IN_CHECKPOINT)
     marker = tmp_path / "writing"
@@ -344,7 +358,11 @@ def test_a_misbehaving_reward_fails_the_run_clearly_and_loses_nothing(tmp_path, 
     preset = write_preset(tmp_path, [{"name": "exact_match"}, {"name": "bad_rewards.py:bad", "options": options}],
                           max_steps=6, save_steps=1)
     run = tmp_path / "run"
-    code, err = finish(launch(["run", str(preset), "--run-dir", str(run)], tmp_path, env))
+    if kind == "sleeps":  # its worker thread never returns: a process of its own, which ends it
+        code, err = finish(launch(["run", str(preset), "--run-dir", str(run)], tmp_path, env))
+    else:  # the run's report is the subject, not its process: in this process
+        result = run_here("run", preset, "--run-dir", run, cwd=tmp_path)
+        code, err = result.code, result.err
     assert code == 1, err
     last = final_event(run)
     assert last["type"] == "run_failed"

@@ -3,8 +3,6 @@ here scores like a direct forward pass, in batches or one by one, and trains a r
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import torch
 import yaml
@@ -22,6 +20,7 @@ from engine.builtin_model.recipe import build_tokenizer
 from engine.preset.schema import preset_from_dict
 from engine.rewards.model import load_reward_model, reward_model_reward
 from engine.rewards import RewardError, build_reward_components, combine_rewards, reward_source_problems
+from engine_runs import cli
 
 PROMPTS = ["sort 3 1 =", "sort 2 =", "sort 9 8 7 6 =", "sort 5 5 ="]
 COMPLETIONS = [" 1 3", " 2 and then a longer tail", "", " 5 5"]
@@ -148,14 +147,13 @@ def test_options_are_checked_by_the_preset():
         assert problem.startswith(f"rewards.0.{field}: ") and expected in problem, problem
 
 
-def test_a_short_run_logs_the_reward_models_component(rm_dir, tmp_path, engine_env, python):
+def test_a_short_run_logs_the_reward_models_component(rm_dir, tmp_path):
     data = small_preset_dict(max_steps=2, eval_steps=0)
     data["rewards"] = [{"name": "exact_match"},
                        {"name": "reward_model", "weight": 0.5, "options": {"model": str(rm_dir), "batch_size": 3}}]
     (tmp_path / "p.yaml").write_text(yaml.safe_dump(data))
     run = tmp_path / "run"
-    result = subprocess.run([python, "-m", "engine", "run", str(tmp_path / "p.yaml"), "--run-dir", str(run), "--quiet"],
-                            capture_output=True, text=True, env=engine_env, cwd=tmp_path, timeout=300)
+    result = cli("run", tmp_path / "p.yaml", "--run-dir", run, "--quiet", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     events = rundir.read_events(run)
     metrics = [e for e in events if e["type"] == "metrics"]

@@ -9,7 +9,8 @@ import torch
 from conftest import small_preset_dict
 from engine.run import rundir
 from engine.preset.schema import preset_from_dict
-from engine.algorithms.base import RunAborted, lr_factor, micro_batch_weight
+from engine.algorithms.base import RunAborted, micro_batch_weight
+from engine.algorithms.optimization import lr_factor
 from engine.algorithms.grpo.trainer import GRPOTrainer
 from engine.run.stopping import StopFlag
 
@@ -133,15 +134,13 @@ def test_a_checkpoint_is_on_the_disk_before_it_is_named_complete(tmp_path, monke
     # still keep the rename but not the files' contents unless they are fsynced first.
     import os
 
-    from engine.algorithms import checkpoints
-
     synced, renamed = [], []
     real_fsync, real_rename = os.fsync, type(tmp_path).rename
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or real_fsync(fd))
     monkeypatch.setattr(type(tmp_path), "rename", lambda self, target: renamed.append((len(synced), str(self)))
                         or real_rename(self, target))
     trainer = make_trainer(tmp_path, max_steps=1)
-    checkpoints.save_checkpoint(trainer)
+    trainer.save_checkpoint()
     (final,) = rundir.complete_checkpoints(tmp_path / "run")
     (before_rename, tmp), = [r for r in renamed if r[1].endswith(".tmp")]
     written = {tmp + "/" + str(p.relative_to(final)) for p in final.rglob("*")}
@@ -225,9 +224,10 @@ def test_grpo_ratio_is_exactly_one_at_identical_weights_with_lora_dropout(tmp_pa
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
     randomise_lora_b(trainer.model)
     trainer.optimizer.step = lambda: None  # iteration 2 sees the weights of iteration 1
-    metrics = trainer.train_step()
-    mask = trainer._last.rollout.completion_mask.bool()
-    ratio = trainer._last.per_token["ratio"]  # the last iteration's
+    result = trainer.train_step()
+    metrics, last = result.metrics, result.outputs
+    mask = last.rollout.completion_mask.bool()
+    ratio = last.per_token["ratio"]  # the last iteration's
     assert mask.sum() > 0
     assert torch.equal(ratio[mask], torch.ones(int(mask.sum())))
     assert metrics["clip_ratio/region_mean"] == 0.0
@@ -243,6 +243,7 @@ def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp
     data = small_preset_dict(max_steps=1)
     data["algorithm"]["num_generations"] = 8  # batch 8: one group
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")
-    metrics = trainer.train_step()
+    result = trainer.train_step()
+    metrics, last = result.metrics, result.outputs
     assert metrics["frac_reward_zero_std"] == 1.0
-    assert torch.equal(trainer._last.advantages, torch.zeros(8))
+    assert torch.equal(last.advantages, torch.zeros(8))

@@ -3,8 +3,8 @@ Runs tab's "Export…" button, a run's context menu and File ▸ Export Run… o
 Export runs `python -m engine export ... --progress` in the background and the dialog
 shows its progress and result; refusals, the engine's own failure message, Cancel.
 
-One short run on the built-in model (2 steps, a checkpoint at each) serves every test;
-each test exports from its own copy in the window's runs folder.
+The session's trained run (tests/conftest.py: 4 steps, checkpoints at 2 and 4) serves
+every test; each test exports from its own copy in the window's runs folder.
 """
 
 from __future__ import annotations
@@ -12,15 +12,12 @@ from __future__ import annotations
 import doctest
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, QProcess, Qt
 from PySide6.QtGui import QGuiApplication
 
-from conftest import ROOT
 from engine.run import rundir
 from workbench.runs import export_dialog
 from workbench.runs.export_dialog import ExportDialog
@@ -30,32 +27,13 @@ from workbench.window.names import CANCEL, CANCEL_EXPORT, RUNS
 from workbench_helpers import type_text as type_and_finish
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)
 
-TINY = ["training.max_steps=2", "training.save_steps=1", "training.eval_steps=0", "data.num_eval=8",
-        "training.batch_size=16", "algorithm.num_generations=4"]
 WAIT_MS = 180_000  # an export loads the engine's libraries first: seconds, more on a busy machine
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory) -> Path:
-    """A 2-step run of grpo-sort on the built-in model, checkpoints at steps 1 and 2."""
-    folder = tmp_path_factory.mktemp("trained")
-    run = folder / "sort-run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    sets = [a for item in TINY for a in ("--set", item)]
-    result = subprocess.run([sys.executable, "-m", "engine", "run", str(ROOT / "presets" / "grpo-sort.yaml"),
-                             "--run-dir", str(run), "--quiet", *sets], capture_output=True, text=True, env=env,
-                            cwd=folder, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert [p.name for p in rundir.complete_checkpoints(run)] == ["step_000001", "step_000002"]
-    return run
-
-
 @pytest.fixture
-def run(trained_run, tmp_path) -> Path:
-    """This test's copy of the run, in the window's runs folder."""
-    copy = tmp_path / "runs" / trained_run.name
-    shutil.copytree(trained_run, copy)
-    return copy
+def run(trained_run_copy) -> Path:
+    """This test's copy of the session's trained run, in the window's runs folder."""
+    return trained_run_copy
 
 
 def open_from_runs_tab(qtbot, window, run: Path) -> ExportDialog:
@@ -101,12 +79,12 @@ def test_the_export_button_writes_the_adapter_of_the_chosen_checkpoint_with_prog
                                                                                     tmp_path):
     dialog = open_from_runs_tab(qtbot, window, run)
     assert dialog.boxes["adapter"].isChecked() and not dialog.boxes["merged"].isChecked()
-    assert dialog.checkpoint_name() == "step_000002"  # the newest by default
+    assert dialog.checkpoint_name() == "step_000004"  # the newest by default
     default = Path(dialog.folders["adapter"].text())
-    assert default == run.parent / "exports" / f"{run.name}-step2-adapter"
+    assert default == run.parent / "exports" / f"{run.name}-step4-adapter"
     qtbot.keyClick(dialog.checkpoint, Qt.Key_Up)  # the older one
-    assert dialog.checkpoint_name() == "step_000001"
-    assert Path(dialog.folders["adapter"].text()).name == f"{run.name}-step1-adapter"  # follows the checkpoint
+    assert dialog.checkpoint_name() == "step_000002"
+    assert Path(dialog.folders["adapter"].text()).name == f"{run.name}-step2-adapter"  # follows the checkpoint
     out = tmp_path / "out" / "my-adapter"
     type_text(qtbot, dialog.folders["adapter"], str(out))
     assert dialog.problem.text() == ""
@@ -115,7 +93,7 @@ def test_the_export_button_writes_the_adapter_of_the_chosen_checkpoint_with_prog
     dialog.progress.valueChanged.connect(values.append)
     job = start(qtbot, window, dialog)
     assert job.command[3:5] == ["export", str(run.resolve())]
-    assert job.command[job.command.index("--checkpoint") + 1] == "step_000001"
+    assert job.command[job.command.index("--checkpoint") + 1] == "step_000002"
     seen: list[tuple[int, int, str]] = []
     messages: list[str] = []
     job.progressed.connect(lambda done, total, what: (seen.append((done, total, what)),
@@ -125,8 +103,8 @@ def test_the_export_button_writes_the_adapter_of_the_chosen_checkpoint_with_prog
     assert job.ok, job.message
     assert {"adapter_config.json", "adapter_model.safetensors", "README.md", "tokenizer_config.json"} <= {
         p.name for p in out.iterdir()}
-    assert "step_000001" in (out / "README.md").read_text()
-    checkpoint = run / "checkpoints" / "step_000001" / "adapter_model.safetensors"
+    assert "step_000002" in (out / "README.md").read_text()
+    checkpoint = run / "checkpoints" / "step_000002" / "adapter_model.safetensors"
     assert (out / "adapter_model.safetensors").read_bytes() == checkpoint.read_bytes()
     # The progress moved stage by stage, to its end, in the dialog and the status bar.
     assert len(seen) >= 3 and any("adapter: saving the tokenizer" == what for _, _, what in seen)
@@ -134,7 +112,7 @@ def test_the_export_button_writes_the_adapter_of_the_chosen_checkpoint_with_prog
     assert dialog.progress.value() == dialog.progress.maximum() == seen[-1][1]
     assert any("adapter: saving the tokenizer" in m for m in messages)
     # The result: where it went, and the path to copy.
-    assert str(out) in dialog.status.text() and "step_000001" in dialog.status.text()
+    assert str(out) in dialog.status.text() and "step_000002" in dialog.status.text()
     assert "Exported" in window.run_message.text() and str(out) in window.run_message.text()
     assert not dialog.running and not dialog.cancel_button.isVisible() and dialog.copy_button.isVisible()
     assert dialog.result_folder() == out
@@ -214,7 +192,7 @@ def test_a_run_without_a_checkpoint_gives_only_its_events(window, qtbot, run, tm
 
 
 def test_a_failed_export_shows_the_engines_message_not_a_traceback(window, qtbot, run, tmp_path):
-    (run / "checkpoints" / "step_000002" / "adapter_model.safetensors").write_bytes(b"not safetensors at all")
+    (run / "checkpoints" / "step_000004" / "adapter_model.safetensors").write_bytes(b"not safetensors at all")
     dialog = open_from_runs_tab(qtbot, window, run)
     click_box(qtbot, dialog.boxes["adapter"])
     click_box(qtbot, dialog.boxes["merged"])

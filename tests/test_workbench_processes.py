@@ -7,7 +7,8 @@ offscreen): what Run's engine command becomes, and the problems that block Run.
   world-size problem (naming `--nproc-per-node`) and Run is refused;
 - a GPUs text that is not a list of GPU numbers is a problem naming the field.
 
-No training run starts: EngineProcess.start is replaced by one that records the command.
+No training run starts: EngineProcess.start is replaced by one that records the command,
+or (Stop in two processes) by one that launches the stand-in engine (tests/stand_in_engine.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from workbench.runs.launcher import EngineProcess, engine_command
 from workbench.setup import checks
 from workbench.setup.checks import GPUS, PROCESSES, launch_problems
 from workbench_helpers import small_preset
-from window_fixtures import click, make_window, panel, window  # noqa: F401 (fixtures)
+from window_fixtures import click, make_window, panel, stand_in, window  # noqa: F401 (fixtures)
 
 
 def type_processes(qtbot, spin, text: str) -> None:
@@ -198,20 +199,25 @@ def test_the_launch_checks_without_a_window():
     assert result.failed == 0 and result.attempted > 0
 
 
-# ------------------------------------------------------------- a real run
+# ------------------------------------------------------------- a run and its stop
 
 
-def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot):
-    """Processes 2, Run, Stop: a real engine under torchrun (gloo); the window's stop
-    line reaches the launcher, every process finishes the step, rank 0 checkpoints."""
+def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot, stand_in):
+    """Processes 2, Run, Stop: the window launches the engine with `--nproc-per-node 2`
+    and Stop's line ends the run, stopped, with a checkpoint. The engine here is the
+    stand-in (tests/stand_in_engine.py), which reports the world size it was given; the
+    launcher's part is tests/test_distributed.py's: the stop line relayed to torchrun
+    as SIGTERM (test_a_stop_line_reaches_torchrun_as_sigterm) and torchrun's SIGTERM
+    ending every rank after its step (test_sigterm_to_the_launcher_stops_every_process_after_the_step)."""
     from engine.run import rundir
     from window_fixtures import click_run
 
     window.doc.new(small_preset(max_steps=400))
     type_processes(qtbot, window.setup.launch.processes, "2")
     run_dir = click_run(qtbot, window)
-    qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=150_000)
-    with qtbot.waitSignal(window.engine_finished, timeout=120_000) as finished:
+    assert launcher.runs.read_process_record(run_dir)["command"][-2:] == ["--nproc-per-node", "2"]
+    qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=30_000)
+    with qtbot.waitSignal(window.engine_finished, timeout=30_000) as finished:
         click(qtbot, window, window.act_stop)
     assert finished.args == [0]
     window.tick()
@@ -220,4 +226,5 @@ def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot):
     started = next(e for e in events if e["type"] == "run_started")
     assert started["world_size"] == 2 and started["backend"] == "gloo"
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "stopped"
+    assert events[-1]["reason"] == "stop requested"  # the stop line, not a signal
     assert rundir.complete_checkpoints(run_dir)

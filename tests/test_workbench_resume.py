@@ -5,8 +5,10 @@ Runs tab (greyed out, with the reason, when it has no checkpoint), Resume launch
 status once run_finished is read, the export dialog's Show folder when it cannot,
 bundled and hub presets opened as copies, and New starting from a runnable preset.
 
-One test starts real engines (Run, Kill, Resume: the process is the subject); the
-others use synthetic run folders and engines that start nothing.
+Run, Kill and Resume go through a stand-in engine (tests/stand_in_engine.py: the run
+folder, process record, signals and exit codes of the engine, without a model), since the
+window is the subject; the engine's own resume is tests/test_reliability.py's. The others
+use synthetic run folders and engines that start nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from workbench.runs.export_dialog import ExportDialog
 from workbench.runs.launcher import EngineHandle, EngineProcess
 from workbench.window.run_control import KILL
 from workbench_helpers import small_preset, write_run
-from window_fixtures import Asked, click, click_run, make_window, window  # noqa: F401 (fixtures)
+from window_fixtures import Asked, click, click_run, make_window, stand_in, window  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE_TIMEOUT_MS = 150_000  # model load on a busy 2-core machine, then a few steps
+STAND_IN_TIMEOUT_MS = 30_000  # the stand-in engine: no model to load, a step every 0.2 s
 
 
 class IdleEngine(EngineHandle):
@@ -162,10 +164,10 @@ def test_resume_from_the_runs_tab_launches_rl_engine_resume_in_the_run_folder(wi
 # ------------------------------------------------------------- a real resume
 
 
-def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot):
+def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot, stand_in):
     window.doc.new(small_preset(max_steps=400, save_steps=1))
     run_dir = click_run(qtbot, window)
-    qtbot.waitUntil(lambda: bool(rundir.complete_checkpoints(run_dir)), timeout=ENGINE_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: bool(rundir.complete_checkpoints(run_dir)), timeout=STAND_IN_TIMEOUT_MS)
     window.ask = asked = Asked(KILL)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000):
         click(qtbot, window, window.act_kill)
@@ -178,7 +180,7 @@ def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot):
     preset["training"]["max_steps"] = saved + 2
     (run_dir / rundir.PRESET_FILE).write_text(yaml.safe_dump(preset, sort_keys=False))
 
-    with qtbot.waitSignal(window.engine_finished, timeout=ENGINE_TIMEOUT_MS) as finished:
+    with qtbot.waitSignal(window.engine_finished, timeout=STAND_IN_TIMEOUT_MS) as finished:
         qtbot.mouseClick(banner.resume_button, Qt.LeftButton)
     assert finished.args == [0]
     assert "resume" in runs.read_process_record(run_dir)["command"]

@@ -3,7 +3,10 @@ and Kill buttons clicked, a run killed, a run whose window was SIGKILLed opened 
 window, a run started in a terminal, the status bar, compare, short curves, the header's
 ETA, the default preset, and the X11 library check before Qt starts.
 
-Engine launches use the tests' small preset (seconds a run); every wait is a qtbot wait
+Kill launches the real engine on the tests' small preset (its output is the subject);
+the window SIGKILLed and the run started in a terminal use the stand-in engine
+(tests/stand_in_engine.py: the engine's run folder, pid, signals and exit codes, no model),
+since what they test is how a window finds and drives a run. Every wait is a qtbot wait
 with a generous timeout (the machine is shared).
 """
 
@@ -34,6 +37,8 @@ from window_fixtures import Asked, click, click_run, make_window, window  # noqa
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_TIMEOUT_MS = 150_000  # model load on a busy 2-core machine, then a few steps
+STAND_IN_TIMEOUT_MS = 60_000  # the stand-in engine: no model; a window process starting Qt
+STAND_IN = str(ROOT / "tests" / "stand_in_engine.py")
 
 
 def runs_tab_status(window: MainWindow, run_dir: Path) -> str:
@@ -108,7 +113,15 @@ CHILD_WINDOW = textwrap.dedent("""
     from PySide6.QtWidgets import QApplication
     app = QApplication([])
     from workbench.main_window import MainWindow
+    from workbench.runs.launcher import EngineProcess
     from workbench.settings import Settings
+    sys.path.insert(0, sys.argv[3])  # tests/: the stand-in engine where the engine would start
+    from stand_in_engine import stand_in_command
+    real_start = EngineProcess.start
+    def start(self):
+        self.command = stand_in_command(self.command)
+        real_start(self)
+    EngineProcess.start = start
     window = MainWindow(Settings(runs_folder=sys.argv[1]), settings_path=None)
     window.doc.new(yaml.safe_load(open(sys.argv[2])))
     window.show()
@@ -140,14 +153,16 @@ def test_a_run_whose_window_was_sigkilled_runs_on_in_a_new_window_and_stops(make
     preset.write_text(yaml.safe_dump(small_preset(max_steps=400)))
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT),
                RL_WORKBENCH_CONFIG_DIR=str(tmp_path / "child-config"))
-    child = subprocess.Popen([sys.executable, "-c", CHILD_WINDOW, str(tmp_path / "runs"), str(preset)],
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=str(tmp_path))
+    child_err = tmp_path / "child-stderr.txt"
+    with open(child_err, "wb") as err:
+        child = subprocess.Popen([sys.executable, "-c", CHILD_WINDOW, str(tmp_path / "runs"), str(preset),
+                                  str(ROOT / "tests")], stdout=subprocess.PIPE, stderr=err, env=env, cwd=str(tmp_path))
     try:
-        line = read_line(child, timeout_s=ENGINE_TIMEOUT_MS / 1000)  # the window pressed Run
-        assert line and line != "None", "the child window did not start a run"
+        line = read_line(child, timeout_s=STAND_IN_TIMEOUT_MS / 1000)  # the window pressed Run
+        assert line and line != "None", f"the child window did not start a run: {child_err.read_text()[-2000:]}"
         run_dir = Path(line)
         qtbot.waitUntil(lambda: runs.summarize_run(run_dir) is not None
-                        and runs.summarize_run(run_dir).step >= 1, timeout=ENGINE_TIMEOUT_MS)
+                        and runs.summarize_run(run_dir).step >= 1, timeout=STAND_IN_TIMEOUT_MS)
     finally:
         child.send_signal(signal.SIGKILL)  # the window process dies: no close, no goodbye
         child.wait(30)
@@ -176,12 +191,12 @@ def test_a_run_started_in_a_terminal_can_be_killed_from_the_window(window, qtbot
     preset = tmp_path / "small.yaml"
     preset.write_text(yaml.safe_dump(small_preset(max_steps=400)))
     run_dir = tmp_path / "runs" / "from-terminal"
-    engine = subprocess.Popen([sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir),
+    engine = subprocess.Popen([sys.executable, STAND_IN, "run", str(preset), "--run-dir", str(run_dir),
                                "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=engine_env,
                               cwd=str(tmp_path))
     try:
         qtbot.waitUntil(lambda: (run_dir / rundir.EVENTS_FILE).exists() and runs.summarize_run(run_dir).step >= 1,
-                        timeout=ENGINE_TIMEOUT_MS)
+                        timeout=STAND_IN_TIMEOUT_MS)
         assert runs.read_process_record(run_dir) is None  # not launched by a window
         window.open_run(run_dir)
         assert isinstance(window.engine, AttachedEngine) and window.engine.pid == engine.pid

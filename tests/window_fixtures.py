@@ -85,6 +85,23 @@ def window(make_window):
     return make_window()
 
 
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The windows of this test launch tests/stand_in_engine.py where they would launch the
+    engine (`python -m engine run | resume ...`): the same run folder, process record, stop
+    line, signals and exit codes, at once and at a pace, with no model. For tests whose
+    subject is the window (attach, kill, a run left running, Resume), not training."""
+    from stand_in_engine import stand_in_command
+
+    real_start = EngineProcess.start
+
+    def start(self):
+        self.command = stand_in_command(self.command)
+        real_start(self)
+
+    monkeypatch.setattr(EngineProcess, "start", start)
+
+
 def click(qtbot, window: MainWindow, action) -> None:
     """A mouse click on the toolbar button of `action` (Run, Stop, Kill), as a user does;
     the button must be enabled."""

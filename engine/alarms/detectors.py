@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass, field
 
 from engine.alarms.config import AlarmsConfig
+from engine.rl.catalog import length_neutral_loss_types
 
 __all__ = ["KINDS", "DETECTORS", "Finding", "History", "held_out_score"]
 
@@ -56,7 +57,8 @@ KINDS: dict[str, Kind] = {
         "model writes, not whether it is right.",
         (("rewards", "check which component pays for length; add a length-neutral verifier or a brevity penalty"),
          ("algorithm.max_completion_length", "bound the length"),
-         ("algorithm.loss_type", "`dr_grpo` or `dapo` normalise the loss without favouring long or short answers"))),
+         ("algorithm.loss_type", " or ".join(f"`{name}`" for name in length_neutral_loss_types())
+          + " normalise the loss without favouring long or short answers"))),
     "reward_hacking": Kind(
         "Reward rising with length",
         "When the training reward rises only together with completion length, the policy may be earning reward "

@@ -1,32 +1,88 @@
-"""The training algorithms, one module each: `grpo` (with RLOO, REINFORCE++, GSPO), `ppo`,
-`dpo`, on the shared `base.Trainer`. `TRAINERS` maps a preset's `algorithm.name` to its
-trainer class as "module:Class", imported only when asked for, so importing this package
-loads no torch.
+"""The training algorithms, one folder each: `grpo` (with RLOO, REINFORCE++, GSPO), `ppo`,
+`dpo`, on the shared `base.Trainer`. Each folder holds its preset section (`config.py`,
+torch-free, with the declarations of engine/algorithms/config_base.py) and its trainer
+(`trainer.py`). `ALGORITHMS` is the one registry: a preset's `algorithm.name` -> its
+config class and its trainer class as "module:Class", imported only when asked for, so
+importing this package loads no torch. engine/preset/schema.py builds the preset's
+algorithm union from it.
 
-Adding an algorithm: its module here, its line in TRAINERS, its config class in
-engine/preset/schema.py (docs/architecture.md, "Where to add a new algorithm").
+Adding an algorithm: its folder here and its line in ALGORITHMS (docs/architecture.md,
+"Where to add a new algorithm").
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-if TYPE_CHECKING:
-    from engine.algorithms.base import Trainer
+from engine.algorithms.config_base import AlgorithmSection
+from engine.algorithms.dpo.config import DPOConfig
+from engine.algorithms.grpo.config import GRPOConfig
+from engine.algorithms.ppo.config import PPOConfig
+
+if TYPE_CHECKING:  # engine.algorithms.base (the Trainer) is not named: it imports torch, and
+    # engine/preset/schema.py imports this package (import-linter counts these imports too)
     from engine.preset.schema import Preset
     from engine.run.stopping import StopFlag
 
-TRAINERS = {
-    "grpo": "engine.algorithms.grpo.trainer:GRPOTrainer",
-    "ppo": "engine.algorithms.ppo.trainer:PPOTrainer",
-    "dpo": "engine.algorithms.dpo.trainer:DPOTrainer",
-}
+
+class Algorithm(NamedTuple):
+    """A registered algorithm: its preset section and its trainer ("module:Class")."""
+
+    config: type[AlgorithmSection]
+    trainer: str
 
 
-def trainer_class(name: str) -> type[Trainer]:
-    """The trainer class of an algorithm name; a ValueError naming the known ones else.
+def algorithm_name(config: type) -> str:
+    """The name a preset gives the algorithm: its config's `name` default.
+
+    >>> algorithm_name(PPOConfig)
+    'ppo'
+    """
+    return config.model_fields["name"].default
+
+
+def undeclared(config: type) -> str:
+    """What keeps `config` from being an algorithm's section ("" when nothing does): it
+    must derive from AlgorithmSection and make every declaration, so that no module
+    outside engine/algorithms/ falls back on another algorithm's rules.
+
+    >>> class Half(AlgorithmSection):
+    ...     def step_shares(self, training): return training.batch_size, "rows"
+    >>> undeclared(Half)
+    'Half does not declare update_batch (engine/algorithms/config_base.py)'
+    """
+    if not (isinstance(config, type) and issubclass(config, AlgorithmSection)):
+        return f"{config!r} is not an AlgorithmSection (engine/algorithms/config_base.py)"
+    missing = sorted(getattr(config, "__abstractmethods__", ()))
+    if inspect.isabstract(config) and missing:
+        return f"{config.__name__} does not declare {', '.join(missing)} (engine/algorithms/config_base.py)"
+    return ""
+
+
+def registry(*algorithms: Algorithm) -> dict[str, Algorithm]:
+    """name -> algorithm, in the order given (the order presets' errors and the window's
+    chooser list them); a TypeError for a config that leaves a declaration out."""
+    for algorithm in algorithms:
+        problem = undeclared(algorithm.config)
+        if problem:
+            raise TypeError(problem)
+    return {algorithm_name(a.config): a for a in algorithms}
+
+
+ALGORITHMS = registry(
+    Algorithm(GRPOConfig, "engine.algorithms.grpo.trainer:GRPOTrainer"),
+    Algorithm(PPOConfig, "engine.algorithms.ppo.trainer:PPOTrainer"),
+    Algorithm(DPOConfig, "engine.algorithms.dpo.trainer:DPOTrainer"),
+)
+TRAINERS = {name: algorithm.trainer for name, algorithm in ALGORITHMS.items()}
+
+
+def trainer_class(name: str) -> type:
+    """The trainer class (an engine.algorithms.base.Trainer) of an algorithm name; a
+    ValueError naming the known ones else.
 
     >>> trainer_class("sft")
     Traceback (most recent call last):
@@ -40,7 +96,7 @@ def trainer_class(name: str) -> type[Trainer]:
 
 
 def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
-                  preset_dir: Path | None = None, world=None) -> Trainer:
+                  preset_dir: Path | None = None, world=None):
     """The trainer for the preset's algorithm; `world` (engine.distributed.world.World)
     when this process is one of several."""
     return trainer_class(preset.algorithm.name)(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)

@@ -1,7 +1,12 @@
-"""What every algorithm shares. `Trainer` holds data, model, optimizer, sampling,
-evaluation, checkpoints, the run loop and its events; each algorithm in
-engine.algorithms (grpo, ppo, dpo) subclasses it and adds a step. This module imports
-no algorithm: engine.algorithms.TRAINERS maps a preset's algorithm name to its class.
+"""What every algorithm shares. `Trainer` is composed of parts, each its own module and
+testable alone: the policy (model, tokenizer and passes: policy.py), the optimizer part
+(AdamW, schedule, loss scaler: optimization.py), the random states (random_states.py),
+checkpoints (checkpoints.py), the out-of-memory retry (memory.py), the held-out
+evaluation (evaluation.py) and the run's events (run_events.py). The Trainer loads the data and the model, builds the parts,
+and runs the step loop over them; a step returns a `StepResult` (step_result.py) that
+the loop hands to `write_step_outputs`. Each algorithm in engine.algorithms (grpo, ppo,
+dpo) subclasses it and adds a step. This module imports no algorithm:
+engine.algorithms.TRAINERS maps a preset's algorithm name to its class.
 
 The loops stay thin: the math is in engine.rl.losses / engine.rl.advantages, sampling in
 engine.model.rollout, per-token records in engine.run.trajectories and the on-disk contract in
@@ -12,53 +17,40 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
-import random
-from dataclasses import dataclass
+
 from pathlib import Path
 
 import torch
 
 from engine.run import rundir
-from engine.alarms import AlarmWatcher, alarm_line
-from engine.algorithms.checkpoints import load_checkpoint, save_checkpoint
+from engine.alarms import AlarmWatcher
+from engine.algorithms.checkpoints import CheckpointParts, Progress, load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
-from engine.algorithms.evaluation import evaluate_generations
-from engine.algorithms.step_metrics import rollout_metrics, timing_metrics
-from engine.algorithms.memory import OutOfMemory, is_out_of_memory, out_of_memory_message, train_step_that_fits
+from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
+from engine.algorithms.step_metrics import timing_metrics
+from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
+                                      out_of_memory_message, step_that_fits)
+from engine.algorithms.optimization import Optimization
+from engine.algorithms.policy import Policy, Sampling
+from engine.algorithms.random_states import RandomStates, seed_process
+from engine.algorithms.run_events import RunEvents, run_started_fields
+from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.model.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.distributed.launch import world_size_problems
 from engine.distributed.rollouts import gather_rollout
 from engine.distributed.world import TrainedModules, World
-from engine.model.forward import completion_logits
 from engine.preset.input_checks import reward_field_problems
-from engine.model.loading import LoadedModel, check_context_fits, load_model, parameter_counts, reference_mode
+from engine.model.loading import LoadedModel, check_context_fits, load_model
 from engine.preset.schema import Preset
-from engine.preset.io import preset_to_dict, save_preset
+from engine.preset.io import save_preset
 from engine.rewards import build_reward_components, combine_rewards
-from engine.model.rollout import Rollout, sample
+from engine.model.rollout import Rollout
 from engine.model.token_logits import TokenLogits
 from engine.run.stopping import StopFlag
-from engine.run.reporting import tee_for
+
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RolloutStepOutputs:
-    """What an online step (GRPO, PPO) keeps for `write_step_outputs`: the sampled batch,
-    its rewards and advantages, (B,) per completion or (B, T) per token, and the rows
-    the inspector records."""
-
-    prompts: list[str]
-    completions: list[str]
-    totals: list[float]
-    components: dict[str, list[float]]
-    rollout: Rollout
-    advantages: torch.Tensor
-    record_rows: list[int]
 
 
 SMALL_GROUP = 8  # num_generations up to which a group is recorded whole (num_recorded)
@@ -68,57 +60,26 @@ class RunAborted(RuntimeError):
     """The run cannot go on (for example too many non-finite steps)."""
 
 
-def lr_factor(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
-    """Learning-rate multiplier at optimizer step `step` (0-based).
-
-    input:  warmup 2, total 6, linear, steps 0..5
-    output: [0.5, 1.0, 1.0, 0.75, 0.5, 0.25]
-    """
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if kind == "constant":
-        return 1.0
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return {"linear": 1.0 - progress, "cosine": 0.5 * (1.0 + math.cos(math.pi * progress))}[kind]
-
-
-def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: torch.Tensor) -> float:
+def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: torch.Tensor,
+                       loss_aggregation: str | None = None) -> float:
     """Share of the whole batch's loss normaliser that one micro-batch carries, so that
-    gradient accumulation gives the gradient of the full-batch loss.
+    gradient accumulation gives the gradient of the full-batch loss: the rule the loss's
+    aggregation declares (engine.rl.catalog.AGGREGATIONS; `loss_aggregation` replaces the
+    loss type's own).
 
-    dapo normalises by the batch's token count; grpo and dr_grpo by its row count.
+    dapo (token_mean) normalises by the batch's token count; grpo and dr_grpo by its row count.
     input:  dapo, micro mask with 3 tokens, batch mask with 12 tokens   output: 0.25
     """
-    if loss_type == "dapo":
-        return float(micro_mask.sum() / batch_mask.sum().clamp(min=1))
-    return micro_mask.shape[0] / batch_mask.shape[0]
+    from engine.rl.catalog import AGGREGATIONS, policy_loss_parts
 
-
-def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
-    """Every dropout stays off, the base model's and the adapter's, in sampling, in the
-    passes that give old logprobs and in the updates, as TRL's `disable_dropout`: a pass
-    whose logprobs feed an importance ratio (GRPO, PPO) must be dropout-free, or at
-    identical weights the ratio is not 1 but noise (up to 0.19 in logprob with LoRA
-    dropout 0.05). With `lora_dropout` (DPO with `disable_dropout` false only: it has no
-    ratio, it compares with a reference pass that has the adapter off) the adapter's
-    dropout is on in updates.
-    Under gradient checkpointing the decoder layers' own flags are on in updates."""
-    model.eval()
-    if updating and lora_dropout:
-        for name, module in model.named_modules():
-            if name.endswith("lora_dropout"):
-                module.train()
-    if updating:
-        # Gradient checkpointing acts only on layers in training mode: their own flag
-        # is set (not their children's, so dropout stays off).
-        for module in model.modules():
-            if getattr(module, "gradient_checkpointing", False) is True and hasattr(module, "_gradient_checkpointing_func"):
-                module.training = True
+    aggregation = policy_loss_parts(loss_type, loss_aggregation)[1]
+    return AGGREGATIONS.declares(aggregation).micro_batch_weight(micro_mask, batch_mask)
 
 
 class Trainer(Declares):
-    """What every algorithm shares. A subclass implements `train_step` (returns the step's
-    metrics) and `write_step_outputs` (samples events and trajectory records)."""
+    """What every algorithm shares. A subclass implements `train_step` (returns a
+    StepResult: the step's metrics and its outputs) and `write_step_outputs` (given those
+    outputs: samples events and trajectory records)."""
 
     TEMPLATED_PAIRS = False  # DPO: chosen/rejected answers go through the chat template too
     MICRO_BATCH_UNIT = "completions"  # what training.micro_batch_size counts (DPO: pairs)
@@ -136,13 +97,11 @@ class Trainer(Declares):
         self.stop = stop or StopFlag()
         self.step = 0
         self.nonfinite_steps = 0
-        self.watcher = AlarmWatcher(preset.alarms)
+        self.events = RunEvents(AlarmWatcher(preset.alarms))  # opened by run()
         self.on_alarm = None  # called with each alarm event written (the CLI prints a line)
-        self.events: rundir.EventWriter | None = None
         self._saved_step: int | None = None  # the step of the checkpoint saved last
 
-        torch.manual_seed(self.cfg.seed)
-        random.seed(self.cfg.seed)
+        seed_process(self.cfg.seed)
         # Set-up milestones: a stop requested while setting up ends the run here (the CLI's
         # signal handler also raises at once; this catches a stop from stdin and one that
         # library code swallowed).
@@ -153,13 +112,10 @@ class Trainer(Declares):
             raise ValueError("; ".join(f"{field}: {message}" for field, message in missing))
         self.accuracy_reward = accuracy_reward_name(preset.data, held_out, [r.name for r in preset.rewards])
         self.stop.check_setup()
-        self.loaded: LoadedModel = load_model(preset.model, self.cfg.gradient_checkpointing)
-        self.checkpointing = self.loaded.gradient_checkpointing
-        self.model = self.loaded.model
-        self.tokenizer = self.loaded.tokenizer
-        self.device = self.loaded.device
+        loaded: LoadedModel = load_model(preset.model, self.cfg.gradient_checkpointing)
+        self.policy = Policy(loaded, Sampling.of(self.algo), preset.group_size)
         # Prompts as the model sees them: through its chat template (engine/model/chat.py).
-        self.chat = chat_format(preset.model.chat_template, self.loaded.tokenizer_chat_template,
+        self.chat = chat_format(preset.model.chat_template, loaded.tokenizer_chat_template,
                                 preset.data.system_prompt, preset_dir)
         self.train_examples, self.eval_examples = (
             template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
@@ -169,7 +125,7 @@ class Trainer(Declares):
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
         self.stop.check_setup()
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
-                           self.algo.max_completion_length, self.loaded.context_length)
+                           self.algo.max_completion_length, loaded.context_length)
 
         self.setup_modules()
         # training.fsdp with several processes: the decoder layers sharded (FSDP2), before
@@ -179,31 +135,44 @@ class Trainer(Declares):
             from engine.distributed.sharding import shard_layers
 
             self.sharded_layers = shard_layers(self.model, self.world)
-        self.optimizer = torch.optim.AdamW(
-            self.trainable_parameters(),
-            lr=self.cfg.learning_rate, betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
-            weight_decay=self.cfg.weight_decay,
-        )
-        total_updates = self.cfg.max_steps * self.updates_per_step()
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: lr_factor(s, self.cfg.warmup_steps, total_updates, self.cfg.lr_scheduler_type),
-        )
-        # `generator` draws what every rank must draw alike (PPO's mini-batch order);
-        # `sample_generator` samples completions, and differs between ranks (one process:
-        # the same generator, as before there were several).
-        self.generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)
-        self.sample_generator = self.generator
-        if self.world.size > 1:
-            self.sample_generator = torch.Generator(device=self.device).manual_seed(
-                self.cfg.seed + 1_000_003 * self.world.rank)
-        # Several processes: DDP averages the trained modules' gradients (world.py).
-        self.ddp = self.world.data_parallel(self.trained_modules())
+        self.optimization = Optimization(self.trainable_parameters(), self.cfg,
+                                         total_updates=self.cfg.max_steps * self.updates_per_step(),
+                                         device_type=self.device.type, fp16=loaded.dtype == torch.float16)
+        self.random_states = RandomStates(self.cfg.seed, self.device, self.world.rank, self.world.size)
+        # Several processes: DDP averages the trained modules' gradients (world.py); a
+        # sharded model's passes are collectives, so every process decodes as long as any.
+        self.policy.ddp = self.world.data_parallel(self.trained_modules())
+        if self.sharded_layers:
+            self.policy.finished_everywhere = lambda finished: not self.world.any(not finished)
         # micro_batch_size `auto` starts with the whole batch and halves on out-of-memory.
-        self.auto_micro_batch = self.cfg.batch_size
+        batch_share = self.world.share(self.cfg.batch_size)
+        self.micro_batch_size = MicroBatchSize(self.cfg.micro_batch_size, self.cfg.batch_size,
+                                               batch_share.stop - batch_share.start)
         self.phase = "rollout"  # the part of a step running: "rollout" or "update" (messages)
-        # Loss scaling for an fp16 model only (a no-op otherwise); its scale is in checkpoints.
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.loaded.dtype == torch.float16)
+
+    # ------------------------------------------------------------ the parts
+    # What the algorithms and tests reach through the trainer; each lives in its part.
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy.model
+
+    @property
+    def tokenizer(self):
+        return self.policy.tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return self.policy.device
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.optimization.optimizer
+
+    @property
+    def scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
+        return self.optimization.scheduler
+
 
     # ------------------------------------------------------- subclass hooks
 
@@ -235,39 +204,19 @@ class Trainer(Declares):
     def load_extra_state(self, state: dict) -> None:
         pass
 
-    def train_step(self) -> dict:
+    def train_step(self) -> StepResult:
         raise NotImplementedError
 
-    def write_step_outputs(self) -> None:
+    def write_step_outputs(self, outputs) -> None:
+        """Samples events and trajectory records of the step just taken, from the outputs
+        its StepResult carried (rank 0 alone)."""
         raise NotImplementedError
 
     # --------------------------------------------------------------- rollouts
 
-    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
-
-    def decode_completions(self, rollout: Rollout) -> list[str]:
-        """The completions' text for the rewards: the end token that stopped one is cut,
-        whether or not the tokenizer calls it special (`<|im_end|>` and the like)."""
-        eos = set(self.loaded.eos_token_ids)
-        ids = [row[: int(n)].tolist() for row, n in zip(rollout.completion_ids, rollout.lengths)]
-        ids = [row[:-1] if row and row[-1] in eos else row for row in ids]
-        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
-
     def generate(self, prompts: list[str], greedy: bool = False, group_size: int = 1) -> Rollout:
-        ids, mask = self.encode_prompts(prompts)
-        set_update_mode(self.model, False)
-        return sample(
-            self.model, ids, mask,
-            max_new_tokens=self.algo.max_completion_length,
-            eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
-            temperature=self.temperature, top_p=getattr(self.algo, "top_p", 1.0),
-            top_k=getattr(self.algo, "top_k", 0),
-            greedy=greedy, generator=self.sample_generator, group_size=group_size,
-            # A sharded model's passes are collectives: every process decodes as long as any.
-            finished_everywhere=(lambda finished: not self.world.any(not finished)) if self.sharded_layers else None,
-        )
+        """Completions of `prompts`, sampled with this process's sampling generator."""
+        return self.policy.generate(prompts, self.random_states.sample_generator, greedy=greedy, group_size=group_size)
 
     def sample_batch(self, prompts: list[str], group_size: int) -> tuple[Rollout, list[str]]:
         """The step's rollout over all `prompts` and the completions' text. With several
@@ -277,7 +226,7 @@ class Trainer(Declares):
         rollout = self.generate(prompts[rows], group_size=group_size)
         if self.world.distributed:
             rollout = gather_rollout(self.world, rollout, self.tokenizer.pad_token_id)
-        return rollout, self.decode_completions(rollout)
+        return rollout, self.policy.decode_completions(rollout)
 
     def score(self, prompts: list[str], completions: list[str], fields: dict[str, list],
               group_size: int) -> tuple[list[float], dict[str, list[float]]]:
@@ -292,29 +241,14 @@ class Trainer(Declares):
             components = {k: [v for part in parts for v in part[1][k]] for k in components}
         return totals, components
 
-    @property
-    def temperature(self) -> float:
-        """Sampling temperature; the update scores tokens at the same temperature, so its
-        logprobs are those of the policy that sampled. DPO samples only greedily (eval)."""
-        return getattr(self.algo, "temperature", 1.0)
-
     def completion_logits(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> TokenLogits:
-        """Temperature-scaled logits that predict each completion token, as a TokenLogits
-        (b, T, V) computed in chunks (its `hidden`, (b, T, H), is what a value head reads).
-        Rows come in groups of `group_size` identical prompts (default: the preset's)."""
-        group_size = self.preset.group_size if group_size is None else group_size
-        args = (self.model, rollout, rows, group_size)
-        kwargs = {"temperature": self.temperature, "shared_prefix": not self.checkpointing}
-        if self.ddp is not None and torch.is_grad_enabled():
-            # A pass whose backward follows: through DDP, which then reduces the gradients.
-            return self.ddp(completion_logits, *args, **kwargs)
-        return completion_logits(*args, **kwargs)
+        """The policy's pass over `rows` (Policy.completion_logits): every pass of a step
+        goes through here, the one place a subclass or a test intercepts them."""
+        return self.policy.completion_logits(rollout, rows, group_size)
 
-    @torch.no_grad()
     def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
-        with reference_mode(self.model):
-            logits = self.completion_logits(rollout, rows, group_size=group_size)
-            return logits.logprobs(rollout.completion_ids[rows])
+        """The reference's logprobs (the adapter disabled) of `rows`' completion tokens."""
+        return self.policy.reference_logprobs(rollout, rows, group_size)
 
     def recorded_reference(self, rollout: Rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:
         """Reference logprobs of the first `rows` rows, for the inspector's records (rank 0
@@ -326,13 +260,7 @@ class Trainer(Declares):
     def micro_batches(self, batch: int, unit: int = 1) -> list[slice]:
         """This process's micro-batches of a batch of `batch` rows: all of them with one
         process; with several, those of its share (World.share, in whole `unit`s)."""
-        share = self.world.share(batch, unit)
-        rows = share.stop - share.start
-        size = self.cfg.micro_batch_size if isinstance(self.cfg.micro_batch_size, int) else rows
-        if self.cfg.micro_batch_size == "auto":
-            size = min(rows, self.auto_micro_batch)
-        size = max(size, 1)
-        return [slice(i, min(i + size, share.stop)) for i in range(share.start, share.stop, size)]
+        return self.micro_batch_size.slices(self.world.share(batch, unit))
 
     @contextlib.contextmanager
     def synced(self, index: int, count: int):
@@ -343,7 +271,7 @@ class Trainer(Declares):
             from engine.distributed.sharding import set_layers_sync
 
             set_layers_sync(self.sharded_layers, sync)
-        with self.world.no_sync(self.ddp, sync):
+        with self.world.no_sync(self.policy.ddp, sync):
             yield
 
     def num_recorded(self, batch: int, unit: int = 1) -> int:
@@ -366,42 +294,39 @@ class Trainer(Declares):
         fields = {k: [e.fields.get(k) for e in examples for _ in range(G)] for k in names}
         return examples, prompts, fields
 
-    def train_step_that_fits(self) -> dict:
+    def train_step_that_fits(self) -> StepResult:
         """train_step, taken again with half the micro-batch on GPU out-of-memory when
         micro_batch_size is `auto`, else failing with the fields to change (memory.py)."""
-        return train_step_that_fits(self)
+        sizes = self.micro_batch_size
+        # A step that updates more than once may fail after an update: its weights and
+        # optimizer states are kept too (only when it can be retried).
+        start = StepStart(self.stream, self.random_states, self.optimization,
+                          updates=sizes.auto and self.updates_per_step() > 1)
+        fields = MemoryFields(self.cfg.batch_size, self.MICRO_BATCH_UNIT, self.algo.max_completion_length,
+                              self.policy.checkpointing)
+
+        def attempt() -> StepResult:
+            self.phase = "rollout"
+            return self.train_step()
+
+        def halved(old: int, new: int) -> None:
+            log.warning("step %d: out of GPU memory with micro-batches of %d; trying %d", self.step + 1, old, new)
+            self.events.emit("micro_batch_size", step=self.step, old=old, new=new, reason="out of GPU memory")
+
+        return step_that_fits(attempt, sizes, start, fields, phase=lambda: self.phase, on_halved=halved)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate a (micro-batch's) loss; scaled first for an fp16 model, whose
-        small gradients would otherwise underflow to zero (bf16 and fp32 need no scaling).
-        DDP averages gradients over the processes; the losses are shares of the whole
-        batch's, so they are multiplied by the number of processes to sum instead."""
-        if self.world.distributed:  # DDP and FSDP2 both average
-            loss = loss * self.world.size
-        self.scaler.scale(loss).backward()
+        """Backpropagate a (micro-batch's) loss (Optimization.backward): with several
+        processes the losses are shares of the batch's, summed rather than averaged."""
+        self.optimization.backward(loss, self.world.size if self.world.distributed else 1)
 
     def clip_and_step(self, loss_total: float) -> tuple[float, bool]:
-        """Clip the gradient and take an optimizer and scheduler step, unless the loss or
-        the gradient is not finite (then the gradient is dropped). Returns (grad norm, ok).
-        In fp16 an infinite gradient with a finite loss is the loss scale overflowing: the
-        step is skipped and the scale lowered (as torch.amp does), not counted as a fault."""
-        self.scaler.unscale_(self.optimizer)
-        if self.sharded_layers:  # the norm over every process's shards
-            from engine.distributed.sharding import clip_grad_norm
-
-            grad_norm = clip_grad_norm(self.trainable_parameters(), self.cfg.max_grad_norm)
-        else:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable_parameters(), self.cfg.max_grad_norm))
-        overflow = self.scaler.is_enabled() and math.isfinite(loss_total) and not math.isfinite(grad_norm)
-        if not overflow and not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.update()
-            return grad_norm, False
-        self.scaler.step(self.optimizer)  # skipped by the scaler itself on an overflow
-        self.scaler.update()
-        if not overflow:
-            self.scheduler.step()
-        return grad_norm, True
+        """Clip and step (Optimization.clip_and_step); a sharded model's gradient norm is
+        taken over every process's shards. Returns (grad norm, ok)."""
+        clip = None
+        if self.sharded_layers:
+            from engine.distributed.sharding import clip_grad_norm as clip
+        return self.optimization.clip_and_step(loss_total, clip)
 
     def count_skipped_step(self) -> None:
         self.nonfinite_steps += 1
@@ -414,32 +339,19 @@ class Trainer(Declares):
                 "training.learning_rate or check the rewards for extreme values"
             )
 
-    def rollout_metrics(self, rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
-        """Metrics of a sampled batch that every online algorithm logs (step_metrics.py)."""
-        return rollout_metrics(rollout, rewards, components)
-
     def timing_metrics(self, times: list[float], samples: int, tokens: int, generated: int | None = None) -> dict:
-        """times: perf_counter at the start, after the rollout, after rewards, at the end."""
-        return timing_metrics(self, times, samples, tokens, generated)
+        """times: perf_counter at the start, after the rollout, after rewards, at the end
+        (step_metrics.timing_metrics, with the learning rate and the skipped steps)."""
+        return timing_metrics(times, samples, tokens, generated, learning_rate=self.optimization.learning_rate,
+                              skipped_steps=self.nonfinite_steps, loss_scale=self.optimization.loss_scale)
 
     def emit_samples(self, samples: list[dict]) -> None:
         if samples:
             self.events.emit("samples", step=self.step, samples=samples)
 
     def emit_rollout_samples(self, last: RolloutStepOutputs, advantages: torch.Tensor) -> None:
-        """The first log_completions sampled completions of an online step. `advantages`
-        is (B,) per completion or (B, T) per token; a per-token one is shown by its first
-        token's (for GAE and REINFORCE++ that token carries the whole return)."""
-        per_sample = advantages if advantages.dim() == 1 else advantages[:, 0]
-        G = self.preset.group_size
-        self.emit_samples([
-            {"index": i, "group": i // G,
-             "prompt": last.prompts[i], "completion": last.completions[i],
-             "reward": last.totals[i],
-             "rewards": {k: v[i] for k, v in last.components.items()},
-             "advantage": float(per_sample[i])}
-            for i in range(min(self.cfg.log_completions, len(last.prompts)))
-        ])
+        """The first log_completions sampled completions of an online step."""
+        self.emit_samples(last.samples(advantages, self.preset.group_size, self.cfg.log_completions))
 
     def write_trajectories(self, records: list[dict]) -> None:
         for record in records:
@@ -457,37 +369,40 @@ class Trainer(Declares):
 
     def evaluate(self) -> dict:
         """Greedy decoding on the held-out split: accuracy and mean reward (evaluation.py)."""
-        return evaluate_generations(self)
+        if not self.eval_examples:
+            return {}
+        return evaluate_generations(self.eval_examples, self.greedy_completions, self.reward_components,
+                                    accuracy_function(self.preset.rewards, self.accuracy_reward),
+                                    batch=max(self.cfg.batch_size, MIN_EVAL_BATCH))
+
+    def greedy_completions(self, prompts: list[str]) -> list[str]:
+        return self.policy.decode_completions(self.generate(prompts, greedy=True))
 
     # ------------------------------------------------------------- checkpoints
+
+    def checkpoint_parts(self) -> CheckpointParts:
+        """The parts a checkpoint holds (engine/algorithms/checkpoints.py)."""
+        return CheckpointParts(self.model, self.optimization, self.random_states, self.world,
+                               sharded=self.trained_holder() if self.sharded_layers else None)
 
     def save_checkpoint(self) -> Path:
         """Adapter, optimizer, scheduler, RNG, step and data position, written so that a
         checkpoint on disk is always complete (engine/algorithms/checkpoints.py)."""
-        return save_checkpoint(self)
+        progress = Progress(self.step, self.stream.position, self.nonfinite_steps)
+        return save_checkpoint(self.checkpoint_parts(), self.run_dir, progress, self.extra_state(),
+                               keep=self.cfg.save_total_limit)
 
     def load_checkpoint(self, folder: Path) -> None:
-        load_checkpoint(self, folder)
+        progress, extra = load_checkpoint(self.checkpoint_parts(), folder, self.device)
+        self.load_extra_state(extra)
+        self.step, self.stream.position, self.nonfinite_steps = (
+            progress.step, progress.data_position, progress.nonfinite_steps)
 
     # -------------------------------------------------------------------- run
 
     def run_started_fields(self) -> dict:
-        counts = parameter_counts(self.model)
-        return {
-            "preset": preset_to_dict(self.preset),
-            "model": {"name_or_path": self.preset.model.name_or_path,
-                      "architecture": type(self.model.get_base_model()).__name__,
-                      "parameters": counts["total"], "trainable_parameters": counts["trainable"],
-                      "lora_targets": self.loaded.target_modules,
-                      "context_length": self.loaded.context_length,
-                      "chat_template": self.chat.source, "eos_token_ids": self.loaded.eos_token_ids},
-            "device": str(self.device), "dtype": str(self.loaded.dtype).removeprefix("torch."),
-            "algorithm": self.algo.name, "max_steps": self.cfg.max_steps, "pid": os.getpid(),
-            "num_train": len(self.train_examples), "num_eval": len(self.eval_examples), **self.declaration(),
-            "world_size": self.world.size, "backend": self.world.backend,
-            **({"processes": [{"rank": r, "host": h, "pid": p} for r, (h, p) in enumerate(self.world.processes)]}
-               if self.world.distributed else {}),
-        }
+        return run_started_fields(self.preset, self.policy, self.chat.source, self.world, self.declaration(),
+                                  len(self.train_examples), len(self.eval_examples))
 
     def run(self, on_step=None, resume_from: Path | None = None, fork_of: dict | None = None) -> str:
         """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
@@ -501,9 +416,7 @@ class Trainer(Declares):
         self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Rank 0 alone writes the run directory; the other ranks' events go nowhere.
-        self.events = rundir.EventWriter(self.run_dir) if self.world.is_main else rundir.NullEventWriter()
-        if self.world.is_main:  # training.report_to: tensorboard also writes RUN_DIR/tensorboard/
-            self.events = tee_for(self.events, self.run_dir, self.cfg.report_to)
+        self.events.open(self.run_dir, self.cfg.report_to, self.world.is_main, on_alarm=self.on_alarm)
         self._saved_step = None
         try:
             if resume_from is None:
@@ -521,17 +434,17 @@ class Trainer(Declares):
                         save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
                     self.events.emit("run_started", step=self.step, parent=fork_of, **self.run_started_fields())
                 else:
-                    self.watcher.replay(rundir.read_events(self.run_dir), until_step=self.step)
+                    self.events.watcher.replay(rundir.read_events(self.run_dir), until_step=self.step)
                     self.events.emit("run_resumed", step=self.step, checkpoint=str(resume_from.name),
                                      data_position=self.stream.position, **self.run_started_fields())
             first_step = self.step
             while self.step < self.cfg.max_steps and not self.stop_agreed():
-                metrics = self.train_step_that_fits()
-                if self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps:
-                    self.events.emit("metrics", step=self.step, **metrics)
-                self.raise_alarms(self.watcher.observe_metrics(self.step, metrics))
+                result = self.train_step_that_fits()
+                metrics = result.metrics
+                logged = self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps
+                self.events.metrics(self.step, metrics, logged)
                 if self.world.is_main:
-                    self.write_step_outputs()
+                    self.write_step_outputs(result.outputs)
                 if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:
                     self._evaluate_and_emit()
                 if self.cfg.save_steps and self.step % self.cfg.save_steps == 0 and self.step < self.cfg.max_steps:
@@ -571,23 +484,10 @@ class Trainer(Declares):
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            raise OutOfMemory(out_of_memory_message("evaluation", batch=max(self.cfg.batch_size, 32), micro_batch=0,
+            raise OutOfMemory(out_of_memory_message("evaluation", batch=max(self.cfg.batch_size, MIN_EVAL_BATCH), micro_batch=0,
                                                     unit="", max_tokens=self.algo.max_completion_length, auto=False,
-                                                    checkpointing=self.checkpointing)) from exc
-        if result:
-            self.events.emit("eval", step=self.step, **result)
-            self.raise_alarms(self.watcher.observe_eval(self.step, result))
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in result.items()
-                              if k in ("accuracy", "reward", "preference_accuracy") and v is not None)
-            log.info("eval at step %d: %s", self.step, shown or "no scores")
-
-    def raise_alarms(self, alarms: list[dict]) -> None:
-        """Write the watcher's alarms (engine/alarms), rank 0 alone."""
-        for alarm in alarms if self.world.is_main else ():
-            self.events.emit("alarm", **alarm)
-            log.warning(alarm_line(alarm))
-            if self.on_alarm is not None:
-                self.on_alarm(alarm)
+                                                    checkpointing=self.policy.checkpointing)) from exc
+        self.events.evaluation(self.step, result)
 
     def _save_and_emit(self) -> None:
         path = self.save_checkpoint()  # every rank gives its random states; rank 0 writes

@@ -1,46 +1,59 @@
 """Held-out evaluation by generation: greedy completions of the held-out prompts, their
-rewards, and accuracy by the preset's first verifier. `self` is the Trainer
-(engine/algorithms/base.py); DPO adds its preference accuracy (engine/algorithms/dpo/trainer.py).
+rewards, and accuracy by the preset's first verifier. Given the examples, a function that
+completes prompts and the rewards, not the trainer; DPO adds its preference accuracy
+(engine/algorithms/dpo/trainer.py).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Callable
 
 import torch
 
+from engine.data import Example
 from engine.rewards import build_reward, combine_rewards
 
-if TYPE_CHECKING:
-    from engine.algorithms.base import Trainer
+__all__ = ["accuracy_function", "evaluate_generations"]
 
-__all__ = ["evaluate_generations"]
+# Held-out prompts decoded at once: at least this many, or training.batch_size.
+MIN_EVAL_BATCH = 32
+
+
+def accuracy_function(rewards: list, name: str | None):
+    """The reward that judges accuracy (`name`, from engine.data.accuracy_reward_name),
+    built with the options the preset's `rewards` give it, if they list it; None
+    without one."""
+    if not name:
+        return None
+    options = next((r.options for r in rewards if r.name == name), {})
+    return build_reward(name, **options)
 
 
 @torch.no_grad()
-def evaluate_generations(self: "Trainer") -> dict:
-    """Greedy decoding on the held-out split: accuracy and mean reward."""
-    if not self.eval_examples:
+def evaluate_generations(examples: list[Example], complete: Callable[[list[str]], list[str]],
+                         reward_components: list, accuracy, batch: int) -> dict:
+    """Greedy decoding on the held-out split: accuracy and mean reward.
+
+    `complete(prompts)`: the greedy completions' text; `accuracy`: the reward whose 1.0
+    counts as correct (None: no accuracy); `batch`: prompts decoded at once. Returns
+    {} without examples, else reward, accuracy, num_examples, eval_time, the first
+    samples and each reward component's mean (`rewards/NAME/mean`)."""
+    if not examples:
         return {}
     t0 = time.perf_counter()
-    batch = max(self.cfg.batch_size, 32)
     totals, comps, correct, samples = [], {}, [], []
-    acc_fn = None
-    if self.accuracy_reward:  # with the options the preset gives that reward, if it has it
-        options = next((r.options for r in self.preset.rewards if r.name == self.accuracy_reward), {})
-        acc_fn = build_reward(self.accuracy_reward, **options)
-    for i in range(0, len(self.eval_examples), batch):
-        chunk = self.eval_examples[i: i + batch]
+    for i in range(0, len(examples), batch):
+        chunk = examples[i: i + batch]
         prompts = [e.prompt for e in chunk]
         fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
-        completions = self.decode_completions(self.generate(prompts, greedy=True))
-        t, c = combine_rewards(self.reward_components, prompts, completions, fields)
+        completions = complete(prompts)
+        t, c = combine_rewards(reward_components, prompts, completions, fields)
         totals += t
         for k, v in c.items():
             comps.setdefault(k, []).extend(v)
-        if acc_fn is not None:
-            correct += [float(v == 1.0) for v in acc_fn(prompts, completions, **fields)]
+        if accuracy is not None:
+            correct += [float(v == 1.0) for v in accuracy(prompts, completions, **fields)]
         if not samples:
             samples = [{"prompt": p, "completion": c_, "reward": r}
                        for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]

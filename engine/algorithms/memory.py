@@ -8,18 +8,27 @@ had the smaller micro-batch from the start. A step that updates more than once (
 epochs and mini-batches, GRPO's num_iterations) may run out after its first update, so
 its trained weights and optimizer state are kept on the CPU as it begins and put back
 before the retry.
+
+The parts: `MicroBatchSize` (the setting, and the size `auto` has come down to),
+`StepStart` (where a step began), `MemoryFields` (what a message names) and
+`step_that_fits`, which takes a step function and retries it.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 
-__all__ = ["OutOfMemory", "StepSnapshot", "UpdateSnapshot", "is_out_of_memory", "out_of_memory_message", "train_step_that_fits"]
+from engine.algorithms.optimization import Optimization
+from engine.algorithms.random_states import RandomStates, process_state, set_process_state
 
+__all__ = ["MemoryFields", "MicroBatchSize", "OutOfMemory", "StepStart", "is_out_of_memory", "out_of_memory_message",
+           "step_that_fits"]
+
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
@@ -64,102 +73,126 @@ def out_of_memory_message(phase: str, *, batch: int, micro_batch: int, unit: str
     return f"the GPU ran out of memory {where}: " + "; ".join(fixes)
 
 
-@dataclass
-class StepSnapshot:
-    """What a step changes before its update: the data position and the random states."""
+@dataclass(frozen=True)
+class MemoryFields:
+    """The preset's values an out-of-memory message of a training step names."""
 
-    data_position: int
-    torch_rng: torch.Tensor
-    cuda_rng: list | None
-    python_rng: tuple
-    generator: torch.Tensor
+    batch: int  # training.batch_size
+    unit: str  # what training.micro_batch_size counts: "completions", "preference pairs"
+    max_tokens: int  # algorithm.max_completion_length
+    checkpointing: bool  # whether gradient checkpointing is on
 
-    @classmethod
-    def take(cls, trainer) -> "StepSnapshot":
-        return cls(trainer.stream.position, torch.get_rng_state(),
-                   torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                   random.getstate(), trainer.generator.get_state())
-
-    def restore(self, trainer) -> None:
-        trainer.stream.position = self.data_position
-        torch.set_rng_state(self.torch_rng)
-        if self.cuda_rng is not None:
-            torch.cuda.set_rng_state_all(self.cuda_rng)
-        random.setstate(self.python_rng)
-        trainer.generator.set_state(self.generator)
+    def message(self, phase: str, micro_batch: int, auto: bool) -> str:
+        return out_of_memory_message(phase, batch=self.batch, micro_batch=micro_batch, unit=self.unit,
+                                     max_tokens=self.max_tokens, auto=auto, checkpointing=self.checkpointing)
 
 
-def _on_cpu(value):
-    """A copy of an optimizer state_dict with every tensor on the CPU (the live one's
-    tensors are the optimizer's own, updated in place)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_on_cpu(v) for v in value)
-    return value
+class MicroBatchSize:
+    """training.micro_batch_size as a run uses it: a number, None (this process's whole
+    share of a batch) or `auto` (the whole batch at first, halved on each out-of-memory).
+    `batch_rows`: this process's rows of a whole batch (all `batch_size` in one process).
+
+    Example:
+        >>> sizes = MicroBatchSize("auto", batch_size=8)
+        >>> sizes.slices(slice(0, 8))
+        [slice(0, 8, None)]
+        >>> sizes.halve(), sizes.slices(slice(0, 8))
+        (4, [slice(0, 4, None), slice(4, 8, None)])
+        >>> MicroBatchSize(3, batch_size=8).slices(slice(4, 8))  # a second process's share
+        [slice(4, 7, None), slice(7, 8, None)]
+    """
+
+    def __init__(self, setting: int | str | None, batch_size: int, batch_rows: int | None = None):
+        self.setting = setting
+        self.auto = setting == "auto"
+        self.batch_rows = batch_size if batch_rows is None else batch_rows
+        self.auto_size = batch_size  # what `auto` has come down to
+
+    def for_rows(self, rows: int) -> int:
+        """The micro-batch size for a share of `rows` rows."""
+        size = self.setting if isinstance(self.setting, int) else rows
+        if self.auto:
+            size = min(rows, self.auto_size)
+        return max(size, 1)
+
+    @property
+    def current(self) -> int:
+        """The micro-batch size of a whole batch's share (what a message names)."""
+        return self.for_rows(self.batch_rows)
+
+    def slices(self, share: slice) -> list[slice]:
+        """The micro-batches of the rows `share`."""
+        size = self.for_rows(share.stop - share.start)
+        return [slice(i, min(i + size, share.stop)) for i in range(share.start, share.stop, size)]
+
+    def halve(self) -> int:
+        """Halve the size `auto` uses; returns the new size."""
+        self.auto_size = self.current // 2
+        return self.auto_size
 
 
-@dataclass
-class UpdateSnapshot:
-    """What an update changes: the trained weights (adapter, PPO's value head) and the
-    optimizer, scheduler and loss-scaler states, copied to the CPU. Small: LoRA weights
-    and their AdamW moments."""
+class StepStart:
+    """Where a step began, to take it again: the data position and the random states;
+    with `updates` (a step that updates more than once), the trained weights and the
+    optimizer, scheduler and loss-scaler states too, copied to the CPU (small: LoRA
+    weights and their AdamW moments). `stream`: what holds the data position."""
 
-    weights: list[torch.Tensor]
-    optimizer: dict
-    scheduler: dict
-    scaler: dict
+    def __init__(self, stream, random_states: RandomStates, optimization: Optimization, updates: bool):
+        self.stream, self.random_states, self.optimization = stream, random_states, optimization
+        self.data_position = stream.position
+        self.process_rng = process_state()
+        self.generator = random_states.generator.get_state()
+        self.weights = [p.detach().to("cpu", copy=True) for p in optimization.parameters] if updates else None
+        self.optimizer = optimization.snapshot() if updates else None
 
-    @classmethod
-    def take(cls, trainer) -> "UpdateSnapshot":
-        return cls([p.detach().to("cpu", copy=True) for p in trainer.trainable_parameters()],
-                   _on_cpu(trainer.optimizer.state_dict()), trainer.scheduler.state_dict(),
-                   trainer.scaler.state_dict())
+    def free(self) -> None:
+        """Drop what the failed attempt held: gradients, and the allocator's cached blocks."""
+        self.optimization.zero_grad()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
-    def restore(self, trainer) -> None:
-        with torch.no_grad():
-            for param, saved in zip(trainer.trainable_parameters(), self.weights):
-                param.copy_(saved)
-        trainer.optimizer.load_state_dict(self.optimizer)  # moves the state to the weights' device
-        trainer.scheduler.load_state_dict(self.scheduler)
-        trainer.scaler.load_state_dict(self.scaler)
-
-
-def free_memory(trainer) -> None:
-    """Drop what the failed step held: gradients, and the allocator's cached blocks."""
-    trainer.optimizer.zero_grad(set_to_none=True)
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    def restore(self) -> None:
+        self.stream.position = self.data_position
+        set_process_state(self.process_rng)
+        self.random_states.generator.set_state(self.generator)
+        if self.weights is not None:
+            with torch.no_grad():
+                for param, saved in zip(self.optimization.parameters, self.weights):
+                    param.copy_(saved)
+            self.optimization.restore(self.optimizer)
 
 
-def train_step_that_fits(self) -> dict:  # self: the Trainer
-    """train_step; on GPU out-of-memory, with micro_batch_size `auto`, the micro-batch
-    is halved and the step taken again from where it began (a `micro_batch_size`
-    event says so); otherwise the run fails naming the fields that would make it fit."""
-    auto = self.cfg.micro_batch_size == "auto"
-    snapshot = StepSnapshot.take(self)  # restored before each retry, so taken once
-    updates = UpdateSnapshot.take(self) if auto and self.updates_per_step() > 1 else None
+def step_that_fits(take_step: Callable[[], T], sizes: MicroBatchSize, start: StepStart, fields: MemoryFields, *,
+                   phase: Callable[[], str], on_halved: Callable[[int, int], None]) -> T:
+    """`take_step()`; on GPU out-of-memory in the update (`phase()` says where it was)
+    with micro_batch_size `auto`, the micro-batch is halved and the step taken again from
+    `start` (`on_halved(old, new)` tells the run); otherwise OutOfMemory, naming the
+    fields that would make it fit. `start`: anything with `free()` and `restore()`.
+
+    Example (a step that fits micro-batches of 2):
+        >>> sizes = MicroBatchSize("auto", batch_size=8)
+        >>> def step():
+        ...     if sizes.current > 2:
+        ...         raise torch.OutOfMemoryError("CUDA out of memory")
+        ...     return "trained"
+        >>> class Start:
+        ...     def free(self): pass
+        ...     def restore(self): pass
+        >>> fields = MemoryFields(batch=8, unit="completions", max_tokens=16, checkpointing=False)
+        >>> step_that_fits(step, sizes, Start(), fields, phase=lambda: "update", on_halved=print)
+        8 4
+        4 2
+        'trained'
+    """
     while True:
-        self.phase = "rollout"
         try:
-            return self.train_step()
+            return take_step()
         except Exception as exc:
             if not is_out_of_memory(exc):
                 raise
-            free_memory(self)
-            size = self.micro_batches(self.cfg.batch_size)[0].stop
-            if not auto or self.phase == "rollout" or size <= 1:
-                raise OutOfMemory(out_of_memory_message(
-                    self.phase, batch=self.cfg.batch_size, micro_batch=size, unit=self.MICRO_BATCH_UNIT,
-                    max_tokens=self.algo.max_completion_length, auto=auto,
-                    checkpointing=self.checkpointing)) from exc
-            snapshot.restore(self)
-            if updates is not None:
-                updates.restore(self)
-            self.auto_micro_batch = size // 2
-            log.warning("step %d: out of GPU memory with micro-batches of %d; trying %d", self.step + 1,
-                        size, self.auto_micro_batch)
-            self.events.emit("micro_batch_size", step=self.step, old=size, new=self.auto_micro_batch,
-                             reason="out of GPU memory")
+            start.free()
+            size, failed_in = sizes.current, phase()
+            if not sizes.auto or failed_in == "rollout" or size <= 1:
+                raise OutOfMemory(fields.message(failed_in, size, sizes.auto)) from exc
+            start.restore()
+            on_halved(size, sizes.halve())

@@ -5,7 +5,7 @@ The workbench's reward playground runs this in the background: the window never 
 torch, and rewards may need it (a reward model, a user's function). The numbers are the
 engine's own: the components and their weighted total come from the same
 build_reward_components / combine_rewards that `try-reward` and the trainers use, the
-advantages from the estimator GRPO's trainer looks up (engine.rl.advantages.GRPO_ESTIMATORS).
+advantages from the estimator GRPO's trainer looks up (engine.rl.catalog.ESTIMATORS).
 
 Request (a file, or `-` for stdin):
 
@@ -53,9 +53,9 @@ from engine.preset.errors import PresetError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
-# Estimators whose advantage of a completion depends only on the rewards of its group
-# (and, for scale_rewards "batch", on the other groups given): computable from texts.
-PER_COMPLETION_ESTIMATORS = ("grpo", "rloo")
+# An estimator that is not `per_token` (engine.rl.catalog.Estimator) gives a completion an
+# advantage from the rewards of its group (and, for a reward scaling that spans the batch,
+# the other groups given): computable from texts.
 
 
 class BadRequest(ValueError):
@@ -212,7 +212,7 @@ def score(request: dict) -> dict:
     components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
     totals, parts = combine_rewards(components, [i["prompt"] for i in items], [i["completion"] for i in items], fields)
     groups = [item["group"] if item["group"] is not None else index // group_size for index, item in enumerate(items)]
-    advantages, about = group_advantages_of(preset, totals, groups, group_size)
+    advantages, about = group_advantages_of(preset, totals, groups, group_size, base_dir)
     notes += about.pop("notes")
     return {
         "components": [{"label": label, "weight": weight, "source": getattr(reward, "reward_source", "") or ""}
@@ -224,7 +224,8 @@ def score(request: dict) -> dict:
     }
 
 
-def group_advantages_of(preset, totals: list[float], groups: list, group_size: int) -> tuple[list, dict]:
+def group_advantages_of(preset, totals: list[float], groups: list, group_size: int,
+                        base_dir: Path | None = None) -> tuple[list, dict]:
     """Advantages of the items whose group holds exactly `group_size` of them, by the
     estimator GRPO's trainer uses (None for the others), and what was done: (advantages,
     {computed, estimator, scale_rewards, group_size, reason, notes})."""
@@ -233,18 +234,18 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
                              "scale_rewards": getattr(algo, "scale_rewards", None), "group_size": group_size,
                              "reason": "", "notes": []}
     none = [None] * len(totals)
-    if algo.name == "ppo":
-        about["reason"] = ("PPO's advantages come from its critic (GAE over each token, with the value head's "
-                           "estimates), which needs the model; only the rewards are shown")
+    about["reason"] = algo.playground_reason()  # "" where it recomputes group advantages (GRPO)
+    if about["reason"]:
         return none, about
-    if algo.name != "grpo":
-        about["reason"] = (f"{algo.name.upper()} trains on preference pairs and computes no advantages "
-                           "(its rewards judge held-out generations only)")
-        return none, about
-    if algo.advantage_estimator not in PER_COMPLETION_ESTIMATORS:
-        about["reason"] = (f"advantage_estimator {algo.advantage_estimator} whitens over every token of the "
-                           "batch, so its advantages depend on the completions' token counts; only grpo and "
-                           "rloo advantages can be computed from texts")
+    from engine.rl.catalog import ESTIMATORS, REWARD_SCALINGS
+    from engine.rl.user_code import resolve
+
+    estimator = resolve(ESTIMATORS, algo.advantage_estimator, base_dir)
+    if estimator.declares.per_token:
+        computable = [e.name for e in ESTIMATORS.entries() if not e.declares.per_token]
+        about["reason"] = (f"advantage_estimator {algo.advantage_estimator} gives per-token advantages (REINFORCE++ "
+                           "whitens over every token of the batch), which depend on the completions' token counts; only "
+                           f"{' and '.join(computable)} advantages can be computed from texts")
         return none, about
     if group_size < 2:
         about["reason"] = "one completion per group: a group-relative advantage needs at least 2"
@@ -264,17 +265,15 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
         return none, about
     import torch
 
-    from engine.rl.advantages import GRPO_ESTIMATORS
-
     order = [i for rows in complete for i in rows]  # (B,): the groups' completions contiguous
     rewards = torch.tensor([totals[i] for i in order], dtype=torch.float32)
     mask = torch.ones(len(order), 1)  # unused by grpo and rloo
-    values = GRPO_ESTIMATORS[algo.advantage_estimator](rewards, mask, group_size, algo.scale_rewards)
+    values = estimator.call(rewards, mask, num_generations=group_size, scale_rewards=algo.scale_rewards)
     advantages = list(none)
     for i, value in zip(order, values.tolist()):
         advantages[i] = value
     about["computed"] = True
-    if algo.advantage_estimator == "grpo" and algo.scale_rewards == "batch":
+    if estimator.declares.uses_scale_rewards and REWARD_SCALINGS.declares(algo.scale_rewards).spans_batch:
         about["notes"].append(f"scale_rewards batch: the std is over these {len(order)} completions; "
                               "a run's is over its whole batch")
     return advantages, about

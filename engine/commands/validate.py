@@ -20,6 +20,8 @@ from engine.preset.errors import PresetError
 from engine.preset.paths import model_path_problem
 from engine.run.reporting import missing_reporter
 from engine.rewards import reward_source_problems
+from engine.rl.user_code import try_user_functions
+from engine.rl.user_files import source_problems
 
 __all__ = ["validate", "missing_offline"]
 
@@ -63,7 +65,7 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     tokenizer = load_tokenizer(path, preset.model.trust_remote_code)
     fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), preset.data.system_prompt,
                       base_dir)
-    pairs = preset.algorithm.name == "dpo" and preset.data.task is None
+    pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
     examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
     config = AutoConfig.from_pretrained(path, trust_remote_code=preset.model.trust_remote_code)
     longest = check_context_fits(tokenizer, [e.prompt for e in examples], preset.algorithm.max_completion_length,
@@ -83,6 +85,7 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         return 2
     base_dir = Path(preset_path).resolve().parent
     problems = reward_source_problems(preset.rewards, base_dir)
+    problems += source_problems(preset.algorithm, base_dir)  # a loss or estimator of the user's: its file
     model_problem = model_path_problem(preset.model.name_or_path, base_dir)
     if model_problem:
         problems.append(tuple(model_problem.split(": ", 1)))
@@ -93,6 +96,13 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     if problems:
         print(f"error: {preset_path} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in problems), file=sys.stderr)
         return 2
+    # The user's own loss or estimator, run once on a tiny synthetic batch (engine/rl/user_code.py).
+    ran, failed = try_user_functions(preset.algorithm, base_dir)
+    if failed:
+        print(f"error: {preset_path} is invalid:\n" + "\n".join(f"  - {p}: {m}" for p, m in failed), file=sys.stderr)
+        return 2
+    for line in ran:
+        print(line)
     go_offline_if_unreachable(hub_ids_of(preset, base_dir))
     notes = _unavailable(preset, base_dir)
     for field, note in notes:

@@ -36,13 +36,17 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Callable
 
 from engine.data.examples import Example, _split_unique, is_eval_prompt
 from engine.preset.options import Registry
+from engine.rl.registry import Registry as VariantRegistry
 
 __all__ = [
     "Example",
+    "Task",
     "TASKS",
     "CORRUPTIONS",
     "ACCURACY_REWARD",
@@ -273,25 +277,57 @@ def corrupt_sort_answer(answer: str, rng: random.Random) -> str:
 # Registry
 # ---------------------------------------------------------------------------
 
-TASKS: dict[str, Callable[..., tuple[list[Example], list[Example]]]] = {}
-# A plausible wrong answer of the same shape as a right one, from a seeded rng.
-CORRUPTIONS: dict[str, Callable[[str, random.Random], str]] = {}
-# The reward that is 1.0 exactly when a completion is correct (held-out accuracy).
-ACCURACY_REWARD: dict[str, str] = {}
+@dataclass(frozen=True)
+class Task:
+    """What a task declares besides its generator: ``corrupt`` makes a plausible wrong
+    answer of the same shape as a right one, from a seeded rng (the rejected side of a
+    DPO pair); ``accuracy_reward`` is the reward that is 1.0 exactly when a completion is
+    correct (held-out accuracy)."""
+
+    corrupt: Callable[[str, random.Random], str]
+    accuracy_reward: str
+
+
+# The tasks (name -> generator, as a mapping), what `data.task` may name: the preset
+# validates against it and the set-up window lists it when its form is built.
+TASKS: VariantRegistry[Task] = VariantRegistry("task", field="data.task")
+
+
+class _Declared(Mapping):
+    """A read-only view of one declaration of every task: name -> value."""
+
+    def __init__(self, attribute: str):
+        self.attribute = attribute
+
+    def __getitem__(self, name: str):
+        if name not in TASKS:
+            raise KeyError(name)
+        return getattr(TASKS.declares(name), self.attribute)
+
+    def __iter__(self):
+        return iter(TASKS)
+
+    def __len__(self) -> int:
+        return len(TASKS)
+
+
+CORRUPTIONS: Mapping[str, Callable[[str, random.Random], str]] = _Declared("corrupt")
+ACCURACY_REWARD: Mapping[str, str] = _Declared("accuracy_reward")
 
 
 def register_task(name: str, factory: Callable[..., tuple[list[Example], list[Example]]], *,
-                  corrupt: Callable[[str, random.Random], str], accuracy_reward: str) -> None:
+                  corrupt: Callable[[str, random.Random], str], accuracy_reward: str, help: str = "") -> None:
     """Add a built-in task: its generator, how to corrupt one of its answers, and the
-    reward that judges its held-out accuracy."""
-    TASKS[name] = factory
-    CORRUPTIONS[name] = corrupt
-    ACCURACY_REWARD[name] = accuracy_reward
+    reward that judges its held-out accuracy (``help``: one line for the set-up form; the
+    generator's first docstring line by default). A second registration of a name
+    replaces the first."""
+    TASKS.register(name, factory, help, Task(corrupt, accuracy_reward), origin=factory.__module__, replace=True)
 
 
-register_task("sort", make_sort_examples, corrupt=corrupt_sort_answer, accuracy_reward="exact_match")
+register_task("sort", make_sort_examples, corrupt=corrupt_sort_answer, accuracy_reward="exact_match",
+              help="sort a list of digits: `sort 3 1 4 =` -> ` 1 3 4`")
 register_task("arithmetic", make_arithmetic_examples, corrupt=corrupt_integer_answer,
-              accuracy_reward="numeric_match")
+              accuracy_reward="numeric_match", help="evaluate a small integer expression: `calc (2+3)*4 =` -> ` 20`")
 
 
 _REGISTRY = Registry("task", TASKS, skip=_COMMON_ARGS)

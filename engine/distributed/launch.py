@@ -71,24 +71,17 @@ def _die_with_parent() -> None:  # pragma: no cover (runs in the child between f
 
 def world_size_problems(preset, size: int) -> list[str]:
     """What keeps `preset` from running in `size` processes, as messages naming the
-    field and the fix; empty when it can."""
+    field and the fix; empty when it can. What a step shares and any rule of its own
+    come from the algorithm's declarations (engine/algorithms/config_base.py)."""
     if size <= 1:
         return []
     problems = []
     cfg, algo = preset.training, preset.algorithm
-    if algo.name == "dpo":
-        units, what = cfg.batch_size, "preference pairs (training.batch_size)"
-    else:
-        units, what = preset.prompts_per_step, (
-            f"prompts (training.batch_size {cfg.batch_size} / algorithm.num_generations {preset.group_size}), "
-            "and a prompt's completions stay on one process")
+    units, what = algo.step_shares(cfg)  # the algorithm says what its step is made of
     if units < size:
         problems.append(f"--nproc-per-node {size}: a step has {units} {what}, so at most {units} processes can "
                         f"share it; use at most {units} or a larger training.batch_size")
-    if algo.name == "ppo" and algo.num_mini_batches > 1 and cfg.batch_size // algo.num_mini_batches < size:
-        problems.append(f"--nproc-per-node {size}: a PPO mini-batch of {cfg.batch_size // algo.num_mini_batches} "
-                        f"completions (training.batch_size / algorithm.num_mini_batches) cannot be shared by "
-                        f"{size} processes; lower algorithm.num_mini_batches or the process count")
+    problems += algo.world_size_problems(cfg, size)  # its own rules (PPO's mini-batches)
     if cfg.fsdp and preset.model.load_in_4bit:
         problems.append("training.fsdp: FSDP2 does not shard 4-bit weights; set model.load_in_4bit: false "
                         "(sharding already divides the base model's memory by the process count)")

@@ -223,7 +223,7 @@ class MemoryEstimate:
 
     weights: int
     optimizer: int  # LoRA adapter: fp32 weights, gradients, AdamW states
-    value_head: int  # PPO's critic head, the same four fp32 copies
+    value_head: int  # a critic's head (PPO's), the same four fp32 copies
     activations: int  # kept for the backward pass of one micro-batch, as the preset runs
     activations_without_checkpointing: int
     activations_with_checkpointing: int
@@ -295,31 +295,24 @@ def dtype_bytes(dtype: str, device: str) -> int:
 
 
 def update_rows(preset, processes: int = 1) -> tuple[int, int]:
-    """(rows, distinct prompts) of one update micro-batch on one process. micro_batch_size
-    null or `auto` (its first try) is the process's whole share of the batch; a PPO
-    micro-batch is cut from a mini-batch; DPO counts pairs, two rows each, sharing a
-    prompt. With several processes each runs its share (World.share: whole groups, whole
-    pairs; the largest share is counted).
+    """(rows, distinct prompts) of one update micro-batch on one process. The algorithm
+    declares its update pass (`update_batch`, engine/algorithms/config_base.py): units kept
+    whole on one process (GRPO's groups, PPO's mini-batch rows, DPO's pairs of two rows),
+    each after one prompt. micro_batch_size null or `auto` (its first try) is the
+    process's whole share; a number counts rows, or units where the algorithm says so
+    (DPO's pairs). With several processes each runs its share (World.share; the largest
+    share is counted).
 
     >>> from engine.preset.schema import preset_from_dict
     >>> update_rows(preset_from_dict({"training": {"batch_size": 64}}), processes=3)  # 8 groups of 8: 3, 3, 2
     (24, 3)
     """
-    train, algo = preset.training, preset.algorithm
+    train = preset.training
+    batch = preset.algorithm.update_batch(train)
     micro = train.micro_batch_size if isinstance(train.micro_batch_size, int) else None
-    if algo.name == "dpo":
-        share = math.ceil(train.batch_size / processes)
-        size = min(micro or share, share)
-        return 2 * size, size
-    group = getattr(algo, "num_generations", 1)
-    rows = train.batch_size
-    if algo.name == "ppo":
-        rows = train.batch_size // algo.num_mini_batches
-        if algo.num_mini_batches > 1:
-            group = 1  # random mini-batches break the groups (engine.algorithms.ppo.trainer)
-    share = math.ceil(rows // group / processes) * group
-    size = min(micro or share, share)
-    return size, math.ceil(size / group)
+    share = math.ceil(batch.units / processes) * batch.rows
+    size = min(micro * batch.micro_rows if micro else share, share)
+    return size, math.ceil(size / batch.rows)
 
 
 def sharded_weight_bytes(weights: int, embeddings: int, layers: int, processes: int) -> int:
@@ -351,7 +344,7 @@ def estimate_memory(preset, config: dict, *, parameters: int | None = None, prom
     if train.fsdp and processes > 1:  # the adapter lives in the sharded layers too
         weights = sharded_weight_bytes(weights, embeddings * nbytes, s.layers, processes)
         optimizer = math.ceil(optimizer / processes)
-    value_head = (s.hidden + 1) * ADAM_BYTES_PER_PARAMETER if algo.name == "ppo" else 0
+    value_head = (s.hidden + 1) * ADAM_BYTES_PER_PARAMETER if algo.trains_value_head else 0
 
     T = algo.max_completion_length
     rows, prompts = update_rows(preset, processes)

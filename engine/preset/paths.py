@@ -25,6 +25,7 @@ from pathlib import Path
 
 from engine.preset.schema import BUILTIN_MODEL, Preset
 from engine.rewards.paths import absolute_reward_paths, looks_like_local_path
+from engine.rl.user_files import absolute_user_functions
 
 __all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths", "model_path_problem"]
 
@@ -67,8 +68,8 @@ def _absolute(value: str | None, preset_dir, keep=()) -> str | None:
 
 def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Preset:
     """A copy of ``preset`` whose relative prompt file, data set folder or file, chat
-    template file, custom-reward files and reward-model folders are absolute where they
-    exist (see the module's rule);
+    template file, custom-reward files, reward-model folders and the files of a user's own
+    loss or advantage estimator are absolute where they exist (see the module's rule);
     ``preset_dir`` is the folder of the preset file (None: an unsaved preset).
     """
     data = {key: _absolute(getattr(preset.data, key), preset_dir) for key in ("path", "dataset")}
@@ -79,7 +80,8 @@ def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Pres
     for reward in preset.rewards:
         name, options = absolute_reward_paths(reward.name, reward.options, preset_dir)
         rewards.append(reward.model_copy(update={"name": name, "options": options}))
-    return preset.model_copy(update={"rewards": rewards})
+    return preset.model_copy(update={"rewards": rewards,
+                                     "algorithm": absolute_user_functions(preset.algorithm, preset_dir)})
 
 
 def _stat_error(path: Path) -> int | None:

@@ -25,10 +25,12 @@ from pydantic import (
 )
 
 from engine.alarms.config import AlarmsConfig
-from engine.algorithms.dpo.config import DPOConfig
+from engine.algorithms import ALGORITHMS
+from engine.algorithms.dpo.config import DPOConfig  # noqa: F401 (re-exported: the schema's sections in one place)
 from engine.algorithms.grpo.config import GRPOConfig
-from engine.algorithms.ppo.config import PPOConfig
+from engine.algorithms.ppo.config import PPOConfig  # noqa: F401
 from engine.preset.base import Float, Section
+from engine.rl.registry import choice_of
 from engine.preset.errors import PresetError, format_errors
 from engine.preset.io import apply_overrides, read_preset_dict
 from engine.preset.limits import (
@@ -100,13 +102,11 @@ class ModelConfig(Section):
 
 
 # ----------------------------------------------------------------------- algorithm
-# Each algorithm's section lives beside its trainer (engine/algorithms/NAME/config.py).
-# A new algorithm adds its config class to this tuple; the names and the name -> class
-# map are read off the union.
+# Each algorithm's section lives beside its trainer (engine/algorithms/NAME/config.py),
+# registered in engine.algorithms.ALGORITHMS; the union, the names and the name -> class
+# map are read off that registry.
 
-ALGORITHM_CONFIGS: dict[str, type[Section]] = {
-    cls.model_fields["name"].default: cls for cls in (GRPOConfig, PPOConfig, DPOConfig)
-}
+ALGORITHM_CONFIGS: dict[str, type[Section]] = {name: algorithm.config for name, algorithm in ALGORITHMS.items()}
 AlgorithmConfig = Annotated[Union[tuple(ALGORITHM_CONFIGS.values())], Field(discriminator="name")]
 ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
@@ -115,7 +115,9 @@ ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
 
 class DataConfig(Section):
-    task: Union[Literal["sort", "arithmetic"], None] = Field(
+    # Any task registered with engine.data.tasks.register_task (that module is named, not
+    # imported: it imports this one).
+    task: Union[choice_of("engine.data.tasks:TASKS"), None] = Field(
         "sort", description="Built-in task generated offline from the seed; null when `path` or `dataset` is set."
     )
     task_options: dict[str, Any] = Field(
@@ -331,11 +333,9 @@ class Preset(Section):
                 f"algorithm.num_generations ({group}); try batch_size "
                 f"{max(1, train.batch_size // group) * group}"
             )
-        if algo.name == "ppo" and train.batch_size % algo.num_mini_batches:
-            raise ValueError(
-                f"training.batch_size: {train.batch_size} must be divisible by "
-                f"algorithm.num_mini_batches ({algo.num_mini_batches})"
-            )
+        batch_problems = algo.batch_problems(train)  # the algorithm's own rules (PPO's mini-batches)
+        if batch_problems:
+            raise ValueError(batch_problems[0])
         if isinstance(train.micro_batch_size, int) and train.micro_batch_size > train.batch_size:
             raise ValueError(
                 f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"

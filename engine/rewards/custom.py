@@ -71,6 +71,8 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "find_reward_file",
     "load_custom_reward",
+    "load_user_function",
+    "read_function",
     "static_problems",
     "function_options",
     "inspect_reward_file",
@@ -257,20 +259,34 @@ def static_problems(name: str, options: dict, base_dir=None) -> list[tuple[str, 
     options, _timeout, problem = _split_timeout(options)
     if problem:
         return [("options", problem)]
-    file, function = parts
+    node, missing = read_function(name, base_dir)
+    if missing:
+        return [("name", missing)]
+    return _signature_problems(node, options) if node is not None else []
+
+
+def read_function(name: str, base_dir=None) -> tuple[ast.FunctionDef | ast.AsyncFunctionDef | None, str | None]:
+    """``FILE.py:FUNCTION`` read without running it: (the function's ``def``, None), or
+    (None, what is missing: the file, a syntax error, the function), or (None, None)
+    when the name is bound some other way (an import, an assignment: checked when
+    loaded). Shared by custom rewards and engine/rl/user_code.py.
+
+    Example:
+        read_function("my_rewards.py:brevty", "/work")
+        -> (None, "no function 'brevty' in /work/my_rewards.py; it defines: brevity")
+    """
+    file, function = split_custom_name(name)
     path = find_reward_file(file, base_dir)
     if path is None:
-        return [("name", _not_found(file, base_dir))]
+        return None, _not_found(file, base_dir)
     try:
         info = inspect_reward_file(path)
     except ValueError as exc:
-        return [("name", str(exc))]
+        return None, str(exc)
     node = info.functions.get(function)
-    if node is None:
-        if function in info.names or info.star_import:
-            return []  # bound some other way (an import, an assignment): checked when loaded
-        return [("name", _no_function(function, path, info.defined()))]
-    return _signature_problems(node, options)
+    if node is None and not (function in info.names or info.star_import):
+        return None, _no_function(function, path, info.defined())
+    return node, None
 
 
 def _literal(node: ast.expr | None) -> Any:
@@ -313,18 +329,19 @@ def function_options(name: str, base_dir=None) -> dict[str, Any]:
 _MODULES: dict[str, tuple[int, ModuleType]] = {}
 
 
-def _import(path: Path, where: str) -> ModuleType:
-    """Import the file at ``path`` (cached while the file is unchanged)."""
+def _import(path: Path, where: str, error: type[Exception] = RewardError) -> ModuleType:
+    """Import the file at ``path`` (cached while the file is unchanged); ``error`` for a
+    file that cannot be imported or fails while importing."""
     key = str(path)
     stamp = path.stat().st_mtime_ns
     cached = _MODULES.get(key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
     digest = hashlib.sha1(key.encode()).hexdigest()[:8]
-    module_name = f"rl_reward_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
+    module_name = f"rl_user_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}_{digest}"
     spec = importlib.util.spec_from_file_location(module_name, key)
     if spec is None or spec.loader is None:
-        raise RewardError(f"{where}: {path} cannot be imported as Python")
+        raise error(f"{where}: {path} cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     if str(path.parent) not in sys.path:
         sys.path.append(str(path.parent))  # so the file can import its neighbours
@@ -333,12 +350,12 @@ def _import(path: Path, where: str) -> ModuleType:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
         sys.modules.pop(module_name, None)
-        raise RewardError(f"{where}: {exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}") from exc
+        raise error(f"{where}: {exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
         lines = [ln for frame, ln in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == key]
         at = f" (at {path}, line {lines[-1]})" if lines else ""
-        raise RewardError(f"{where}: importing {path} failed with {type(exc).__name__}: {exc}{at}") from exc
+        raise error(f"{where}: importing {path} failed with {type(exc).__name__}: {exc}{at}") from exc
     _MODULES[key] = (stamp, module)
     return module
 
@@ -346,6 +363,39 @@ def _import(path: Path, where: str) -> ModuleType:
 def _defined_in(module: ModuleType) -> list[str]:
     return [name for name, value in vars(module).items()
             if not name.startswith("_") and inspect.isfunction(value) and value.__module__ == module.__name__]
+
+
+def load_user_function(name: str, *, base_dir=None, where: str | None = None, what: str = "a reward function",
+                       error: type[Exception] = RewardError) -> tuple[Any, Path]:
+    """Import ``FILE.py:FUNCTION`` and return (the function, its file's absolute path):
+    the loader shared by custom rewards and a preset's own policy loss or advantage
+    estimator (engine/rl/user_code.py). The file is found as :func:`find_reward_file`
+    finds it and imported once while unchanged. A missing file or function, a failed
+    import, something not callable or an ``async def`` raise ``error`` prefixed with
+    ``where``; ``what`` names the thing in the async message.
+
+    Example (my_losses.py next to the preset holds ``def clip_cov(...)``):
+        load_user_function("my_losses.py:clip_cov", base_dir="/work/presets",
+                           where="algorithm.loss_type", what="a policy loss", error=ValueError)
+        -> (<function clip_cov>, PosixPath('/work/presets/my_losses.py'))
+    """
+    where = where or name
+    parts = split_custom_name(name)
+    if parts is None:
+        raise error(f"{where}: {name!r} is not FILE.py:FUNCTION")
+    file, function = parts
+    path = find_reward_file(file, base_dir)
+    if path is None:
+        raise error(f"{where}: {_not_found(file, base_dir)}")
+    module = _import(path, where, error)
+    if not hasattr(module, function):
+        raise error(f"{where}: {_no_function(function, path, _defined_in(module))}")
+    fn = getattr(module, function)
+    if not callable(fn):
+        raise error(f"{where}: {function!r} in {path} is a {type(fn).__name__}, not a function")
+    if inspect.iscoroutinefunction(fn):
+        raise error(f"{where}: {function} is `async def`; {what} must be a plain function")
+    return fn, path
 
 
 def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | None = None) -> RewardFunc:
@@ -369,18 +419,8 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
     options, timeout, problem = _split_timeout(options)
     if problem:
         raise RewardError(f"{where}: options.{problem}")
-    file, function = parts
-    path = find_reward_file(file, base_dir)
-    if path is None:
-        raise RewardError(f"{where}: {_not_found(file, base_dir)}")
-    module = _import(path, where)
-    if not hasattr(module, function):
-        raise RewardError(f"{where}: {_no_function(function, path, _defined_in(module))}")
-    fn = getattr(module, function)
-    if not callable(fn):
-        raise RewardError(f"{where}: {function!r} in {path} is a {type(fn).__name__}, not a function")
-    if inspect.iscoroutinefunction(fn):
-        raise RewardError(f"{where}: {function} is `async def`; a reward function must be a plain function")
+    fn, path = load_user_function(name, base_dir=base_dir, where=where)
+    function = parts[1]
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):

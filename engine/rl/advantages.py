@@ -50,15 +50,25 @@ def _group_std(centred):
     return ((centred**2).sum(dim=1, keepdim=True) / (centred.shape[1] - 1)).sqrt()
 
 
-# How centred rewards are scaled: (centred (P, G), grouped rewards (P, G), eps) -> (P, G).
-_SCALERS = {
-    # Dr. GRPO drops the std: dividing by it up-weights near-unanimous groups.
-    "none": lambda centred, grouped, eps: centred,
-    # Original GRPO: each group's own spread.
-    "group": lambda centred, grouped, eps: centred / (_group_std(centred) + eps),
-    # One spread for the whole batch: keeps the relative size of groups' signals.
-    "batch": lambda centred, grouped, eps: centred / (grouped.std() + eps),
-}
+# Reward scalings (the REWARD_SCALINGS registry, `scale_rewards`): how centred rewards are
+# scaled. Contract: (centred (P, G), grouped rewards (P, G), *, eps) -> (P, G), float64.
+
+
+def scale_by_group_std(centred, grouped, *, eps):
+    """Original GRPO: each group's own spread.  e.g. centred [[0.5, -0.5]] -> std 0.7071
+    -> [[0.7070, -0.7070]] (eps 1e-4)"""
+    return centred / (_group_std(centred) + eps)
+
+
+def scale_by_batch_std(centred, grouped, *, eps):
+    """One spread for the whole batch: keeps the relative size of groups' signals.
+    e.g. grouped [[1, 0], [1, 1]] -> std 0.5 -> centred / 0.5001"""
+    return centred / (grouped.std() + eps)
+
+
+def no_scaling(centred, grouped):
+    """Dr. GRPO drops the std: dividing by it up-weights near-unanimous groups."""
+    return centred
 
 
 def group_advantages(rewards, num_generations, scale_rewards="group", eps=1e-4):
@@ -75,13 +85,15 @@ def group_advantages(rewards, num_generations, scale_rewards="group", eps=1e-4):
          "group" -> stds [0.7071, 0] -> [0.7070, -0.7070, 0, 0]
          "batch" -> std 0.5 -> [0.9998, -0.9998, 0, 0]
     """
-    if scale_rewards not in _SCALERS:
+    from engine.rl.catalog import REWARD_SCALINGS
+
+    if scale_rewards not in REWARD_SCALINGS:
         raise ValueError(
-            f"unknown scale_rewards {scale_rewards!r}; allowed: {sorted(_SCALERS)}"
+            f"unknown scale_rewards {scale_rewards!r}; allowed: {sorted(REWARD_SCALINGS.names())}"
         )
     grouped = _grouped(rewards, num_generations)  # (P, G)
     centred = _centred(grouped)  # (P, G)
-    return _SCALERS[scale_rewards](centred, grouped, eps).reshape(-1).float()  # (B,)
+    return REWARD_SCALINGS.entry(scale_rewards).call(centred, grouped, eps=eps).reshape(-1).float()  # (B,)
 
 
 def group_reward_std(rewards, num_generations):
@@ -196,14 +208,29 @@ def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
     return masked_whiten(centred[:, None] * torch.ones_like(mask, dtype=torch.float64), mask).float()
 
 
-# GRPO's advantage_estimator, name -> (rewards (B,), mask (B, T), num_generations,
-# scale_rewards) -> advantages, (B,) per completion or (B, T) per token.
-GRPO_ESTIMATORS = {
-    "grpo": lambda rewards, mask, G, scale: group_advantages(rewards, G, scale),
-    "rloo": lambda rewards, mask, G, scale: rloo_advantages(rewards, G),
-    "reinforce_pp": lambda rewards, mask, G, scale: reinforce_pp_advantages(last_token_rewards(rewards, mask), mask),
-    "reinforce_pp_baseline": lambda rewards, mask, G, scale: reinforce_pp_baseline_advantages(rewards, mask, G),
-}
+# GRPO's advantage estimators (the ESTIMATORS registry, `advantage_estimator`).
+# Contract: (rewards (B,), mask (B, T), *, num_generations, scale_rewards if declared)
+# -> advantages, (B,) per completion or (B, T) per token (as the entry declares).
+
+
+def grpo_estimator(rewards, mask, *, num_generations, scale_rewards):
+    """Group-relative: :func:`group_advantages`."""
+    return group_advantages(rewards, num_generations, scale_rewards)
+
+
+def rloo_estimator(rewards, mask, *, num_generations):
+    """Leave-one-out baseline: :func:`rloo_advantages`."""
+    return rloo_advantages(rewards, num_generations)
+
+
+def reinforce_pp_estimator(rewards, mask):
+    """REINFORCE++: the score on the last token, returns whitened over the batch."""
+    return reinforce_pp_advantages(last_token_rewards(rewards, mask), mask)
+
+
+def reinforce_pp_baseline_estimator(rewards, mask, *, num_generations):
+    """REINFORCE++-baseline: :func:`reinforce_pp_baseline_advantages`."""
+    return reinforce_pp_baseline_advantages(rewards, mask, num_generations)
 
 
 # ---------------------------------------------------------------------------- PPO
@@ -264,3 +291,16 @@ def explained_variance(values, returns, mask):
         return float("nan")
     var = ret.var()
     return float(1 - err.var() / var) if var > 0 else float("nan")
+
+
+def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewards, base_dir=None):
+    """Advantages by the estimator a preset names (registered, or a user's `FILE.py:FUNCTION`
+    relative to `base_dir`), given the options it declares.
+
+    e.g. "rloo", rewards [1, 0, 0, 1, 1, 1], G 3 -> [1, -0.5, -0.5, 0, 0, 0]
+    """
+    from engine.rl.catalog import ESTIMATORS
+    from engine.rl.user_code import resolve
+
+    entry = resolve(ESTIMATORS, estimator, base_dir)
+    return entry.call(rewards, mask, num_generations=num_generations, scale_rewards=scale_rewards)

@@ -127,14 +127,17 @@ def storage_message(error: OSError, run_dir: Path, retry: str) -> str:
 
 def startup_problems(preset, base_dir: Path | None) -> list[str]:
     """What `rl-engine validate` refuses in a valid preset without loading anything: a
-    custom reward's file or function that is missing, a reward-model folder that is
-    not one, a `training.report_to` whose package is not installed. `run` and `resume`
+    custom reward's, loss's or estimator's file or function that is missing, a reward-model
+    folder that is not one, a `training.report_to` whose package is not installed. `run` and `resume`
     refuse them before the run folder is made, with validate's exit status 2, rather
     than failing the run after the model has loaded. Lines like "rewards.0.name: ..."."""
     from engine.run.reporting import missing_reporter
     from engine.rewards import reward_source_problems
+    from engine.rl.user_files import source_problems
 
     problems = [f"{field}: {message}" for field, message in reward_source_problems(preset.rewards, base_dir)]
+    # A loss_type or advantage_estimator naming FILE.py:FUNCTION whose file or function is missing.
+    problems += [f"{field}: {message}" for field, message in source_problems(preset.algorithm, base_dir)]
     missing = missing_reporter(preset.training.report_to)
     if missing:
         problems.append(f"training.report_to: {missing}")

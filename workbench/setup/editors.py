@@ -250,6 +250,7 @@ class ChoiceEditor(FieldEditor):
         self._values: list[Any] = list(spec.choices) + ([None] if spec.nullable else [])
         for value in self._values:
             self.combo.addItem(none_label if value is None else format_value(value))
+        set_item_help(self.combo, spec)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.combo)
@@ -272,8 +273,19 @@ class ChoiceEditor(FieldEditor):
         return self.combo
 
 
+def set_item_help(combo: QComboBox, spec: FieldSpec) -> None:
+    """Each registered choice's one-line help as its item's tooltip (algorithm.loss_type's
+    dapo: "mean over all tokens in the batch")."""
+    helps = dict(spec.choice_help)
+    for index in range(combo.count()):
+        text = helps.get(combo.itemText(index))
+        if text:
+            combo.setItemData(index, text, Qt.ToolTipRole)
+
+
 class SuggestEditor(TextEditor):
-    """Free text with suggestions (device: auto, cpu, cuda, cuda:N, mps)."""
+    """Free text with suggestions (device: auto, cpu, cuda, cuda:N, mps; a registry's
+    names where a user's FILE.py:FUNCTION may be typed instead: algorithm.loss_type)."""
 
     def __init__(self, spec: FieldSpec, suggestions: list[str], parent=None):
         super().__init__(spec, parent)
@@ -282,6 +294,7 @@ class SuggestEditor(TextEditor):
         self.combo = QComboBox(self)
         self.combo.setEditable(True)
         self.combo.addItems(suggestions)
+        set_item_help(self.combo, spec)
         self.combo.setInsertPolicy(QComboBox.NoInsert)
         self.line = self.combo.lineEdit()
         self.layout_.addWidget(self.combo)
@@ -379,6 +392,8 @@ def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
         return BoolEditor(spec, parent)
     if spec.path == "data.task":
         return ChoiceEditor(spec, parent, none_label="(none: a file or data set)")
+    if spec.kind == schema.CHOICE and spec.free_text:
+        return SuggestEditor(spec, list(spec.choices), parent)
     if spec.kind == schema.CHOICE:
         return ChoiceEditor(spec, parent)
     if spec.kind == schema.NAMES:

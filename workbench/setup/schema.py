@@ -3,11 +3,15 @@ through pydantic's field information into plain `FieldSpec`s.
 
 Nothing here knows about Qt. A new field in the engine's schema shows up in the form
 without a change here, and a new algorithm added to the discriminated union
-`Preset.algorithm` shows up in the algorithm chooser with its own hyperparameters.
+`Preset.algorithm` shows up in the algorithm chooser with its own hyperparameters. A field
+that names a registered variant (marked `RegistryChoice`: loss_type, advantage_estimator,
+data.task, ...) is a CHOICE whose names and help are read from its registry when the form
+is built, so a variant registered at run time is offered with no change here.
 """
 
 from __future__ import annotations
 
+import html
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -17,6 +21,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from engine.preset.schema import Preset
+from engine.rl.registry import RegistryChoice
 
 # Field kinds the form knows how to edit.
 INT, FLOAT, BOOL, CHOICE, TEXT, NAMES, MAPPING, SECTION, LIST = (
@@ -30,7 +35,9 @@ class FieldSpec:
 
     `path` is the dotted path in the preset (`training.batch_size`); `kind` one of the
     constants above; `choices` the allowed values of a CHOICE (or the literal words a
-    NAMES field accepts besides a list, e.g. `auto`); `nullable` whether null is allowed.
+    NAMES field accepts besides a list, e.g. `auto`); `nullable` whether null is allowed;
+    `choice_help` (name, one-line help) of a registry's choices; `free_text`: a CHOICE that
+    also takes a typed value (a registry that accepts `FILE.py:FUNCTION`).
     """
 
     path: str
@@ -42,6 +49,8 @@ class FieldSpec:
     choices: tuple = ()
     bounds: dict = field(default_factory=dict)  # ge / gt / le / lt / min_length
     model: type[BaseModel] | None = None  # for SECTION and LIST: the item model
+    choice_help: tuple = ()
+    free_text: bool = False
 
     @property
     def label(self) -> str:
@@ -61,9 +70,11 @@ class FieldSpec:
         if self.range_text():
             facts.append(f"allowed: {self.range_text()}")
         if self.choices and self.kind == CHOICE:
-            facts.append("one of: " + ", ".join(format_value(c) for c in self.choices))
+            facts.append("one of: " + ", ".join(format_value(c) for c in self.choices)
+                         + (", or FILE.py:FUNCTION" if self.free_text else ""))
         if self.nullable:
             facts.append("may be left empty (null)")
+        lines += [f"<b>{html.escape(name)}</b>: {html.escape(text)}" for name, text in self.choice_help if text]
         if facts:
             lines.append("<i>" + "; ".join(facts) + "</i>")
         return "<br>".join(lines)
@@ -135,6 +146,9 @@ def field_spec(model: type[BaseModel], name: str, prefix: str = "") -> FieldSpec
     common = dict(path=path, name=name, description=info.description or "", default=_default(info),
                   nullable=nullable, bounds=_bounds(metadata))
     origin, args = typing.get_origin(ann), typing.get_args(ann)
+    marker = next((m for m in metadata if isinstance(m, RegistryChoice)), None)
+    if marker is not None:
+        return registry_choice_spec(marker.registry, common)
     if ann is bool:
         return FieldSpec(kind=BOOL, **common)
     if ann is int:
@@ -170,6 +184,21 @@ def field_spec(model: type[BaseModel], name: str, prefix: str = "") -> FieldSpec
             common["bounds"] = _bounds(metadata + members[0][1])
             return FieldSpec(kind=INT, choices=words, **common)
     raise TypeError(f"the form cannot edit {path} of type {info.annotation!r}; add a kind to workbench/setup/schema.py")
+
+
+def registry_choice_spec(registry, common: dict) -> FieldSpec:
+    """A CHOICE of a registry's names as registered now, each with its help; free text
+    too where the registry takes a user's `FILE.py:FUNCTION`.
+
+    >>> spec = field_spec(Preset, "data")
+    >>> task = field_spec(spec.model, "task", "data.")
+    >>> task.kind, task.choices[:2], task.choice_help[0][0], task.free_text
+    ('choice', ('sort', 'arithmetic'), 'sort', False)
+    """
+    helps = tuple((entry.name, entry.help) for entry in registry.entries())
+    if registry.files:
+        helps += (("FILE.py:FUNCTION", registry.file_help),)
+    return FieldSpec(kind=CHOICE, choices=registry.names(), choice_help=helps, free_text=registry.files, **common)
 
 
 def section_fields(model: type[BaseModel], prefix: str = "", skip: tuple[str, ...] = ()) -> list[FieldSpec]:

@@ -2,7 +2,7 @@
 
 A step takes `batch_size` pairs, lays them out as rows [chosen_0, rejected_0, chosen_1,
 ...] so that each prompt is encoded once for both answers (the shared-prefix pass), and
-minimises the DPO loss of engine.rl.losses.dpo_loss against the reference, which is the
+minimises the DPO loss of engine.rl.dpo_losses.dpo_loss against the reference, which is the
 same model with the adapter disabled: per step, or once before training with
 precompute_ref_log_probs. Names of the knobs and metrics follow TRL's DPO trainer.
 """
@@ -18,9 +18,11 @@ import torch
 
 from engine.data import Example, load_splits, preference_pairs
 from engine.data.columns import is_conversation
-from engine.rl.losses import dpo_loss, sequence_logps
+from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.model.rollout import Rollout
-from engine.algorithms.base import Trainer, set_update_mode
+from engine.algorithms.base import Trainer
+from engine.algorithms.policy import set_update_mode
+from engine.algorithms.step_result import StepResult
 from engine.algorithms.declaration import plot
 from engine.run.trajectories import token_fields
 
@@ -95,7 +97,7 @@ class DPOTrainer(Trainer):
         with its end-of-turn token), or with the tokenizer's EOS added (the model must
         learn to stop there), cut to max_completion_length."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        eos = set(self.loaded.eos_token_ids)
+        eos = set(self.policy.loaded.eos_token_ids)
         end = next((i for i, t in enumerate(ids) if t in eos), None)
         ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
         return ids[: self.algo.max_completion_length]
@@ -104,7 +106,7 @@ class DPOTrainer(Trainer):
         """Rows [chosen_0, rejected_0, chosen_1, ...]: prompts left-padded, answers
         right-padded, as a sampled rollout would be."""
         prompts = [e.prompt for e in examples for _ in range(PAIR)]
-        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        prompt_ids, prompt_mask = self.policy.encode_prompts(prompts)
         answers = [self.encode_answer(e.fields[side]) for e in examples for side in ("chosen", "rejected")]
         T = max(len(a) for a in answers)
         pad = self.tokenizer.pad_token_id
@@ -124,8 +126,9 @@ class DPOTrainer(Trainer):
         return mine, slice(mine.start * PAIR, mine.stop * PAIR)
 
     def side_logps(self, token_logps: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(chosen, rejected) sequence logps from interleaved rows; length-averaged for IPO."""
-        seq = sequence_logps(token_logps, mask, average=self.algo.loss_type == "ipo")
+        """(chosen, rejected) sequence logps from interleaved rows; length-averaged where the
+        loss type declares it (IPO)."""
+        seq = sequence_logps(token_logps, mask, average=length_averaged(self.algo.loss_type))
         return seq[0::PAIR], seq[1::PAIR]
 
     # ------------------------------------------------------------- reference
@@ -156,7 +159,7 @@ class DPOTrainer(Trainer):
             cached = [self.reference_cache[self._key(e)] for e in examples]
             chosen = torch.tensor([c[0] for c in cached], device=self.device)
             rejected = torch.tensor([c[1] for c in cached], device=self.device)
-            if self.algo.loss_type == "ipo":
+            if length_averaged(self.algo.loss_type):
                 chosen = chosen / torch.tensor([c[2] for c in cached], device=self.device)
                 rejected = rejected / torch.tensor([c[3] for c in cached], device=self.device)
             return chosen, rejected
@@ -168,7 +171,7 @@ class DPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ step
 
-    def train_step(self) -> dict:
+    def train_step(self) -> StepResult[DPOStepOutputs]:
         algo = self.algo
         self.phase = "update"  # every pass of a DPO step runs in micro-batches of pairs
         if algo.precompute_ref_log_probs and not self.reference_cache:
@@ -252,13 +255,12 @@ class DPOTrainer(Trainer):
             metrics["nll_loss"] = nll_total
         metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
         metrics["grad_norm"] = grad_norm
-        self._last = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
-                                    r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
-                                    ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR))
-        return metrics
+        outputs = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
+                                 r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
+                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR))
+        return StepResult(metrics, outputs)
 
-    def write_step_outputs(self) -> None:
-        last = self._last
+    def write_step_outputs(self, last: DPOStepOutputs) -> None:
         examples = last.examples
         self.emit_samples([
             {"index": i, "group": i, "prompt": e.prompt, "completion": e.fields["chosen"],

@@ -6,11 +6,14 @@ from typing import Literal, Union
 
 from pydantic import Field, field_validator
 
-from engine.preset.base import Float, SamplingFields
+from engine.algorithms.config_base import OnlineAlgorithm
+from engine.rl.catalog import AGGREGATIONS, ESTIMATORS, IMPORTANCE_LEVELS, POLICY_LOSSES, REWARD_SCALINGS
+from engine.rl.registry import choice_of
+from engine.preset.base import Float
 from engine.preset.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS
 
 
-class GRPOConfig(SamplingFields):
+class GRPOConfig(OnlineAlgorithm):
     """Group Relative Policy Optimization (Shao et al. 2024), with the DAPO and Dr. GRPO
     loss variants, GSPO's sequence-level ratio, and the RLOO and REINFORCE++ advantage
     estimators. Names follow TRL's GRPOConfig."""
@@ -26,13 +29,17 @@ class GRPOConfig(SamplingFields):
     epsilon_high: Union[Float, None] = Field(
         None, le=MAX_COEF, description="Upper clip range, 1 + epsilon_high (clip-higher, DAPO); defaults to epsilon."
     )
-    loss_type: Literal["grpo", "dr_grpo", "dapo"] = Field(
-        "dapo",
-        description="grpo: mean per sequence, then over sequences; dr_grpo: sum over tokens / "
-        "(batch * max_completion_length); dapo: mean over all tokens in the batch.",
+    # The registry-backed fields take their allowed names (and the window its choices and
+    # their help) from the registries of engine/rl/catalog.py, read when validating.
+    loss_type: choice_of(POLICY_LOSSES) = Field(
+        "dapo", description="The policy loss (TRL's names): a surrogate and how its tokens are averaged.",
     )
-    scale_rewards: Literal["group", "batch", "none"] = Field(
-        "group", description="Divide advantages by the group's reward std, the batch's, or not at all (Dr. GRPO)."
+    loss_aggregation: Union[choice_of(AGGREGATIONS), None] = Field(
+        None, description="How the per-token loss is averaged, replacing the loss type's own; null: the "
+        "loss type's (grpo: sequence_mean, dr_grpo: fixed_length, dapo: token_mean).",
+    )
+    scale_rewards: choice_of(REWARD_SCALINGS) = Field(
+        "group", description="What advantages are divided by (the grpo estimator's)."
     )
     num_iterations: int = Field(
         1, ge=1, le=MAX_REPEATS, description="Updates per rollout batch; >1 reuses rollouts against their old logprobs (the ratio then moves from 1)."
@@ -40,16 +47,11 @@ class GRPOConfig(SamplingFields):
     mask_truncated_completions: bool = Field(
         False, description="Exclude completions that hit max_completion_length without EOS from the loss."
     )
-    advantage_estimator: Literal["grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"] = Field(
-        "grpo",
-        description="grpo: (r - group mean) / std (see scale_rewards); rloo: r minus the mean of the "
-        "group's other completions; reinforce_pp: REINFORCE++, rewards whitened over the batch "
-        "(no group baseline); reinforce_pp_baseline: group mean subtracted, then whitened over the batch.",
+    advantage_estimator: choice_of(ESTIMATORS) = Field(
+        "grpo", description="How each completion's advantage is computed from the rewards.",
     )
-    importance_sampling_level: Literal["token", "sequence"] = Field(
-        "token",
-        description="token: one probability ratio per token (GRPO/PPO); sequence: GSPO, one ratio per "
-        "completion (geometric mean of its tokens'), clipped as a whole; use a small epsilon (3e-4 to 4e-4).",
+    importance_sampling_level: choice_of(IMPORTANCE_LEVELS) = Field(
+        "token", description="What the probability ratio pi / pi_old is taken over.",
     )
 
     @field_validator("epsilon_high")
@@ -58,3 +60,9 @@ class GRPOConfig(SamplingFields):
         if value is not None and not value > 0:
             raise ValueError("must be greater than 0")
         return value
+
+    # Declarations (engine/algorithms/config_base.py): groups of num_generations, as every
+    # OnlineAlgorithm; and the playground recomputes GRPO's group-relative advantages.
+
+    def playground_reason(self) -> str:
+        return ""

@@ -2,7 +2,7 @@
 completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL.
 
 One step: sample num_generations completions per prompt; score them; advantages by the
-preset's estimator (engine.rl.advantages.GRPO_ESTIMATORS); num_iterations clipped updates,
+preset's estimator (engine.rl.catalog.ESTIMATORS); num_iterations clipped updates,
 the first pass of which gives the old policy's logprobs. Names of the knobs and metrics
 follow TRL's GRPO trainer.
 """
@@ -14,12 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.rl.advantages import GRPO_ESTIMATORS, group_reward_std
+from engine.rl.advantages import estimate_advantages, group_reward_std
+from engine.rl.catalog import IMPORTANCE_LEVELS
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
-from engine.algorithms.base import (
-    RolloutStepOutputs, Trainer, micro_batch_weight, set_update_mode,
-)
+from engine.algorithms.base import Trainer, micro_batch_weight
+from engine.algorithms.policy import set_update_mode
+from engine.algorithms.step_metrics import rollout_metrics
+from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.rl.losses import grpo_loss
+from engine.rl.user_code import resolve
+from engine.rl.user_files import user_function_fields
 from engine.model.rollout import Rollout
 from engine.run.trajectories import trajectory_records
 
@@ -49,13 +53,20 @@ class GRPOTrainer(Trainer):
     RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],
                "preferred": ["advantage"]}
 
+    def __init__(self, preset, run_dir, stop=None, preset_dir=None, world=None):
+        # The user's own loss or estimator (FILE.py:FUNCTION, engine/rl/user_code.py) loaded
+        # first: a signature that does not fit fails the set-up, naming the field.
+        for _field, value, registry in user_function_fields(preset.algorithm):
+            resolve(registry, value, preset_dir)
+        super().__init__(preset, run_dir, stop, preset_dir, world)
+
     def updates_per_step(self) -> int:
         return self.algo.num_iterations
 
     def advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Advantages by the preset's estimator: (B,) per completion, or (B, T) per token."""
-        estimator = GRPO_ESTIMATORS[self.algo.advantage_estimator]
-        return estimator(rewards, mask, self.algo.num_generations, self.algo.scale_rewards)
+        return estimate_advantages(self.algo.advantage_estimator, rewards, mask,
+                                   num_generations=self.algo.num_generations, scale_rewards=self.algo.scale_rewards)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
         """num_iterations clipped policy-gradient updates on one rollout batch.
@@ -82,8 +93,8 @@ class GRPOTrainer(Trainer):
                 ref_all[mb] = self.reference_logprobs(rollout, mb)
             self.world.combine_rows(ref_all, self.world.share(batch, G))
         seq_weights = []
-        if self.algo.importance_sampling_level == "sequence":
-            # GSPO's clip ratios are means over sequences (engine.rl.losses.clip_fraction): a
+        if IMPORTANCE_LEVELS.declares(self.algo.importance_sampling_level).counts == "sequences":
+            # GSPO's clip ratios are means over sequences (engine.rl.importance.clip_fraction): a
             # micro-batch's share is its share of the batch's non-empty sequences.
             present = mask.bool().any(-1)
             seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in micro_batches]
@@ -110,13 +121,15 @@ class GRPOTrainer(Trainer):
                         epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
                         loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
                         importance_sampling_level=self.algo.importance_sampling_level,
+                        loss_aggregation=self.algo.loss_aggregation,
                     )
-                    weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask)
+                    weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask, self.algo.loss_aggregation)
                     self.backward(loss * weight)
                     loss_total += loss.detach().item() * weight
                     for key, value in info.items():
                         info_total[key] = info_total.get(key, 0.0) + value * (
-                            seq_weights[index] if key.startswith("clip_ratio/") and seq_weights else weight)
+                            # every key but kl is a share of flagged tokens (sequences, in GSPO)
+                            seq_weights[index] if key != "kl" and seq_weights else weight)
                     if iteration == self.algo.num_iterations - 1:
                         per_token["ratio"][mb] = tok["ratio"]
                         per_token["clipped"][mb] = tok["clipped"].float()
@@ -136,8 +149,8 @@ class GRPOTrainer(Trainer):
         return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
                 "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
 
-    def train_step(self) -> dict:
-        """One rollout batch, its rewards and num_iterations updates. Returns metrics."""
+    def train_step(self) -> StepResult[GRPOStepOutputs]:
+        """One rollout batch, its rewards and num_iterations updates: metrics and outputs."""
         G = self.algo.num_generations
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
@@ -161,7 +174,7 @@ class GRPOTrainer(Trainer):
         self.step += 1
         info, per_token = update["info"], update["per_token"]
         tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = self.rollout_metrics(rollout, rewards, components)
+        metrics = rollout_metrics(rollout, rewards, components)
         metrics.update({
             # exact: group_reward_std is exactly 0 for a group of equal rewards
             "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
@@ -172,22 +185,23 @@ class GRPOTrainer(Trainer):
             "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
             "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
         })
+        # and whatever other metrics the loss type's surrogate declares (engine.rl.catalog.Surrogate)
+        metrics.update({key: value for key, value in info.items() if key != "kl"})
         metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
         metrics["grad_norm"] = update["grad_norm"]
 
-        self._last = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
-                                     components=components, advantages=advantages, rollout=rollout,
-                                     per_token=per_token, top=update["top"], record_rows=record_rows,
-                                     ref_all=update["ref"],
-                                     # beta 0 skips the reference pass; the inspector still
-                                     # gets reference logprobs for the few recorded rows.
-                                     ref_recorded=self.recorded_reference(rollout, len(record_rows))
-                                     if update["ref"] is None else None)
-        return metrics
+        outputs = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
+                                  components=components, advantages=advantages, rollout=rollout,
+                                  per_token=per_token, top=update["top"], record_rows=record_rows,
+                                  ref_all=update["ref"],
+                                  # beta 0 skips the reference pass; the inspector still
+                                  # gets reference logprobs for the few recorded rows.
+                                  ref_recorded=self.recorded_reference(rollout, len(record_rows))
+                                  if update["ref"] is None else None)
+        return StepResult(metrics, outputs)
 
-    def write_step_outputs(self) -> None:
+    def write_step_outputs(self, last: GRPOStepOutputs) -> None:
         """samples events and trajectory records for the step just taken."""
-        last = self._last
         G = self.algo.num_generations
         advantages = last.advantages
         self.emit_rollout_samples(last, advantages)

@@ -16,15 +16,18 @@ from dataclasses import dataclass
 import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
+from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import (
-    KL_ESTIMATORS,
     clipped_value_loss,
     masked_mean,
     ppo_policy_loss,
 )
 from engine.model.rollout import Rollout
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
-from engine.algorithms.base import RolloutStepOutputs, Trainer, set_update_mode
+from engine.algorithms.base import Trainer
+from engine.algorithms.policy import set_update_mode
+from engine.algorithms.step_metrics import rollout_metrics
+from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.run.trajectories import trajectory_records
 
 
@@ -122,7 +125,8 @@ class PPOTrainer(Trainer):
         n = self.algo.num_mini_batches
         if n == 1:
             return [torch.arange(batch, device=self.device)], self.preset.group_size
-        order = torch.randperm(batch, generator=self.generator, device=self.generator.device).to(self.device)
+        generator = self.random_states.generator  # drawn alike on every rank
+        order = torch.randperm(batch, generator=generator, device=generator.device).to(self.device)
         return list(order.chunk(n)), 1
 
     def update(self, rollout: Rollout, old: dict, advantages, returns, mask) -> dict:
@@ -185,7 +189,7 @@ class PPOTrainer(Trainer):
         return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
                 "ratio": ratio_all, "clipped": clipped_all}
 
-    def train_step(self) -> dict:
+    def train_step(self) -> StepResult[PPOStepOutputs]:
         algo = self.algo
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
@@ -217,7 +221,7 @@ class PPOTrainer(Trainer):
         self.step += 1
         stats = update["stats"]
         tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = self.rollout_metrics(rollout, rewards, components)
+        metrics = rollout_metrics(rollout, rewards, components)
         mean_non_score = float(non_score.sum(1).mean())
         metrics.update({
             "objective/kl": float(kl.sum(1).mean()),
@@ -240,14 +244,13 @@ class PPOTrainer(Trainer):
         metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
         metrics["grad_norm"] = update["grad_norm"]
 
-        self._last = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
-                                    rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
-                                    advantages=advantages, returns=returns, scores=scores.tolist(),
-                                    ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
-        return metrics
+        outputs = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
+                                 rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
+                                 advantages=advantages, returns=returns, scores=scores.tolist(),
+                                 ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
+        return StepResult(metrics, outputs)
 
-    def write_step_outputs(self) -> None:
-        last = self._last
+    def write_step_outputs(self, last: PPOStepOutputs) -> None:
         G = self.algo.num_generations
         self.emit_rollout_samples(last, last.advantages)
         rows = last.record_rows

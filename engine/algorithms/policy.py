@@ -1,0 +1,135 @@
+"""The policy part of a trainer: the loaded model (with its LoRA adapter) and tokenizer,
+and the passes every algorithm runs through it: sampling completions, the teacher-forced
+pass over (prompt, completion) rows, and the reference pass (the adapter disabled).
+
+The maths of a pass is in engine.model (forward, token_logits, rollout); this part holds
+what a pass needs besides its rows: the sampling settings, the dropout modes, whether
+gradient checkpointing is on, and, with several processes, how a pass joins the others'
+(DDP for a pass whose backward follows; a sharded model decodes as long as any rank).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from engine.model.forward import completion_logits
+from engine.model.loading import LoadedModel, reference_mode
+from engine.model.rollout import Rollout, sample
+from engine.model.token_logits import TokenLogits
+
+__all__ = ["Policy", "Sampling", "set_update_mode"]
+
+
+def set_update_mode(model, updating: bool, lora_dropout: bool = False) -> None:
+    """Every dropout stays off, the base model's and the adapter's, in sampling, in the
+    passes that give old logprobs and in the updates, as TRL's `disable_dropout`: a pass
+    whose logprobs feed an importance ratio (GRPO, PPO) must be dropout-free, or at
+    identical weights the ratio is not 1 but noise (up to 0.19 in logprob with LoRA
+    dropout 0.05). With `lora_dropout` (DPO with `disable_dropout` false only: it has no
+    ratio, it compares with a reference pass that has the adapter off) the adapter's
+    dropout is on in updates.
+    Under gradient checkpointing the decoder layers' own flags are on in updates."""
+    model.eval()
+    if updating and lora_dropout:
+        for name, module in model.named_modules():
+            if name.endswith("lora_dropout"):
+                module.train()
+    if updating:
+        # Gradient checkpointing acts only on layers in training mode: their own flag
+        # is set (not their children's, so dropout stays off).
+        for module in model.modules():
+            if getattr(module, "gradient_checkpointing", False) is True and hasattr(module, "_gradient_checkpointing_func"):
+                module.training = True
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are sampled (the algorithm's section). The update scores tokens at
+    the same temperature, so its logprobs are those of the policy that sampled; DPO
+    samples only greedily (its evaluation), with the defaults.
+
+    >>> Sampling.of(type("DPOConfig", (), {"max_completion_length": 64})())
+    Sampling(max_tokens=64, temperature=1.0, top_p=1.0, top_k=0)
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @classmethod
+    def of(cls, algo) -> "Sampling":
+        return cls(algo.max_completion_length, getattr(algo, "temperature", 1.0),
+                   getattr(algo, "top_p", 1.0), getattr(algo, "top_k", 0))
+
+
+class Policy:
+    """The model being trained and its passes. `group_size`: how many rows share each
+    prompt, unless a pass says otherwise (the preset's num_generations; DPO's pairs).
+
+    `ddp` (a callable that runs a pass through DistributedDataParallel) and
+    `finished_everywhere` (whether every rank's decoding has finished: a sharded model's
+    passes are collectives) are set by the trainer when the run has several processes."""
+
+    def __init__(self, loaded: LoadedModel, sampling: Sampling, group_size: int):
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.device = loaded.device
+        self.checkpointing = loaded.gradient_checkpointing
+        self.sampling = sampling
+        self.group_size = group_size
+        self.ddp = None
+        self.finished_everywhere: Callable[[bool], bool] | None = None
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
+
+    def decode_completions(self, rollout: Rollout) -> list[str]:
+        """The completions' text for the rewards: the end token that stopped one is cut,
+        whether or not the tokenizer calls it special (`<|im_end|>` and the like)."""
+        eos = set(self.loaded.eos_token_ids)
+        ids = [row[: int(n)].tolist() for row, n in zip(rollout.completion_ids, rollout.lengths)]
+        ids = [row[:-1] if row and row[-1] in eos else row for row in ids]
+        return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    def generate(self, prompts: list[str], generator: torch.Generator, greedy: bool = False,
+                 group_size: int = 1) -> Rollout:
+        """Completions of `prompts` (each row's prompt repeated `group_size` times in a
+        row), sampled with `generator`, dropout off."""
+        ids, mask = self.encode_prompts(prompts)
+        set_update_mode(self.model, False)
+        s = self.sampling
+        return sample(
+            self.model, ids, mask,
+            max_new_tokens=s.max_tokens,
+            eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+            greedy=greedy, generator=generator, group_size=group_size,
+            finished_everywhere=self.finished_everywhere,
+        )
+
+    def completion_logits(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> TokenLogits:
+        """Temperature-scaled logits that predict each completion token, as a TokenLogits
+        (b, T, V) computed in chunks (its `hidden`, (b, T, H), is what a value head reads).
+        Rows come in groups of `group_size` identical prompts (default: the preset's)."""
+        group_size = self.group_size if group_size is None else group_size
+        args = (self.model, rollout, rows, group_size)
+        # Under gradient checkpointing every row runs in full (no KV cache to share a prompt).
+        kwargs = {"temperature": self.sampling.temperature, "shared_prefix": not self.checkpointing}
+        if self.ddp is not None and torch.is_grad_enabled():
+            # A pass whose backward follows: through DDP, which then reduces the gradients.
+            return self.ddp(completion_logits, *args, **kwargs)
+        return completion_logits(*args, **kwargs)
+
+    @torch.no_grad()
+    def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
+        """The reference's logprobs of the completion tokens of `rows`: the same model
+        with its adapter disabled."""
+        with reference_mode(self.model):
+            logits = self.completion_logits(rollout, rows, group_size=group_size)
+            return logits.logprobs(rollout.completion_ids[rows])
