@@ -49,7 +49,6 @@ import math
 import numbers
 import re
 import sys
-import threading
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +57,12 @@ from typing import Any
 
 from engine.rewards.base import RewardError, RewardFunc, RewardTimeout
 from engine.rewards.kinds import split_custom_name
-from engine.run.stopping import ctrl_c_since, sigint_count
+from engine.rewards.time_limit import TIMEOUT_OPTION, call_with_timeout
 
 log = logging.getLogger(__name__)
 
-TIMEOUT_OPTION = "reward_timeout"
-"""The reserved option that sets a custom function's time limit; never passed to it."""
+# TIMEOUT_OPTION (engine/rewards/time_limit.py) is the reserved option that sets a custom
+# function's time limit; it is never passed to the function.
 DEFAULT_TIMEOUT_S = 300.0
 
 __all__ = [
@@ -452,7 +451,7 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
                 "(options and data fields are both passed as keyword arguments)"
             )
         passed = fields if takes_all else {k: v for k, v in fields.items() if k in names}
-        values = _call_with_timeout(fn, (prompts, completions), {**passed, **options}, timeout, path, function)
+        values = call_with_timeout(fn, (prompts, completions), {**passed, **options}, timeout, path, function)
         tolist = getattr(values, "tolist", None)
         return tolist() if callable(tolist) and not isinstance(values, (str, bytes)) else values
 
@@ -464,77 +463,3 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
     reward.__name__ = function
     reward.__qualname__ = function
     return reward
-
-
-def _stuck_at(thread: threading.Thread, path: Path) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame of ``thread`` in ``path``, the reward's file."""
-    frame = sys._current_frames().get(thread.ident)
-    while frame is not None:
-        if frame.f_code.co_filename == str(path):
-            return str(path), frame.f_lineno
-        frame = frame.f_back
-    return None
-
-
-def _as_failure(exc: SystemExit | KeyboardInterrupt) -> RuntimeError:
-    """sys.exit(), or a KeyboardInterrupt the function raised itself (no Ctrl-C behind
-    it), as the function's failure: reported naming the reward, not as the engine
-    exiting or the user aborting the run. It keeps ``exc``'s traceback, so the message
-    can give the line in the user's file."""
-    if isinstance(exc, SystemExit):
-        error = RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values")
-    else:
-        detail = f" ({exc})" if str(exc) else ""
-        error = RuntimeError(f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed; "
-                             "a reward function must return its values")
-    error.__cause__, error.__traceback__ = exc, exc.__traceback__
-    return error
-
-
-def _call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, path: Path, function: str):
-    """``fn(*args, **kwargs)`` in a worker thread, waiting at most ``timeout`` seconds
-    (None: no limit). RewardTimeout when it does not return in time: the thread is
-    abandoned (a daemon: it does not keep the process alive). An exception in ``fn``
-    is raised here with its traceback (the user's frames included)."""
-    if timeout is None:
-        # No limit: run in the engine's own thread, so a function whose state is tied to
-        # one thread (a sqlite connection opened at import, say) keeps working.
-        sigints = sigint_count()
-        try:
-            return fn(*args, **kwargs)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
-                raise  # the user's Ctrl-C, landed inside the function: the run is aborted
-            raise _as_failure(exc) from exc
-    outcome: dict[str, Any] = {}
-
-    def call():
-        try:
-            outcome["value"] = fn(*args, **kwargs)
-        except Exception as exc:
-            outcome["error"] = exc
-        except (SystemExit, KeyboardInterrupt) as exc:
-            # sys.exit() would end the engine unreported; signals reach only the main
-            # thread, so a KeyboardInterrupt here is the function's own, not a Ctrl-C.
-            outcome["error"] = _as_failure(exc)
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=call, name=f"reward {function}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        at = _stuck_at(worker, path)
-        where = f" (it was at {at[0]}, line {at[1]})" if at else ""
-        error = RewardTimeout(
-            f"did not return within {timeout:g} s{where}; make it faster, or give it more time with "
-            f"options: {{{TIMEOUT_OPTION}: SECONDS}} (null: no limit)")
-        error.user_location = at
-        raise error
-    if "error" in outcome:
-        error = outcome.pop("error")
-        try:
-            raise error
-        finally:
-            del error
-    return outcome["value"]
