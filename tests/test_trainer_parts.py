@@ -254,6 +254,17 @@ def test_a_steps_start_puts_back_data_position_random_states_weights_and_optimiz
     assert torch.equal(draws[0], torch.rand(2)) and torch.equal(draws[1], torch.rand(2, generator=states.generator))
 
 
+def test_a_retried_step_samples_again_what_it_sampled_on_a_rank_of_several():
+    # Rank 1 of 2 samples with its own generator: a step taken again after an
+    # out-of-memory must draw the same completions as it drew the first time.
+    part = Optimization(parameters(), training(), total_updates=10)
+    states = RandomStates(0, torch.device("cpu"), rank=1, world_size=2)
+    start = StepStart(SimpleNamespace(position=0), states, part, updates=False)
+    first = torch.rand(3, generator=states.sample_generator)
+    start.restore()
+    assert torch.equal(first, torch.rand(3, generator=states.sample_generator))
+
+
 # --------------------------------------------------------- evaluation, metrics
 
 

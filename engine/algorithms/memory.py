@@ -142,6 +142,9 @@ class StepStart:
         self.data_position = stream.position
         self.process_rng = process_state()
         self.generator = random_states.generator.get_state()
+        # A rank of several samples with its own generator: the retry must sample again
+        # what the first attempt sampled.
+        self.sample_generator = random_states.sample_generator.get_state()
         self.weights = [p.detach().to("cpu", copy=True) for p in optimization.parameters] if updates else None
         self.optimizer = optimization.snapshot() if updates else None
 
@@ -155,6 +158,7 @@ class StepStart:
         self.stream.position = self.data_position
         set_process_state(self.process_rng)
         self.random_states.generator.set_state(self.generator)
+        self.random_states.sample_generator.set_state(self.sample_generator)
         if self.weights is not None:
             with torch.no_grad():
                 for param, saved in zip(self.optimization.parameters, self.weights):
