@@ -9,10 +9,11 @@ PRESET ?= presets/grpo-sort.yaml
 run: setup
 	$(BIN)/rl-workbench $(PRESET)
 
-# Two workers (pytest-xdist; tests marked xdist_group share a fixture's launch on one
-# worker); the slowest 25 tests printed, so growth is seen. The budget: README, Development.
+# Two workers (pytest-xdist), a test file on one worker (--dist loadfile: a module fixture's
+# launch happens once); the slowest 25 tests printed, so growth is seen. The budget:
+# README, Development.
 test: setup
-	OMP_NUM_THREADS=1 QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=25
+	OMP_NUM_THREADS=1 QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 setup: $(VENV)/.installed
 

@@ -74,6 +74,10 @@ def main(out: Path, jobs: list[dict]) -> None:
             torch.save(result, out / f"{job['name']}_rank{world.rank}.pt")
         else:
             one_run(job["preset"], job["sets"], out / job["name"], world)
+    # Both ranks done before the group is torn down: under load, rank 1 closing while
+    # rank 0 was still in its last collective ended rank 1 in std::terminate (exit -6)
+    # after every job's results were written (seen once in a CI run with two workers).
+    torch.distributed.barrier()
     world.close()
 
 

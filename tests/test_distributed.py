@@ -244,7 +244,6 @@ def launches(tmp_path_factory):
     return launch
 
 
-@pytest.mark.xdist_group("distributed-steps")
 @pytest.mark.parametrize("preset", sorted(STEPS))
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
 def test_two_processes_take_the_same_update_as_one(mode, preset, launches, one_process):
@@ -266,7 +265,6 @@ def test_two_processes_take_the_same_update_as_one(mode, preset, launches, one_p
                 assert shared["metrics"][key] == pytest.approx(value, abs=1e-5), key
 
 
-@pytest.mark.xdist_group("distributed-steps")
 @pytest.mark.parametrize("mode,preset", [(mode, preset) for mode in RUNS for preset in RUNS[mode]])
 def test_each_bundled_preset_trains_in_two_processes(mode, preset, launches):
     """Trainer.run of each bundled preset in 2 processes, to step 2: one run_started with
@@ -351,12 +349,10 @@ def cli_runs(tmp_path_factory):
     return run
 
 
-@pytest.mark.xdist_group("distributed-ddp-run")
 def test_a_run_in_two_processes_through_the_cli_ddp(cli_runs):
     assert_run_through_the_cli(*cli_runs("ddp"))
 
 
-@pytest.mark.xdist_group("distributed-fsdp2-run")
 def test_a_run_in_two_processes_through_the_cli_fsdp2(cli_runs):
     assert_run_through_the_cli(*cli_runs("fsdp2"))
 
@@ -402,7 +398,6 @@ def comparable(events: list[dict]) -> dict[int, dict]:
             for e in events if e["type"] == "metrics"}
 
 
-@pytest.mark.xdist_group("distributed-ddp-run")
 def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_path, cli_runs):
     whole, preset, _, _ = cli_runs("ddp")  # the same preset, uninterrupted
     uninterrupted = comparable(events_of(whole))
@@ -468,7 +463,6 @@ def cut_after_checkpoint(run_dir: Path, step: int) -> None:
     (run_dir / rundir.EVENTS_FILE).write_text("".join(lines[:end + 1]), encoding="utf-8")
 
 
-@pytest.mark.xdist_group("distributed-fsdp2-run")
 def test_a_sharded_run_checkpoints_whole_adapters_and_resumes_exactly(tmp_path, cli_runs, one_process):
     """FSDP2 with PPO (value head under DDP, layers sharded): the run's state at step 2
     (a copy of the 4-step run, cut there) resumed to 4 equals the 4 straight steps; the
