@@ -57,6 +57,12 @@ def test_a_registered_estimator_is_offered_and_typed_key_by_key(make_window, qtb
         qtbot.keyClicks(editor.line, "my_advantages.py:median_baseline")
         assert window.doc.get("algorithm.advantage_estimator") == "my_advantages.py:median_baseline"
         assert problems_at(window.setup, "algorithm.advantage_estimator") == []
+        # ... in a combo as wide as the column's text fields (it had kept its suggestions'
+        # width, showing "my_advanta" of the name).
+        window.resize(1400, 900)
+        text_field = window.setup.editor("algorithm.epsilon").input_widget()
+        qtbot.waitUntil(lambda: editor.combo.isVisible() and text_field.isVisible())
+        assert editor.combo.width() >= 0.9 * text_field.width()
     finally:
         ESTIMATORS.unregister("test_halved")
 

@@ -297,8 +297,13 @@ class SuggestEditor(TextEditor):
         set_item_help(self.combo, spec)
         self.combo.setInsertPolicy(QComboBox.NoInsert)
         self.line = self.combo.lineEdit()
-        self.layout_.addWidget(self.combo)
-        self.layout_.addStretch(1)
+        if spec.free_text:
+            # A user's FILE.py:FUNCTION is long: the combo takes the field's width, as a
+            # text field does, instead of its suggestions' width.
+            self.layout_.addWidget(self.combo, 1)
+        else:
+            self.layout_.addWidget(self.combo)
+            self.layout_.addStretch(1)
         self.line.textEdited.connect(self.report)
         self.combo.activated.connect(self.report)
 
