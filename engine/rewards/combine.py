@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import traceback
 from typing import Sequence
 
 from engine.rewards.base import MissingFieldError, RewardError, RewardFunc, RewardTimeout
 from engine.rewards.builtin import build_reward
-from engine.rewards.custom import load_custom_reward
+from engine.rewards.custom import fault_line, load_custom_reward
 from engine.rewards.kinds import component_label, reward_kind
 
 __all__ = ["describe_component", "combine_rewards", "build_reward_components", "FLOAT32_MAX"]
@@ -105,11 +104,8 @@ def _fault_location(exc: BaseException, reward: object) -> str:
     source_file = getattr(reward, "source_file", None)
     if not source_file:
         return ""
-    found = ""
-    for frame, line in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code.co_filename == source_file:
-            found = f" (at {source_file}, line {line})"
-    return found
+    line = fault_line(exc, source_file)
+    return f" (at {source_file}, line {line})" if line else ""
 
 
 def combine_rewards(

@@ -352,11 +352,24 @@ def _import(path: Path, where: str, error: type[Exception] = RewardError) -> Mod
         raise error(f"{where}: {exc.filename}, line {exc.lineno}: SyntaxError: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:
         sys.modules.pop(module_name, None)
-        lines = [ln for frame, ln in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == key]
-        at = f" (at {path}, line {lines[-1]})" if lines else ""
+        line = fault_line(exc, path)
+        at = f" (at {path}, line {line})" if line else ""
         raise error(f"{where}: importing {path} failed with {type(exc).__name__}: {exc}{at}") from exc
     _MODULES[key] = (stamp, module)
     return module
+
+
+def fault_line(exc: BaseException, path: str | Path) -> int | None:
+    """The line of the innermost frame of ``exc``'s traceback in the file ``path`` (a
+    user's reward, loss or estimator file), None when the fault is not in it."""
+    lines = [line for frame, line in traceback.walk_tb(exc.__traceback__) if frame.f_code.co_filename == str(path)]
+    return lines[-1] if lines else None
+
+
+def def_line(fn: Any, path: str | Path) -> int | None:
+    """The line ``fn`` is defined at, when it is defined in the file ``path``."""
+    code = getattr(fn, "__code__", None)
+    return code.co_firstlineno if code is not None and code.co_filename == str(path) else None
 
 
 def _defined_in(module: ModuleType) -> list[str]:
@@ -457,8 +470,7 @@ def load_custom_reward(name: str, options: dict, *, base_dir=None, where: str | 
 
     reward.reward_source = name
     reward.source_file = str(path)
-    code = getattr(fn, "__code__", None)
-    reward.source_line = code.co_firstlineno if code is not None and code.co_filename == str(path) else None
+    reward.source_line = def_line(fn, path)
     reward.timeout = timeout
     reward.__name__ = function
     reward.__qualname__ = function

@@ -34,12 +34,11 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from engine.rewards.custom import load_user_function
+from engine.rewards.custom import def_line, fault_line, load_user_function
 from engine.rl.registry import Entry, Registry, first_line, split_file_name
 from engine.rl.user_files import user_function_fields
 
@@ -123,17 +122,14 @@ def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...]) 
 
 
 def _location_in(exc: BaseException, path: Path) -> tuple[str, int] | None:
-    """The innermost frame of ``exc``'s traceback in ``path``, the user's file."""
-    found = None
-    for frame, line in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code.co_filename == str(path):
-            found = (str(path), line)
-    return found
+    """(file, line) of the innermost frame of ``exc``'s traceback in ``path``, the user's file."""
+    line = fault_line(exc, path)
+    return (str(path), line) if line else None
 
 
 def _def_line(fn: Callable, path: Path) -> tuple[str, int] | None:
-    code = getattr(fn, "__code__", None)
-    return (str(path), code.co_firstlineno) if code is not None and code.co_filename == str(path) else None
+    line = def_line(fn, path)
+    return (str(path), line) if line else None
 
 
 def _error(message: str, location: tuple[str, int] | None) -> UserFunctionError:
