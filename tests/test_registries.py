@@ -13,7 +13,7 @@ import pytest
 import torch
 from pydantic import BaseModel
 
-from engine.algorithms.base import micro_batch_weight
+from engine.rl.catalog import micro_batch_weight
 from engine.data.tasks import TASKS
 from engine.preset.errors import PresetError
 from engine.preset.schema import ALGORITHM_CONFIGS, Preset, preset_from_dict

@@ -60,22 +60,6 @@ class RunAborted(RuntimeError):
     """The run cannot go on (for example too many non-finite steps)."""
 
 
-def micro_batch_weight(loss_type: str, micro_mask: torch.Tensor, batch_mask: torch.Tensor,
-                       loss_aggregation: str | None = None) -> float:
-    """Share of the whole batch's loss normaliser that one micro-batch carries, so that
-    gradient accumulation gives the gradient of the full-batch loss: the rule the loss's
-    aggregation declares (engine.rl.catalog.AGGREGATIONS; `loss_aggregation` replaces the
-    loss type's own).
-
-    dapo (token_mean) normalises by the batch's token count; grpo and dr_grpo by its row count.
-    input:  dapo, micro mask with 3 tokens, batch mask with 12 tokens   output: 0.25
-    """
-    from engine.rl.catalog import AGGREGATIONS, policy_loss_parts
-
-    aggregation = policy_loss_parts(loss_type, loss_aggregation)[1]
-    return AGGREGATIONS.declares(aggregation).micro_batch_weight(micro_mask, batch_mask)
-
-
 class Trainer(Declares):
     """What every algorithm shares. A subclass implements `train_step` (returns a
     StepResult: the step's metrics and its outputs) and `write_step_outputs` (given those

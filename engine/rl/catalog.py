@@ -41,7 +41,8 @@ __all__ = [
     "PolicyLoss", "Surrogate", "Aggregation", "Estimator", "RewardScaling", "DPOLoss", "ImportanceLevel",
     "POLICY_LOSSES", "SURROGATES", "AGGREGATIONS", "ESTIMATORS", "REWARD_SCALINGS", "KL_ESTIMATORS",
     "IMPORTANCE_LEVELS", "DPO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
-    "policy_loss_parts", "length_neutral_loss_types", "register_policy_loss", "unregister_policy_loss",
+    "policy_loss_parts", "micro_batch_weight", "length_neutral_loss_types", "register_policy_loss",
+    "unregister_policy_loss",
 ]
 
 
@@ -238,12 +239,10 @@ def unregister_policy_loss(name: str) -> None:
     SURROGATES.unregister(name)
 
 
-
-
 def policy_loss_parts(loss_type: str, loss_aggregation: str | None = None) -> tuple[str, str]:
     """(surrogate, aggregation) a GRPO preset's ``loss_type`` and ``loss_aggregation``
     name: the loss type's own, the aggregation replaced when given. A ``FILE.py:FUNCTION``
-    loss type is its own surrogate (resolve it with ``SURROGATES.resolve``).
+    loss type is its own surrogate (resolved by ``engine.rl.user_code.resolve``).
 
     >>> policy_loss_parts("dr_grpo"), policy_loss_parts("grpo", "token_mean")
     (('clipped', 'fixed_length'), ('clipped', 'token_mean'))
@@ -255,6 +254,18 @@ def policy_loss_parts(loss_type: str, loss_aggregation: str | None = None) -> tu
         return parts.surrogate, loss_aggregation or parts.aggregation
     POLICY_LOSSES.check(loss_type)  # a file name passes; anything else raises, naming the allowed
     return loss_type, loss_aggregation or DEFAULT_AGGREGATION
+
+
+def micro_batch_weight(loss_type: str, micro_mask, batch_mask, loss_aggregation: str | None = None) -> float:
+    """Share of the whole batch's loss normaliser that one micro-batch carries, so that
+    gradient accumulation gives the gradient of the full-batch loss: the rule the loss's
+    aggregation declares (`loss_aggregation` replaces the loss type's own).
+
+    dapo (token_mean) normalises by the batch's token count; grpo and dr_grpo by its row count.
+    input:  dapo, micro mask with 3 tokens, batch mask with 12 tokens   output: 0.25
+    """
+    aggregation = policy_loss_parts(loss_type, loss_aggregation)[1]
+    return AGGREGATIONS.declares(aggregation).micro_batch_weight(micro_mask, batch_mask)
 
 
 def length_neutral_loss_types() -> list[str]:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from engine.rl.advantages import estimate_advantages, group_reward_std
-from engine.rl.catalog import IMPORTANCE_LEVELS
+from engine.rl.catalog import IMPORTANCE_LEVELS, micro_batch_weight
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
-from engine.algorithms.base import Trainer, micro_batch_weight
+from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
