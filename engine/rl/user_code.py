@@ -42,8 +42,8 @@ from engine.rewards.custom import def_line, fault_line, load_user_function
 from engine.rl.registry import Entry, Registry, first_line, split_file_name
 from engine.rl.user_files import user_function_fields
 
-__all__ = ["Contract", "CONTRACTS", "UserFunctionError", "signature_problem", "load_entry", "user_function_fields",
-           "source_problems", "absolute_user_functions", "try_user_functions"]
+__all__ = ["Contract", "CONTRACTS", "UserFunctionError", "signature_problem", "resolve", "load_entry",
+           "try_user_functions"]
 
 
 @dataclass(frozen=True)
