@@ -26,7 +26,6 @@ from engine.model.memory_estimate import LOGIT_CHUNK_ELEMENTS  # one number for 
 __all__ = ["LOGIT_CHUNK_ELEMENTS", "TokenLogits", "OutputHead", "output_head"]
 
 
-
 def _linear_log_softmax(hidden: torch.Tensor, weight: torch.Tensor, scale: float) -> torch.Tensor:
     """log_softmax(scale * hidden @ weight.T) in fp32. (n, H) -> (n, V). One function for
     the passes with and without gradients, so that at equal weights they give bit-equal
