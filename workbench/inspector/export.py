@@ -46,27 +46,77 @@ class SummaryPart:
         return out
 
 
+def signed_values(values: dict) -> str:
+    """{name: number} as `name +1.2, other -0.4` (null where not a number).
+
+    >>> signed_values({"exact_match": 1.2, "format": -0.4, "x": None})
+    'exact_match +1.2, format -0.4, x null'
+    """
+    return ", ".join(f"{k} {v:+.4g}" if isinstance(v, (int, float)) and math.isfinite(v) else f"{k} null"
+                     for k, v in values.items())
+
+
+def _components(values) -> str:
+    return ", ".join(f"{k} {_num(v)}" for k, v in values.items()) if isinstance(values, dict) else ""
+
+
+def rollout_context(trajectory: Trajectory) -> list[SummaryPart]:
+    """What the record says about the whole completion besides its reward: each reward's
+    own advantage (`component_advantages`: which reward drives the update) and the
+    greedy baseline the reward is measured against (`baseline`)."""
+    parts = []
+    per_reward = trajectory.record.get("component_advantages")
+    if isinstance(per_reward, dict) and per_reward:
+        parts.append(SummaryPart("advantage per reward", signed_values(per_reward),
+                                 "(each reward normalised within the group, before weights)"))
+    baseline = trajectory.record.get("baseline")
+    if isinstance(baseline, dict):
+        rewards = _components(baseline.get("rewards"))
+        parts.append(SummaryPart("greedy baseline reward", _num(baseline.get("reward")),
+                                 f"({rewards})" if rewards else ""))
+    return parts
+
+
+def _pair_parts(t: Trajectory) -> list[SummaryPart]:
+    parts = [SummaryPart(f"pair {t.index}")]
+    if not t.scored:
+        parts += [SummaryPart(key, _num(t.record.get(key))) for key in ("margin", "beta") if key in t.record]
+        parts += [SummaryPart(f"{side.name} reward", _num(side.reward), f"({len(side)} tokens)") for side in t.sides]
+        return parts
+    parts.append(SummaryPart(t.score_outcome(), heading=True))
+    parts += [SummaryPart(label, _num(t.record.get(key))) for label, key in
+              (("implicit reward margin", "margin"), ("beta", "beta")) if key in t.record]
+    for side in t.sides:
+        rewards = _components(side.rewards)
+        parts.append(SummaryPart(f"{side.name} score", _num(side.reward),
+                                 (f"({rewards}) " if rewards else "")
+                                 + f"implicit reward {_num(t.side_implicit_reward(side))}, {len(side)} tokens"))
+    return parts
+
+
 def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     """Every per-rollout number of the record, in order (what summary_html shows)."""
     t = trajectory
     parts = [SummaryPart(f"step {t.step}", heading=True)]
     if t.layout == PAIR:
-        parts.append(SummaryPart(f"pair {t.index}"))
-        parts += [SummaryPart(key, _num(t.record.get(key))) for key in ("margin", "beta") if key in t.record]
-        parts += [SummaryPart(f"{side.name} reward", _num(side.reward), f"({len(side)} tokens)") for side in t.sides]
-        return parts
+        return parts + _pair_parts(t)
     parts.append(SummaryPart(f"rollout {t.index}"))
     if t.layout == GROUP or t.group != t.index:
         parts.append(SummaryPart(f"group {t.group}"))
+    if t.desirable is not None:
+        parts.append(SummaryPart("desirable" if t.desirable else "undesirable", heading=True))
     parts.append(SummaryPart("reward", _num(t.reward)))
     rewards = t.record.get("rewards")
     if isinstance(rewards, dict) and rewards:
-        parts.append(SummaryPart("(" + ", ".join(f"{k} {_num(v)}" for k, v in rewards.items()) + ")"))
+        parts.append(SummaryPart("(" + _components(rewards) + ")"))
     if "score" in t.record:
         parts.append(SummaryPart("score", _num(t.record.get("score"))))
+    if isinstance(t.record.get("kl"), (int, float)):  # a scalar: the step's reference point (unpaired preferences)
+        parts.append(SummaryPart("KL reference point", _num(t.record.get("kl"))))
     adv = t.advantage
     if adv is not None:
         parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", f"{adv:+.4g}"))
+    parts += rollout_context(t)
     parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
     if t.record.get("truncated"):
         parts.append(SummaryPart("truncated (no EOS)", warn=True))
@@ -137,7 +187,11 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
             f"{'</b> ◀' if chosen else ''}</td><td align='right'>{_num(p)}</td></tr>"
             for text, p, chosen in alts)
         alt_html = f"<p style='margin:4px 0 0 0'><b>top {len(alts)}</b> (probability)</p><table>{alt_rows}</table>"
-    return f"<div>{head}<table>{rows}</table>{alt_html}</div>"
+    # The completion's advantage is every token's: where it comes from belongs beside it.
+    context = "".join(f"<br><span style='color:#555'>{html.escape(part.text())}</span>"
+                      for part in rollout_context(trajectory))
+    context = f"<p style='margin:4px 0 0 0'><b>the completion</b>{context}</p>" if context else ""
+    return f"<div>{head}<table>{rows}</table>{alt_html}{context}</div>"
 
 
 def token_title(side: Side, i: int) -> str:
@@ -198,13 +252,24 @@ def _side_html(side: Side, colours: list[str], show_marks: bool) -> str:
     return "".join(out)
 
 
+def _baseline_html(baseline, prompt: str) -> str:
+    """The greedy baseline's text under the completion ('' when the record has none)."""
+    if not isinstance(baseline, dict):
+        return ""
+    rewards = _components(baseline.get("rewards"))
+    return (f"<h2>greedy baseline · reward {_num(baseline.get('reward'))}{f' ({html.escape(rewards)})' if rewards else ''}"
+            " · the completion the reward is measured against (greedy, not sampled, not trained on)</h2>"
+            f"<div class='t'><span class='p'>{prompt}</span>{html.escape(str(baseline.get('completion', '')))}</div>")
+
+
 def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = "") -> str:
     """A self-contained HTML page (inline CSS, no scripts or links): the prompt dimmed,
     each token a span with its background colour and a title holding its numbers, the
     legend of the scale."""
     q = quantity(key, trajectory.values(key))
+    label = {True: " (desirable)", False: " (undesirable)"}.get(trajectory.desirable, "")
     title = f"{run_name + ' · ' if run_name else ''}step {trajectory.step} · " + (
-        f"pair {trajectory.index}" if trajectory.layout == PAIR else f"rollout {trajectory.index}")
+        f"pair {trajectory.index}" if trajectory.layout == PAIR else f"rollout {trajectory.index}{label}")
     gradient = ", ".join(scale.gradient(11))
     low, high = scale.low, scale.high
     legend = (f"<div class='legend'><b>{html.escape(q.label)}</b> <span>{_num(low)}</span>"
@@ -217,9 +282,15 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
     for side, values in zip(trajectory.sides, trajectory.values(key)):
         colours = [scale.hex(v) for v in values.tolist()]
         text = _side_html(side, colours, show_marks)
-        head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>" if trajectory.layout == PAIR else ""
+        head = ""
+        if trajectory.scored:
+            head = (f"<h2>{side.name} · score {_num(side.reward)} · implicit reward "
+                    f"{_num(trajectory.side_implicit_reward(side))}</h2>")
+        elif trajectory.layout == PAIR:
+            head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>"
         body.append(f"<div>{head}<div class='t'><span class='p'>{prompt}</span>{text}</div></div>")
     content = f"<div class='sides'>{''.join(body)}</div>" if len(body) > 1 else body[0]
+    content += _baseline_html(trajectory.record.get("baseline"), prompt)
     return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_EXPORT_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
             f"<p>{summary_html(trajectory)}</p>{legend}{content}</body></html>\n")

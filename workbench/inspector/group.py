@@ -1,9 +1,11 @@
 """Two pages of the trajectory inspector besides the token text:
 
 - `GroupView`: every completion GRPO sampled for one prompt at one step, one under the
-  other with its reward, components and advantage, the recorded ones coloured token by
-  token like the main text; a group whose rewards are all equal (no learning signal)
-  is flagged.
+  other with its reward, components and advantage (and, where the run writes them, each
+  reward's own advantage, the reward that drives it marked, and a label), the recorded
+  ones coloured token by token like the main text; a greedy baseline the rewards are
+  measured against, when written, in a row of its own at the top; a group whose
+  rewards are all equal (no learning signal) is flagged.
 - `HistoryView`: one prompt followed across the run: its token-level rollouts, its
   completions in `samples` events and its greedy completions at each evaluation, with
   their rewards against the step.
@@ -36,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from workbench.inspector.colors import Scale, diverging_hex, text_hex
 from workbench.inspector.export import tooltip_html
-from workbench.inspector.index import Group, HistoryRow, TrajectoryIndex, prompt_history
+from workbench.inspector.index import Baseline, Group, HistoryRow, TrajectoryIndex, prompt_history
 from workbench.inspector.navigation import PromptChoice
 from workbench.inspector.quantities import _num
 from workbench.inspector.records import text_display
@@ -47,6 +49,8 @@ FLAG_STYLE = ("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #
               "padding: 6px; }")
 CURRENT_STYLE = "QFrame#group-row { border: 2px solid #1565c0; border-radius: 4px; background: #f3f8ff; }"
 ROW_STYLE = "QFrame#group-row { border: 1px solid #d0d0d0; border-radius: 4px; background: white; }"
+BASELINE_STYLE = ("QFrame#group-baseline { border: 1px dashed #7a869a; border-radius: 4px; background: #eef1f5; }")
+LABEL_COLOUR = {True: "#2e7d32", False: "#b00020"}
 
 
 def _chip(value: float | None, scale: float) -> str:
@@ -61,7 +65,9 @@ class GroupRowWidget(QFrame):
     clicked = Signal(int)
     double_clicked = Signal(int)
 
-    def __init__(self, row, adv_scale: float, parent=None):
+    def __init__(self, row, adv_scale: float, parent=None, part_scale: float = 0.0, driver: str | None = None):
+        """`part_scale`: the half-width of the per-reward advantage chips' colours;
+        `driver`: the reward that moves this completion's advantage most (underlined)."""
         super().__init__(parent)
         self.setObjectName("group-row")
         self.row = row
@@ -73,6 +79,13 @@ class GroupRowWidget(QFrame):
         n = len(row.trajectory.sides[0]) if row.trajectory is not None else None
         parts = [f"<b>#{row.index}</b>", f"reward <b>{_num(row.reward)}</b>" + (f" ({components})" if components else ""),
                  f"advantage {_chip(row.advantage, adv_scale)}"]
+        if row.label is not None:
+            parts.insert(1, f"<b style='color:{LABEL_COLOUR[row.label]}'>"
+                            f"{'desirable' if row.label else 'undesirable'}</b>")
+        if row.component_advantages:
+            parts.append("per reward " + ", ".join(
+                (f"<b><u>{html.escape(name)}</u></b>" if name == driver else html.escape(name)) + " "
+                + _chip(value, part_scale) for name, value in row.component_advantages.items()))
         if n is not None:
             parts.append(f"{n} tokens")
             if row.trajectory.record.get("truncated"):
@@ -122,6 +135,34 @@ class GroupRowWidget(QFrame):
         super().mouseDoubleClickEvent(event)
 
 
+class BaselineRowWidget(QFrame):
+    """The greedy completion of the group's prompt, which each sample's reward is measured
+    against: text only (it was scored, not trained on, so it has no tokens to colour)."""
+
+    def __init__(self, baseline: Baseline, parent=None):
+        super().__init__(parent)
+        self.setObjectName("group-baseline")
+        self.setStyleSheet(BASELINE_STYLE)
+        self.baseline = baseline
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(2)
+        components = ", ".join(f"{html.escape(str(k))} {_num(v)}" for k, v in baseline.rewards.items())
+        self.header = QLabel(
+            f"<b>greedy baseline</b> · reward <b>{_num(baseline.reward)}</b>"
+            + (f" ({components})" if components else "")
+            + " · <i style='color:#555'>the prompt's greedy completion: each sample's advantage is its reward "
+              "minus this one's. Not a trained sample (no tokens to colour).</i>")
+        self.header.setTextFormat(Qt.RichText)
+        self.header.setWordWrap(True)
+        layout.addWidget(self.header)
+        self.text = QLabel(html.escape(text_display(baseline.completion)) or "<i>(empty)</i>")
+        self.text.setTextFormat(Qt.RichText)
+        self.text.setWordWrap(True)
+        self.text.setStyleSheet("QLabel { font-family: monospace; color: #333; padding: 4px; }")
+        layout.addWidget(self.text)
+
+
 class GroupView(QWidget):
     """The completions of one prompt group side by side (one under the other)."""
 
@@ -133,6 +174,7 @@ class GroupView(QWidget):
         self.group: Group | None = None
         self.scale: Scale | None = None
         self.rows: list[GroupRowWidget] = []
+        self.baseline: BaselineRowWidget | None = None  # the greedy baseline's row, when the group has one
         self.flag = QLabel()
         self.flag.setObjectName("group-flag")
         self.flag.setWordWrap(True)
@@ -163,10 +205,11 @@ class GroupView(QWidget):
         chips match the tokens when colouring by advantage); default the group's.
         `single`: the run's records are one completion per prompt (layout "single")."""
         self.group = group
-        for row in self.rows:
+        for row in self.rows + ([self.baseline] if self.baseline is not None else []):
             row.setParent(None)
             row.deleteLater()
         self.rows = []
+        self.baseline = None
         if group is None:
             self.title.setText("No group to show.")
             self.flag.hide()
@@ -178,9 +221,11 @@ class GroupView(QWidget):
         if rewards:
             stats = (f" · reward mean <b>{_num(float(np.mean(rewards)))}</b>, spread "
                      f"<b>{_num(max(rewards) - min(rewards))}</b>")
-        note = ""
+        if group.baseline is not None:
+            stats += f" · greedy baseline reward <b>{_num(group.baseline.reward)}</b>"
+        note = per_reward_note(group)
         if single and len(group.rows) == 1:
-            note = ("<br><span style='color:#666'>This run samples one completion per prompt "
+            note += ("<br><span style='color:#666'>This run samples one completion per prompt "
                     "(num_generations 1): the group has this one.</span>")
         self.title.setText(
             f"<b>step {group.step} · group {group.group}</b> · {len(group.rows)}{size} completions "
@@ -192,8 +237,13 @@ class GroupView(QWidget):
         if adv_scale is None:
             advantages = [abs(r.advantage) for r in group.rows if r.advantage is not None]
             adv_scale = max(advantages) if advantages else 0.0
+        if group.baseline is not None:
+            self.baseline = BaselineRowWidget(group.baseline)
+            self.rows_layout.insertWidget(0, self.baseline)
+        parts = [abs(v) for r in group.rows for v in r.component_advantages.values() if v is not None]
         for row in group.rows:
-            widget = GroupRowWidget(row, adv_scale)
+            widget = GroupRowWidget(row, adv_scale, part_scale=max(parts, default=0.0),
+                                    driver=group.driving_reward(row))
             widget.clicked.connect(self.rollout_chosen)
             widget.double_clicked.connect(self.rollout_opened)
             self.rows_layout.insertWidget(self.rows_layout.count() - 1, widget)
@@ -212,6 +262,18 @@ class GroupView(QWidget):
 
     def row(self, index: int) -> GroupRowWidget | None:
         return next((r for r in self.rows if r.index == index), None)
+
+
+def per_reward_note(group: Group) -> str:
+    """The title's line about each reward's own advantage ('' when the rows have none)."""
+    names = group.reward_names
+    if not names:
+        return ""
+    weights = ", ".join(f"{html.escape(n)} × {group.weights[n]:g}" for n in names if n in group.weights)
+    return ("<br><span style='color:#666'>per reward: each reward's advantage on its own (normalised within "
+            "the group, before weights); the advantage is their weighted sum"
+            + (f" ({weights})" if weights else "") + ", normalised over the batch. "
+            "<u>Underlined</u>: the reward that moves it most.</span>")
 
 
 # ===================================================================== history

@@ -190,6 +190,31 @@ class GroupRow:
     advantage: float | None
     completion: str
     trajectory: Trajectory | None = None  # None: only in a samples event (text, no tokens)
+    component_advantages: dict = field(default_factory=dict)  # {reward name: its own advantage}, when written
+    label: bool | None = None  # an unpaired completion: desirable (True) or not
+
+
+@dataclass
+class Baseline:
+    """The greedy completion of a group's prompt that its rewards are measured against
+    (`baseline` of its rows): scored, not sampled, not trained on (it has no tokens)."""
+
+    completion: str
+    reward: float | None
+    rewards: dict
+
+    @classmethod
+    def of(cls, value: Any) -> "Baseline | None":
+        """From a row's `baseline` mapping; None when it has none.
+
+        >>> Baseline.of({"completion": " 1 2", "reward": 1.0, "rewards": {"exact_match": 1.0}}).reward
+        1.0
+        """
+        if not isinstance(value, dict):
+            return None
+        rewards = value.get("rewards")
+        return cls(completion=str(value.get("completion", "")), reward=_float(value.get("reward")),
+                   rewards=dict(rewards) if isinstance(rewards, dict) else {})
 
 
 @dataclass
@@ -199,6 +224,16 @@ class Group:
     prompt: str
     rows: list[GroupRow] = field(default_factory=list)
     size: int | None = None  # num_generations, when known
+    baseline: Baseline | None = None  # the greedy completion the rewards are measured against, when written
+    weights: dict = field(default_factory=dict)  # {reward label: weight} from the run's preset, when known
+
+    @property
+    def reward_names(self) -> list[str]:
+        """The rewards some row has an advantage of its own for, in order of first sight."""
+        names: list[str] = []
+        for row in self.rows:
+            names += [k for k in row.component_advantages if k not in names]
+        return names
 
     @property
     def complete(self) -> bool:
@@ -216,52 +251,91 @@ class Group:
         whole group, or, when only part of it is on disk, from the advantages too."""
         if not self.rewards_equal:
             return False
-        if self.complete:
-            return True
         advantages = [r.advantage for r in self.rows if r.advantage is not None]
-        return bool(advantages) and all(abs(a) < 1e-6 for a in advantages)
+        if any(abs(a) >= 1e-6 for a in advantages):
+            return False  # measured against something besides the group (a greedy baseline), or others differ
+        return self.complete or bool(advantages)
 
     def flag(self) -> str:
         """What to tell the user about the group's signal ('' when there is signal)."""
+        reward = next((r.reward for r in self.rows if r.reward is not None), None)
         if self.no_signal:
-            reward = next(r.reward for r in self.rows if r.reward is not None)
             return (f"No learning signal: all {len(self.rows)} completions of this group got reward "
                     f"{_num(reward)}, so every advantage is 0 and the update learns nothing from them.")
-        if self.rewards_equal:
+        if self.rewards_equal and self.baseline is not None:
+            return (f"All {len(self.rows)} completions got reward {_num(reward)}, but the greedy baseline got "
+                    f"{_num(self.baseline.reward)}: each advantage is reward - baseline, so the update still "
+                    "learns from them.")
+        if self.rewards_equal and not self.complete:
             return (f"The {len(self.rows)} completions on record got the same reward, but the group has "
                     f"{self.size} and the advantages are not 0: the others differ.")
         return ""
 
+    def driving_reward(self, row: GroupRow) -> str | None:
+        """The reward that moves a completion's advantage most: the largest |weight x its
+        own advantage| (a weight the preset does not give counts 1); None without
+        component advantages."""
+        return driving_reward(row.component_advantages, self.weights)
+
+
+def driving_reward(component_advantages: dict, weights: dict) -> str | None:
+    """The reward with the largest |weight x advantage|: the one that drives the update.
+
+    >>> driving_reward({"exact_match": 0.5, "format": -1.2}, {"format": 0.25})
+    'exact_match'
+    >>> driving_reward({"exact_match": 0.5, "format": -1.2}, {}) , driving_reward({}, {})
+    ('format', None)
+    """
+    sized = {k: abs(v * weights.get(k, 1.0)) for k, v in component_advantages.items() if v is not None}
+    return max(sized, key=sized.get) if sized and max(sized.values()) > 0 else None
+
 
 def build_group(records: list[Trajectory], samples: list[dict], step: int, group: int,
-                size: int | None = None) -> Group:
+                size: int | None = None, weights: dict | None = None) -> Group:
     """The completions of one prompt group at one step: the token-level records, plus
     the completions that only a `samples` event holds (text and reward)."""
     rows: dict[int, GroupRow] = {}
     prompt = ""
+    baseline = None
     for sample in samples:
         if not isinstance(sample, dict) or _int(sample.get("group"), -1) != group:
             continue
         index = _int(sample.get("index"), -1)
         prompt = prompt or str(sample.get("prompt", ""))
+        baseline = baseline or Baseline.of(sample.get("baseline"))
         rows[index] = GroupRow(index=index, reward=_float(sample.get("reward")),
                                rewards=dict(sample.get("rewards") or {}),
                                advantage=_float(sample.get("advantage")),
-                               completion=str(sample.get("completion", "")))
+                               completion=str(sample.get("completion", "")),
+                               component_advantages=_numbers(sample.get("component_advantages")),
+                               label=_flag(sample.get("label")))
     for record in records:
         if record.group != group or record.layout == PAIR:
             continue
         prompt = record.prompt or prompt
+        baseline = Baseline.of(record.record.get("baseline")) or baseline
         rewards = record.record.get("rewards")
         rows[record.index] = GroupRow(index=record.index, reward=record.reward,
                                       rewards=dict(rewards) if isinstance(rewards, dict) else {},
                                       advantage=record.advantage, completion=record.sides[0].completion,
-                                      trajectory=record)
-    return Group(step=step, group=group, prompt=prompt, rows=[rows[i] for i in sorted(rows)], size=size)
+                                      trajectory=record,
+                                      component_advantages=_numbers(record.record.get("component_advantages")),
+                                      label=record.desirable)
+    return Group(step=step, group=group, prompt=prompt, rows=[rows[i] for i in sorted(rows)], size=size,
+                 baseline=baseline, weights=dict(weights or {}))
 
 
 def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(float(value)) else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _numbers(value: Any) -> dict:
+    """{name: number or None} of a mapping of numbers ({} when it is not one)."""
+    return {str(k): _float(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 # ================================================================ prompt history
@@ -333,7 +407,8 @@ def step_samples(run, step: int | None) -> list[dict]:
     for r in np.flatnonzero(store.numbers("step") == step):
         s = store.row(int(r))
         out.append({"index": s.index, "group": s.group, "prompt": s.prompt, "completion": s.completion,
-                    "reward": s.reward, "rewards": s.rewards, "advantage": s.advantage})
+                    "reward": s.reward, "rewards": s.rewards, "advantage": s.advantage,
+                    "component_advantages": s.component_advantages, "baseline": s.baseline, "label": s.label})
     return out
 
 
@@ -346,6 +421,25 @@ def sample_group(run, step: int, index: int) -> int | None:
         return None
     rows = np.flatnonzero((store.numbers("step") == step) & (store.numbers("index") == index))
     return store.row(int(rows[0])).group if rows.size else None
+
+
+def run_group(run, records: list[Trajectory], step: int, group: int) -> Group:
+    """The group `group` of a step of a run (RunData): its records, its samples event's
+    rows, its size and its rewards' weights from the preset."""
+    return build_group(records, step_samples(run, step), step, group, group_size(run), reward_weights(run))
+
+
+def reward_weights(run) -> dict[str, float]:
+    """{reward label: weight} of the run's preset (labels as the rewards are logged)."""
+    from engine.rewards import component_label
+
+    weights = {}
+    for item in (getattr(run, "preset", None) or {}).get("rewards") or []:
+        if isinstance(item, dict) and isinstance(item.get("name"), str):
+            weight = item.get("weight", 1.0)
+            label = item.get("label") if isinstance(item.get("label"), str) else None
+            weights[component_label(item["name"], label)] = float(weight) if isinstance(weight, (int, float)) else 1.0
+    return weights
 
 
 def group_size(run) -> int | None:

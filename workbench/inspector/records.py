@@ -41,9 +41,16 @@ class Side:
     top_ids: list | None = None
     completion: str = ""
     reward: float | None = None
+    rewards: dict | None = None  # a sampled pair's side: the components of its score (its reward)
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def implicit_total(self) -> float | None:
+        """The sum of the side's per-token implicit rewards (None: it has none)."""
+        values = self.numbers.get("implicit_reward")
+        return float(np.nansum(values)) if values is not None and np.isfinite(values).any() else None
 
     @property
     def clipped(self) -> np.ndarray | None:
@@ -63,13 +70,14 @@ class Side:
                 continue
             if all(v is None or isinstance(v, (int, float)) for v in value):
                 numbers[key] = np.array(value, dtype=float)
-        reward = raw.get("reward")
+        reward, rewards = raw.get("reward"), raw.get("rewards")
         return cls(name=name, tokens=tokens, token_ids=list(ids), numbers=numbers,
                    top_tokens=raw.get("top_tokens") if isinstance(raw.get("top_tokens"), list) else None,
                    top_probs=raw.get("top_probs") if isinstance(raw.get("top_probs"), list) else None,
                    top_ids=raw.get("top_ids") if isinstance(raw.get("top_ids"), list) else None,
                    completion=str(raw.get("completion", "")),
-                   reward=float(reward) if isinstance(reward, (int, float)) else None)
+                   reward=float(reward) if isinstance(reward, (int, float)) else None,
+                   rewards=dict(rewards) if isinstance(rewards, dict) else None)
 
 
 @dataclass
@@ -125,6 +133,36 @@ class Trajectory:
             return None
         return float(np.nanmean(adv))
 
+    @property
+    def desirable(self) -> bool | None:
+        """An unpaired completion's `label`: True desirable (the update pushes it up),
+        False undesirable (down), None when the record has none."""
+        value = self.record.get("label")
+        return value if isinstance(value, bool) else None
+
+    @property
+    def scored(self) -> bool:
+        """A pair whose sides were sampled and scored by the rewards (`score_margin`, or
+        sides with `rewards`): each side's `reward` is then its score, not its implicit
+        reward (that is the sum of its tokens')."""
+        return self.layout == PAIR and ("score_margin" in self.record or any(s.rewards is not None
+                                                                              for s in self.sides))
+
+    def side_implicit_reward(self, side: Side) -> float | None:
+        """A side's implicit reward: its `reward`, or for a scored pair the sum of its tokens'."""
+        return side.implicit_total if self.scored else side.reward
+
+    def score_outcome(self) -> str:
+        """Which side of a scored pair won on the rewards and by how much ('' for a pair
+        given by the data). A tie: the first sampled was taken as chosen."""
+        if not self.scored:
+            return ""
+        if self.record.get("tie") is True:
+            return f"tie: first sampled taken as {self.sides[0].name}"
+        margin = self.record.get("score_margin")
+        margin = f"{margin:+.4g}" if isinstance(margin, (int, float)) else "null"
+        return f"{self.sides[0].name} won by {margin} score"
+
     def quantities(self) -> list[str]:
         """The per-token quantities this record has, known ones first (in the
         inspector's order), then any others alphabetically."""
@@ -147,11 +185,17 @@ class Trajectory:
     def label(self) -> str:
         """One line for the rollout picker."""
         if self.layout == PAIR:
+            if self.scored:
+                return (f"pair {self.index} · {self.score_outcome()} · implicit margin "
+                        f"{_num(self.record.get('margin'))} · "
+                        + " / ".join(f"{s.name} score {_num(s.reward)}" for s in self.sides))
             return (f"pair {self.index} · margin {_num(self.record.get('margin'))} · "
                     + " / ".join(f"{s.name} {_num(s.reward)}" for s in self.sides))
         parts = [f"#{self.index}"]
         if self.group != self.index or self.layout == GROUP:
             parts.append(f"group {self.group}")
+        if self.desirable is not None:
+            parts.append("desirable" if self.desirable else "undesirable")
         parts.append(f"reward {_num(self.reward)}")
         if "score" in self.record:
             parts.append(f"score {_num(self.record.get('score'))}")

@@ -1,10 +1,13 @@
 """The inspector's Trajectory page: the completion as text after its dimmed prompt (DPO:
-chosen and rejected side by side), each token on the colour of its value; under it the
-quantity against token position, linked both ways (hover or click a token and the plot
-marks it; hover or click the plot and the token is marked and scrolled to); the selected
-token's numbers beside the plot."""
+chosen and rejected side by side, headed by their implicit rewards and, for a sampled
+pair, their scores; an unpaired completion headed by its desirable/undesirable label),
+each token on the colour of its value; under it the quantity against token position,
+linked both ways (hover or click a token and the plot marks it; hover or click the plot
+and the token is marked and scrolled to); the selected token's numbers beside the plot."""
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QScrollArea, QSplitter
@@ -13,10 +16,30 @@ from workbench.inspector.colors import Scale
 from workbench.inspector.export import tooltip_html
 from workbench.inspector.quantities import _num, quantity
 from workbench.run_declaration import PAIR
-from workbench.inspector.records import Trajectory
+from workbench.inspector.records import Side, Trajectory
 from workbench.inspector.plot import QuantityPlot
 from workbench.inspector.text import token_colours
 from workbench.inspector.widgets import SidePanel
+
+
+def side_header(trajectory: Trajectory, side: Side) -> str:
+    """The line above a side's text: a pair's side (its score when the pair was
+    sampled and scored, its implicit reward); an unpaired completion's label; else ''."""
+    if trajectory.layout == PAIR:
+        colour = "#2e7d32" if side is trajectory.sides[0] else "#b00020"
+        score = ""
+        if trajectory.scored:
+            parts = ", ".join(f"{html.escape(str(k))} {_num(v)}" for k, v in (side.rewards or {}).items())
+            score = f" · score <b>{_num(side.reward)}</b>" + (f" ({parts})" if parts else "")
+        return (f"<b style='color:{colour}'>{html.escape(side.name)}</b>{score} · implicit reward "
+                f"<b>{_num(trajectory.side_implicit_reward(side))}</b> · {len(side)} tokens")
+    if trajectory.desirable is None:
+        return ""
+    if trajectory.desirable:
+        return ("<b style='color:#2e7d32'>desirable</b> · labelled good: the update pushes this completion up "
+                "(above the reference)")
+    return ("<b style='color:#b00020'>undesirable</b> · labelled bad: the update pushes this completion down "
+            "(below the reference)")
 
 
 class TrajectoryPage(QSplitter):
@@ -93,13 +116,9 @@ class TrajectoryPage(QSplitter):
                 side = trajectory.sides[k]
                 panel.view.set_show_prompt(show_prompt)
                 panel.view.set_content(trajectory.prompt, side.tokens)
-                if pair:
-                    colour = "#2e7d32" if side.name == "chosen" else "#b00020"
-                    panel.header.setText(f"<b style='color:{colour}'>{side.name}</b> · implicit reward "
-                                         f"<b>{_num(side.reward)}</b> · {len(side)} tokens")
-                    panel.header.show()
-                else:
-                    panel.header.hide()
+                header = side_header(trajectory, side)
+                panel.header.setText(header)
+                panel.header.setVisible(bool(header))
         self.fit_text_pane()
         self.selected = -1
         self.plot.mark(-1)

@@ -36,15 +36,7 @@ from PySide6.QtWidgets import (
 from workbench.inspector.colors import Scale
 from workbench.inspector.export import export_html, export_json, export_name, summary_html
 from workbench.inspector.group import GroupView, HistoryView
-from workbench.inspector.index import (
-    TrajectoryIndex,
-    build_group,
-    group_size,
-    no_records_reason,
-    recorded_per_step,
-    sample_group,
-    step_samples,
-)
+from workbench.inspector.index import TrajectoryIndex, no_records_reason, recorded_per_step, run_group, sample_group
 from workbench.inspector.keys import ArrowKeys
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP, Navigation
 from workbench.inspector.quantities import group_scale, quantity, step_scale, trajectory_scale
@@ -424,8 +416,7 @@ class InspectorView(QWidget):
         trajectory = self.current
         if trajectory is None or trajectory.layout == PAIR:
             return None
-        return build_group(self.records, step_samples(self.run, self.step), self.step, trajectory.group,
-                           group_size(self.run))
+        return run_group(self.run, self.records, self.step, trajectory.group)
 
     def _update_group(self) -> None:
         """Show the current rollout's group: rebuilt when the group changed (another

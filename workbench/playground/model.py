@@ -34,6 +34,12 @@ class Completion:
     run_reward: float = math.nan
     run_rewards: dict = field(default_factory=dict)
     run_advantage: float = math.nan
+    # Where the run wrote them: the prompt's greedy completion its reward was measured
+    # against (sent to be scored with the edited rewards) and that one's reward; each
+    # reward's own advantage {label: value}.
+    baseline: str | None = None
+    run_baseline_reward: float = math.nan
+    run_component_advantages: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +55,11 @@ class ScoreResult:
     advantages_computed: bool
     advantages_reason: str
     notes: list[str]
+    # Per completion, where the engine gives them: each reward's own advantage {label:
+    # value} ({} where none), and the greedy baseline scored by the edited rewards
+    # {"completion", "total", "components"} (None where none).
+    component_advantages: list[dict] = field(default_factory=list)
+    baselines: list[dict | None] = field(default_factory=list)
 
     @property
     def labels(self) -> list[str]:
@@ -95,9 +106,14 @@ def run_completions(run, step: int) -> list[Completion]:
     found = []
     for sample in run.samples.rows:
         if sample.step == step:
+            baseline = sample.baseline or {}
             found.append(Completion(prompt=sample.prompt, completion=sample.completion, group=sample.group,
                                     run_reward=sample.reward, run_rewards=dict(sample.rewards),
-                                    run_advantage=sample.advantage))
+                                    run_advantage=sample.advantage,
+                                    baseline=baseline.get("completion") if isinstance(baseline.get("completion"),
+                                                                                      str) else None,
+                                    run_baseline_reward=sample.baseline_reward,
+                                    run_component_advantages=dict(sample.component_advantages)))
     return found
 
 
@@ -166,8 +182,8 @@ def build_request(preset: dict, base_dir: Path | None, completions: list[Complet
         "base_dir": str(base_dir) if base_dir else "",
         "group_size": group_size,
         "fields_from_data": fields_from_data,
-        "items": [{"prompt": c.prompt, "completion": c.completion, "fields": c.fields, "group": c.group}
-                  for c in completions],
+        "items": [{"prompt": c.prompt, "completion": c.completion, "fields": c.fields, "group": c.group,
+                   **({"baseline": c.baseline} if c.baseline is not None else {})} for c in completions],
     }
 
 
@@ -208,6 +224,8 @@ def read_answer(stdout: str, stderr: str, exit_code: int | None) -> ScoreResult 
         advantages_computed=bool(about.get("computed")),
         advantages_reason=str(about.get("reason") or ""),
         notes=[str(n) for n in answer.get("notes") or []],
+        component_advantages=[dict(item.get("component_advantages") or {}) for item in items],
+        baselines=[item["baseline"] if isinstance(item.get("baseline"), dict) else None for item in items],
     )
 
 

@@ -1,5 +1,7 @@
 """The playground's table: one row per completion, the new component values, total and
-advantage beside what the run had (its reward and advantage from the samples event)."""
+advantage beside what the run had (its reward and advantage from the samples event),
+and where the engine gives them, the greedy baseline's total (ReMax) and each reward's
+own advantage (GDPO)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from workbench.runs.samples_view import one_line
 
 GROUP, PROMPT, COMPLETION = "group", "prompt", "completion"
 TOTAL, RUN_TOTAL, ADVANTAGE, RUN_ADVANTAGE = "total", "run total", "advantage", "run advantage"
+GREEDY_BASELINE = "greedy baseline"  # the prompt's greedy completion, scored by the edited rewards
 _CHANGED = QColor(255, 243, 205)  # a value that differs from the run's
 _RIGHT = Qt.AlignRight | Qt.AlignVCenter
 
@@ -21,6 +24,30 @@ _RIGHT = Qt.AlignRight | Qt.AlignVCenter
 def component_column(label: str) -> str:
     """The column of a component: `rewards/LABEL` (a label may be any word, `total` too)."""
     return f"rewards/{label}"
+
+
+def component_advantage_column(label: str) -> str:
+    """The column of a reward's own advantage (where the engine gives one): `adv: LABEL`."""
+    return f"adv: {label}"
+
+
+def advantage_labels(result: ScoreResult | None) -> list[str]:
+    """The rewards some completion got an advantage of its own for, in the result's order."""
+    if result is None:
+        return []
+    seen = {k for parts in result.component_advantages for k in parts}
+    return [label for label in result.labels if label in seen] + sorted(seen - set(result.labels))
+
+
+def _baseline_tip(baseline: dict | None, run_reward: float) -> str:
+    lines = []
+    if baseline is not None:
+        parts = ", ".join(f"{k} {_number(v)}" for k, v in (baseline.get("components") or {}).items())
+        lines.append(f"greedy completion, scored by these rewards{f' ({parts})' if parts else ''}; "
+                     "the advantage is the total minus its total")
+    if math.isfinite(run_reward):
+        lines.append(f"the run had {run_reward:.4f}")
+    return "\n".join(lines)
 
 
 def _number(value) -> str:
@@ -38,7 +65,9 @@ def _differs(new, old) -> bool:
 class ResultsTable(QTableWidget):
     """Completions with the scores of the last result. `columns` names the columns in
     order: group, prompt, completion, `rewards/LABEL` for each component, total, run
-    total, advantage, run advantage (tests read cells by these names)."""
+    total, greedy baseline (when the completions carry one), advantage, run advantage,
+    `adv: LABEL` for each reward's own advantage (when the engine gives them); tests
+    read cells by these names."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -58,8 +87,12 @@ class ResultsTable(QTableWidget):
         """The completions, with the result's numbers when given (scored, in this order)."""
         labels = result.labels if result is not None else []
         weights = {component_column(k): v for k, v in result.weights.items()} if result is not None else {}
-        self.columns = [GROUP, PROMPT, COMPLETION, *map(component_column, labels), TOTAL, RUN_TOTAL, ADVANTAGE,
-                        RUN_ADVANTAGE]
+        greedy = any(c.baseline is not None for c in completions) or \
+            (result is not None and any(b is not None for b in result.baselines))
+        own = advantage_labels(result)
+        self.columns = [GROUP, PROMPT, COMPLETION, *map(component_column, labels), TOTAL, RUN_TOTAL,
+                        *([GREEDY_BASELINE] if greedy else []), ADVANTAGE, RUN_ADVANTAGE,
+                        *map(component_advantage_column, own)]
         self.clear()
         self.setColumnCount(len(self.columns))
         self.setRowCount(len(completions))
@@ -69,7 +102,11 @@ class ResultsTable(QTableWidget):
         header_tips = {TOTAL: "Σ weight × component, by the edited rewards",
                        RUN_TOTAL: "The reward the run logged for this completion",
                        ADVANTAGE: "The advantage GRPO would compute from the new totals",
-                       RUN_ADVANTAGE: "The advantage the run logged"}
+                       RUN_ADVANTAGE: "The advantage the run logged",
+                       GREEDY_BASELINE: "The total of the prompt's greedy completion (the run's), which the "
+                                        "reward is measured against: advantage = total - this"}
+        header_tips.update({component_advantage_column(k): f"The advantage from {k} alone: normalised within the "
+                            "group, before weights (the advantage is their weighted sum, normalised)" for k in own})
         if result is not None and not result.advantages_computed and result.advantages_reason:
             header_tips[ADVANTAGE] = f"No advantages: {result.advantages_reason}"
         for column, name in enumerate(self.columns):
@@ -82,6 +119,8 @@ class ResultsTable(QTableWidget):
             self._text(row, COMPLETION, completion.completion)
             self._value(row, RUN_TOTAL, completion.run_reward)
             self._value(row, RUN_ADVANTAGE, completion.run_advantage)
+            if greedy:
+                self._value(row, GREEDY_BASELINE, None).setToolTip(_baseline_tip(None, completion.run_baseline_reward))
             if result is None or row >= len(result.totals):
                 continue
             for label in labels:
@@ -97,6 +136,7 @@ class ResultsTable(QTableWidget):
             advantage = self._value(row, ADVANTAGE, result.advantages[row])
             if _differs(result.advantages[row], completion.run_advantage):
                 advantage.setBackground(_CHANGED)
+            self._extras(row, completion, result, greedy, own)
         self.resizeColumnsToContents()
         for column in (self.columns.index(PROMPT), self.columns.index(COMPLETION)):
             self.setColumnWidth(column, min(self.columnWidth(column), 260))
@@ -107,6 +147,25 @@ class ResultsTable(QTableWidget):
         return item.text() if item is not None else ""
 
     # --- Internals
+
+    def _extras(self, row: int, completion: Completion, result: ScoreResult, greedy: bool, own: list[str]) -> None:
+        """The greedy baseline's total and each reward's own advantage, where the engine
+        gave them, shaded where they read differently from the run's."""
+        if greedy:
+            baseline = result.baselines[row] if row < len(result.baselines) else None
+            total = baseline.get("total") if baseline is not None else None
+            item = self._value(row, GREEDY_BASELINE, total if isinstance(total, (int, float)) else None)
+            item.setToolTip(_baseline_tip(baseline, completion.run_baseline_reward))
+            if isinstance(total, (int, float)) and _differs(total, completion.run_baseline_reward):
+                item.setBackground(_CHANGED)
+        parts = result.component_advantages[row] if row < len(result.component_advantages) else {}
+        for label in own:
+            new, old = parts.get(label), completion.run_component_advantages.get(label)
+            item = self._value(row, component_advantage_column(label), new if isinstance(new, (int, float)) else None)
+            if isinstance(old, (int, float)):
+                item.setToolTip(f"the run had {old:.4f}")
+                if isinstance(new, (int, float)) and _differs(new, float(old)):
+                    item.setBackground(_CHANGED)
 
     def _text(self, row: int, name: str, text: str) -> QTableWidgetItem:
         item = QTableWidgetItem(one_line(text))

@@ -1,10 +1,12 @@
-"""Every sampled generation of a run (Sample, SampleStore), parsed when first needed.
-No Qt."""
+"""Every sampled generation of a run (Sample, SampleStore), parsed when first needed, and
+how a sample reads in words (the samples table's detail pane, its flag and baseline
+cells). No Qt."""
 
 from __future__ import annotations
 
+import html
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
@@ -25,14 +27,39 @@ class Sample:
     reward: float
     rewards: dict
     advantage: float
+    # Keys some algorithms add to a row (docs/run-directory.md, `samples`); empty/None
+    # where the row has none: each reward's own advantage, {reward name: value} (rewards
+    # normalised one by one); the greedy completion of the prompt that the reward is
+    # measured against, {"completion", "reward", "rewards"}; whether an unpaired
+    # completion is desirable; whether a pair's two scores tied; a pair's rejected text.
+    component_advantages: dict = field(default_factory=dict)
+    baseline: dict | None = None
+    label: bool | None = None
+    tie: bool | None = None
+    rejected: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
         return (self.step, self.index)
 
+    @property
+    def baseline_reward(self) -> float:
+        """The greedy baseline's reward (NaN: no baseline)."""
+        return _number((self.baseline or {}).get("reward"))
+
 
 def _number(value: Any) -> float:
     return float(value) if _is_number(value) else math.nan
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+# The number columns of the optional keys (numbers(name)), when a row has them: a flag
+# is 1/0 so the table sorts by it.
+LABEL, BASELINE, TIE = "label", "baseline/reward", "tie"
+COMPONENT_ADVANTAGE = "component_advantages/"
 
 
 class SampleStore:
@@ -50,6 +77,8 @@ class SampleStore:
         self._step: list[int] = []
         self._raw: list[dict] = []  # the sample mappings as logged
         self.components_seen: list[str] = []
+        self.advantage_components_seen: list[str] = []  # names in rows' component_advantages
+        self.optional_seen: set[str] = set()  # LABEL, BASELINE, TIE: some row had it
         self._numbers = MetricTable()
 
     # ------------------------------------------------------------------ adding
@@ -105,9 +134,33 @@ class SampleStore:
         for name in self.components_seen:
             columns[f"rewards/{name}"] = [r["rewards"].get(name) if isinstance(r.get("rewards"), dict) else None
                                           for r in raws]
+        columns.update(self._optional_columns(raws))
         self._numbers.append_columns(steps, columns)
         self._step.extend(steps)
         self._raw.extend(raws)
+
+    def _optional_columns(self, raws: list[dict]) -> dict[str, list]:
+        """The number columns of the keys only some algorithms write (each reward's
+        advantage, the greedy baseline's reward, label, tie), for the rows `raws`."""
+        columns: dict[str, list] = {}
+        for raw in raws:
+            parts = raw.get("component_advantages")
+            if isinstance(parts, dict):
+                for name in parts:
+                    if name not in self.advantage_components_seen:
+                        self.advantage_components_seen.append(name)
+        for name in self.advantage_components_seen:
+            columns[COMPONENT_ADVANTAGE + name] = [
+                r["component_advantages"].get(name) if isinstance(r.get("component_advantages"), dict) else None
+                for r in raws]
+        values = {LABEL: [_flag(r.get("label")) for r in raws], TIE: [_flag(r.get("tie")) for r in raws],
+                  BASELINE: [r["baseline"].get("reward") if isinstance(r.get("baseline"), dict) else None
+                             for r in raws]}
+        for name, column in values.items():
+            if name in self.optional_seen or any(v is not None for v in column):
+                self.optional_seen.add(name)
+                columns[name] = column
+        return columns
 
     # ---------------------------------------------------------------- reading
 
@@ -120,16 +173,32 @@ class SampleStore:
         self._materialize()
         return self.components_seen
 
+    @property
+    def advantage_components(self) -> list[str]:
+        """The rewards some row gave an advantage of its own (component_advantages)."""
+        self._materialize()
+        return self.advantage_components_seen
+
+    def has(self, name: str) -> bool:
+        """Whether some row has the optional key of column `name` (LABEL, BASELINE, TIE)."""
+        self._materialize()
+        return name in self.optional_seen
+
     def row(self, i: int) -> Sample:
         self._materialize()
         raw = self._raw[i]
         rewards = raw.get("rewards")
         index, group = raw.get("index"), raw.get("group")
+        parts, baseline, rejected = raw.get("component_advantages"), raw.get("baseline"), raw.get("rejected")
         return Sample(step=self._step[i], index=int(index) if _is_number(index) else 0,
                       group=int(group) if _is_number(group) else 0,
                       prompt=str(raw.get("prompt", "")), completion=str(raw.get("completion", "")),
                       reward=_number(raw.get("reward")), rewards=dict(rewards) if isinstance(rewards, dict) else {},
-                      advantage=_number(raw.get("advantage")))
+                      advantage=_number(raw.get("advantage")),
+                      component_advantages=dict(parts) if isinstance(parts, dict) else {},
+                      baseline=dict(baseline) if isinstance(baseline, dict) else None,
+                      label=_flag(raw.get("label")), tie=_flag(raw.get("tie")),
+                      rejected=rejected if isinstance(rejected, str) else None)
 
     def text(self, i: int, name: str) -> str:
         """The prompt or completion of row i, without building the whole Sample."""
@@ -141,7 +210,8 @@ class SampleStore:
         return _Rows(self)
 
     def numbers(self, name: str) -> np.ndarray:
-        """`step`, `index`, `reward`, `advantage` or `rewards/<component>` for every row."""
+        """`step`, `index`, `reward`, `advantage`, `rewards/<component>`,
+        `component_advantages/<reward>`, LABEL, BASELINE or TIE for every row."""
         self._materialize()
         if name == "step":
             return self._numbers.steps
@@ -174,3 +244,68 @@ class _Rows:
 
     def __iter__(self):
         return (self._store.row(i) for i in range(len(self)))
+
+
+# ====================================================== a sample in words
+
+
+def _fmt(value: float) -> str:
+    return "null" if not math.isfinite(value) else f"{value:.4g}"
+
+
+def flag_text(name: str, value: bool | None) -> str:
+    """A label or tie cell: `label` true/false is desirable/undesirable, `tie` yes/no.
+
+    >>> flag_text("label", False), flag_text("tie", True), flag_text("tie", None)
+    ('undesirable', 'yes', '')
+    """
+    if value is None:
+        return ""
+    if name == LABEL:
+        return "desirable" if value else "undesirable"
+    return "yes" if value else "no"
+
+
+def baseline_text(baseline: dict | None) -> str:
+    """The greedy baseline's tooltip: its reward, components and whole completion.
+
+    >>> baseline_text({"completion": " 1 2", "reward": 1.0, "rewards": {"exact_match": 1.0}})
+    'greedy completion (the baseline, not trained on): reward 1 (exact_match 1)\\n 1 2'
+    """
+    if not baseline:
+        return ""
+    rewards = baseline.get("rewards") if isinstance(baseline.get("rewards"), dict) else {}
+    parts = ", ".join(f"{k} {_fmt(float(v)) if isinstance(v, (int, float)) else v}" for k, v in rewards.items())
+    reward = baseline.get("reward")
+    head = (f"greedy completion (the baseline, not trained on): reward "
+            f"{_fmt(float(reward)) if isinstance(reward, (int, float)) else 'null'}" + (f" ({parts})" if parts else ""))
+    return f"{head}\n{baseline.get('completion', '')}"
+
+
+def _values(values: dict, signed: bool = False) -> str:
+    return ", ".join(f"{html.escape(str(k))} "
+                     + ((f"{v:+.4g}" if signed else _fmt(float(v))) if isinstance(v, (int, float))
+                        else html.escape(str(v))) for k, v in values.items())
+
+
+def sample_html(sample: Sample) -> str:
+    """The detail pane: every number and the whole texts, whitespace kept."""
+    parts = [f"<b>step {sample.step}</b> · prompt group {sample.group} · sample {sample.index}"
+             + (f" · <b>{flag_text(LABEL, sample.label)}</b>" if sample.label is not None else "")
+             + (" · <b>tie</b> (the first sampled was taken as chosen)" if sample.tie else "") + "<br>",
+             f"reward <b>{_fmt(sample.reward)}</b> · advantage <b>{_fmt(sample.advantage)}</b>"]
+    if sample.rewards:
+        parts.append("<br>components: " + _values(sample.rewards))
+    if sample.component_advantages:
+        parts.append("<br>advantage of each reward (normalised within the group, before weights): "
+                     + _values(sample.component_advantages, signed=True))
+    pre = "white-space:pre-wrap; background:#f6f8fa; padding:4px; font-family:monospace"
+    parts.append(f"<p><b>Prompt</b></p><pre style='{pre}'>{html.escape(sample.prompt)}</pre>")
+    parts.append(f"<p><b>Completion</b></p><pre style='{pre}'>{html.escape(sample.completion)}</pre>")
+    if sample.rejected is not None:
+        parts.append(f"<p><b>Rejected</b></p><pre style='{pre}'>{html.escape(sample.rejected)}</pre>")
+    if sample.baseline is not None:
+        head, _, text = baseline_text(sample.baseline).partition("\n")
+        parts.append(f"<p><b>Greedy baseline</b> ({html.escape(head.partition(': ')[2])}; the baseline the "
+                     f"reward is measured against, not trained on)</p><pre style='{pre}'>{html.escape(text)}</pre>")
+    return "".join(parts)

@@ -9,7 +9,6 @@ losing the selection.
 
 from __future__ import annotations
 
-import html
 import math
 
 import numpy as np
@@ -31,18 +30,26 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.runs.rundata import RunData, Sample, SampleStore
+from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, LABEL, TIE, _fmt, baseline_text,
+                                          flag_text, sample_html)
 
 STEP, PROMPT, COMPLETION, REWARD = "step", "prompt", "completion", "reward"
 ADVANTAGE = "advantage"
 TEXT_COLUMNS = (PROMPT, COMPLETION)
+FLAG_COLUMNS = (LABEL, TIE)  # yes/no keys, shown in words
 _ROLES = {Qt.DisplayRole, Qt.ToolTipRole, Qt.TextAlignmentRole, Qt.BackgroundRole}
 _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _POSITIVE = QColor(220, 245, 225)
 _NEGATIVE = QColor(250, 225, 225)
-
-
-def _fmt(value: float) -> str:
-    return "null" if not math.isfinite(value) else f"{value:.4g}"
+# Headers of the columns some algorithms' rows add (docs/run-directory.md, `samples`).
+_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie"}
+_HEADER_TIPS = {
+    LABEL: "desirable: the update pushes this completion up; undesirable: down (unpaired preference data)",
+    BASELINE: "the reward of the greedy completion of the same prompt, the baseline the reward is measured "
+              "against (advantage = reward - greedy baseline); hover a cell for its text",
+    TIE: "the pair's two completions got the same score: the first sampled was taken as chosen",
+    ADVANTAGE: "the advantage the update used (green: pushed up, pink: pushed down)",
+}
 
 
 def one_line(text: str) -> str:
@@ -81,14 +88,25 @@ class SamplesModel(QAbstractTableModel):
         self.endResetModel()
         self.counts_changed.emit(len(self.visible), len(self.store))
 
+    def _column_names(self) -> list[str]:
+        """The columns: step, prompt, completion, total reward, each component,
+        advantage, and those of the keys a run's rows have (label beside the
+        completion, the greedy baseline beside the reward, each reward's advantage after
+        the advantage, tie last)."""
+        store = self.store
+        return [STEP, PROMPT, COMPLETION, *([LABEL] if store.has(LABEL) else []), REWARD,
+                *([BASELINE] if store.has(BASELINE) else []), *[f"rewards/{c}" for c in store.components],
+                ADVANTAGE, *[COMPONENT_ADVANTAGE + c for c in store.advantage_components],
+                *([TIE] if store.has(TIE) else [])]
+
     def _columns_for(self) -> None:
-        self.columns = [STEP, PROMPT, COMPLETION, REWARD, *[f"rewards/{c}" for c in self.store.components], ADVANTAGE]
+        self.columns = self._column_names()
 
     def refresh(self) -> None:
         """Re-apply filter and sort after samples arrived (or the filter changed),
         keeping selected rows selected."""
-        if len(self.columns) != 5 + len(self.store.components):
-            self.set_store(self.store)  # a new reward component: new columns
+        if self.columns != self._column_names():
+            self.set_store(self.store)  # a new reward component (or key): new columns
             return
         self.layoutAboutToBeChanged.emit()
         self._built.clear()  # a resume may have dropped rows: indices can change meaning
@@ -182,9 +200,17 @@ class SamplesModel(QAbstractTableModel):
         if orientation == Qt.Horizontal and 0 <= section < len(self.columns):
             name = self.columns[section]
             if role == Qt.DisplayRole:
-                return name.removeprefix("rewards/") if name.startswith("rewards/") else name
-            if role == Qt.ToolTipRole and name.startswith("rewards/"):
-                return f"reward component {name.removeprefix('rewards/')} (unweighted)"
+                if name.startswith(COMPONENT_ADVANTAGE):
+                    return f"adv: {name.removeprefix(COMPONENT_ADVANTAGE)}"
+                return _HEADERS.get(name) or (name.removeprefix("rewards/") if name.startswith("rewards/") else name)
+            if role == Qt.ToolTipRole:
+                if name.startswith("rewards/"):
+                    return f"reward component {name.removeprefix('rewards/')} (unweighted)"
+                if name.startswith(COMPONENT_ADVANTAGE):
+                    return (f"the advantage from {name.removeprefix(COMPONENT_ADVANTAGE)} alone: that reward "
+                            "normalised within the prompt's group, before the weights (the advantage is their "
+                            "weighted sum, normalised over the batch)")
+                return _HEADER_TIPS.get(name)
         return None
 
     def data(self, index: QModelIndex, role=Qt.DisplayRole):
@@ -201,13 +227,30 @@ class SamplesModel(QAbstractTableModel):
                 return str(sample.step)
             if name in TEXT_COLUMNS:
                 return one_line(getattr(sample, name))
+            if name in FLAG_COLUMNS:
+                return flag_text(name, getattr(sample, name))
+            if name == BASELINE and sample.baseline is None:
+                return ""
             return _fmt(self._number(sample, name))
-        if role == Qt.ToolTipRole and name in TEXT_COLUMNS:
-            return getattr(sample, name)
-        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS:
+        if role == Qt.ToolTipRole:
+            if name in TEXT_COLUMNS:
+                return getattr(sample, name)
+            return baseline_text(sample.baseline) if name == BASELINE else None
+        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name != LABEL:
             return _RIGHT
-        if role == Qt.BackgroundRole and name == ADVANTAGE and math.isfinite(sample.advantage) and sample.advantage:
-            return _POSITIVE if sample.advantage > 0 else _NEGATIVE
+        if role == Qt.BackgroundRole:
+            return self._background(sample, name)
+        return None
+
+    def _background(self, sample: Sample, name: str) -> QColor | None:
+        """Green or pink where the update pushes the completion up or down: an
+        advantage (total or one reward's) by its sign, a label by desirable/undesirable."""
+        if name == LABEL and sample.label is not None:
+            return _POSITIVE if sample.label else _NEGATIVE
+        if name == ADVANTAGE or name.startswith(COMPONENT_ADVANTAGE):
+            value = self._number(sample, name)
+            if math.isfinite(value) and value:
+                return _POSITIVE if value > 0 else _NEGATIVE
         return None
 
     @staticmethod
@@ -216,22 +259,13 @@ class SamplesModel(QAbstractTableModel):
             return sample.reward
         if name == ADVANTAGE:
             return sample.advantage
-        value = sample.rewards.get(name.removeprefix("rewards/"))
+        if name == BASELINE:
+            return sample.baseline_reward
+        if name.startswith(COMPONENT_ADVANTAGE):
+            value = sample.component_advantages.get(name.removeprefix(COMPONENT_ADVANTAGE))
+        else:
+            value = sample.rewards.get(name.removeprefix("rewards/"))
         return float(value) if isinstance(value, (int, float)) else math.nan
-
-
-def sample_html(sample: Sample) -> str:
-    """The detail pane: every number and the whole texts, whitespace kept."""
-    parts = [f"<b>step {sample.step}</b> · prompt group {sample.group} · sample {sample.index}<br>",
-             f"reward <b>{_fmt(sample.reward)}</b> · advantage <b>{_fmt(sample.advantage)}</b>"]
-    if sample.rewards:
-        parts.append("<br>components: " + ", ".join(
-            f"{html.escape(k)} {_fmt(float(v)) if isinstance(v, (int, float)) else html.escape(str(v))}"
-            for k, v in sample.rewards.items()))
-    pre = "white-space:pre-wrap; background:#f6f8fa; padding:4px; font-family:monospace"
-    parts.append(f"<p><b>Prompt</b></p><pre style='{pre}'>{html.escape(sample.prompt)}</pre>")
-    parts.append(f"<p><b>Completion</b></p><pre style='{pre}'>{html.escape(sample.completion)}</pre>")
-    return "".join(parts)
 
 
 class SamplesView(QWidget):
