@@ -126,7 +126,7 @@ def test_the_check_leaves_other_names_alone(source):
 
 
 def test_the_schema_reads_its_algorithms_off_the_one_registry():
-    assert ALGORITHM_NAMES == ("grpo", "ppo", "dpo")
+    assert ALGORITHM_NAMES == ("grpo", "ppo", "dpo", "online_dpo", "kto")
     assert ALGORITHM_CONFIGS == {name: a.config for name, a in ALGORITHMS.items()}
     assert all(undeclared(a.config) == "" for a in ALGORITHMS.values())
 

@@ -35,6 +35,7 @@ FIELDS = {
     ("grpo", "scale_rewards"): REWARD_SCALINGS,
     ("grpo", "advantage_estimator"): ESTIMATORS,
     ("grpo", "importance_sampling_level"): IMPORTANCE_LEVELS,
+    ("grpo", "multi_objective_aggregation"): catalog.REWARD_AGGREGATIONS,
     ("ppo", "kl_estimator"): KL_ESTIMATORS,
     ("dpo", "loss_type"): DPO_LOSSES,
     ("data", "task"): TASKS,
@@ -123,7 +124,8 @@ def test_a_name_registered_at_run_time_is_accepted_then_refused_once_removed(sec
 def test_an_unknown_name_gets_the_field_the_allowed_names_and_a_near_one():
     (problem,) = problems_of({"algorithm": {"name": "grpo", "loss_type": "dapp"}})
     assert problem == ("algorithm.loss_type: unknown loss type 'dapp' (did you mean `dapo`?); one of: grpo, "
-                       "dr_grpo, dapo, or FILE.py:FUNCTION (your own surrogate in a file next to the preset) "
+                       "dr_grpo, dapo, cispo, sapo, or FILE.py:FUNCTION (your own surrogate in a file next to the "
+                       "preset) "
                        "(got 'dapp')")
     (problem,) = problems_of({"data": {"task": "srot"}})
     assert problem == "data.task: unknown task 'srot' (did you mean `sort`?); one of: sort, arithmetic (got 'srot')"
@@ -214,7 +216,7 @@ def test_loss_types_compose_a_surrogate_and_an_aggregation():
     assert catalog.policy_loss_parts("dr_grpo") == ("clipped", "fixed_length")
     assert catalog.policy_loss_parts("dapo", "sequence_mean") == ("clipped", "sequence_mean")
     assert catalog.policy_loss_parts("mine.py:f") == ("mine.py:f", catalog.DEFAULT_AGGREGATION)
-    assert catalog.length_neutral_loss_types() == ["dr_grpo", "dapo"]
+    assert catalog.length_neutral_loss_types() == ["dr_grpo", "dapo", "cispo"]
 
 
 # ----------------------------------------------------- gradient accumulation, every aggregation
@@ -300,7 +302,7 @@ def test_a_new_aggregation_is_one_function_and_one_registration():
 def test_estimators_declare_their_shape():
     rewards, mask = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.ones(4, 3)
     for entry in ESTIMATORS.entries():
-        out = entry.call(rewards, mask, num_generations=2, scale_rewards="group")
+        out = entry.call(rewards, mask, num_generations=2, scale_rewards="group", baseline_rewards=torch.zeros(4))
         assert out.shape == ((4, 3) if entry.declares.per_token else (4,)), entry.name
 
 

@@ -109,7 +109,8 @@ def test_a_signature_that_does_not_fit_is_refused_naming_the_field(variants):
         resolve(POLICY_LOSSES, "my_variants.py:two_args", variants.parent)
     assert str(caught.value).startswith(
         "algorithm.loss_type: my_variants.py:two_args takes (x, y) but a policy loss is called with "
-        "(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length)")
+        "(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length, "
+        "sapo_temperature_pos, sapo_temperature_neg)")
     assert caught.value.user_location == (str(variants), line_of(variants, "def two_args"))
     with pytest.raises(UserFunctionError, match="algorithm.advantage_estimator: my_variants.py:wants_temperature "
                                                 "asks for option 'temperature', which the engine does not give"):

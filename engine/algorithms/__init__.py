@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, NamedTuple
 from engine.algorithms.config_base import AlgorithmSection
 from engine.algorithms.dpo.config import DPOConfig
 from engine.algorithms.grpo.config import GRPOConfig
+from engine.algorithms.kto.config import KTOConfig
+from engine.algorithms.online_dpo.config import OnlineDPOConfig
 from engine.algorithms.ppo.config import PPOConfig
 
 if TYPE_CHECKING:  # engine.algorithms.base (the Trainer) is not named: it imports torch, and
@@ -76,6 +78,8 @@ ALGORITHMS = registry(
     Algorithm(GRPOConfig, "engine.algorithms.grpo.trainer:GRPOTrainer"),
     Algorithm(PPOConfig, "engine.algorithms.ppo.trainer:PPOTrainer"),
     Algorithm(DPOConfig, "engine.algorithms.dpo.trainer:DPOTrainer"),
+    Algorithm(OnlineDPOConfig, "engine.algorithms.online_dpo.trainer:OnlineDPOTrainer"),
+    Algorithm(KTOConfig, "engine.algorithms.kto.trainer:KTOTrainer"),
 )
 TRAINERS = {name: algorithm.trainer for name, algorithm in ALGORITHMS.items()}
 
@@ -87,7 +91,7 @@ def trainer_class(name: str) -> type:
     >>> trainer_class("sft")
     Traceback (most recent call last):
     ...
-    ValueError: algorithm.name: unknown algorithm 'sft'; known: dpo, grpo, ppo
+    ValueError: algorithm.name: unknown algorithm 'sft'; known: dpo, grpo, ...
     """
     if name not in TRAINERS:
         raise ValueError(f"algorithm.name: unknown algorithm {name!r}; known: {', '.join(sorted(TRAINERS))}")

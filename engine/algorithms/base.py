@@ -202,12 +202,14 @@ class Trainer(Declares):
         """Completions of `prompts`, sampled with this process's sampling generator."""
         return self.policy.generate(prompts, self.random_states.sample_generator, greedy=greedy, group_size=group_size)
 
-    def sample_batch(self, prompts: list[str], group_size: int) -> tuple[Rollout, list[str]]:
+    def sample_batch(self, prompts: list[str], group_size: int, greedy: bool = False) -> tuple[Rollout, list[str]]:
         """The step's rollout over all `prompts` and the completions' text. With several
         processes each samples its share of the prompt groups and the parts are gathered:
-        every process gets the whole batch, in the order one process would have it."""
+        every process gets the whole batch, in the order one process would have it.
+        `greedy`: argmax decoding (ReMax's baseline: one completion of each prompt, with
+        `group_size` 1 the same shares of prompts as the sampled groups')."""
         rows = self.world.share(len(prompts), group_size)
-        rollout = self.generate(prompts[rows], group_size=group_size)
+        rollout = self.generate(prompts[rows], greedy=greedy, group_size=group_size)
         if self.world.distributed:
             rollout = gather_rollout(self.world, rollout, self.tokenizer.pad_token_id)
         return rollout, self.policy.decode_completions(rollout)

@@ -9,7 +9,7 @@ of `num_generations` completions per prompt means) and fills in:
 
 - `update_batch(training)`: one update pass over a step's rows (the memory estimate);
 - `step_shares(training)`: what a step's processes share (the world-size check);
-- optionally `trains_value_head`, `trains_on_pairs`, `batch_problems`,
+- optionally `trains_value_head`, `trains_on_pairs`, `trains_on_unpaired`, `batch_problems`,
   `world_size_problems` and `playground_reason`, whose defaults are "no".
 
 A class that leaves an abstract declaration out cannot be instantiated (pydantic's
@@ -53,6 +53,10 @@ class AlgorithmSection(Section):
     # rewards score: the rewards' data columns are not checked against the training data,
     # and a data file's prompts are templated as pairs.
     trains_on_pairs: ClassVar[bool] = False
+    # Trains on (prompt, completion, label) rows from the data (KTO's unpaired preferences),
+    # not on completions the rewards score: as with pairs, the rewards' data columns are not
+    # checked against the training data.
+    trains_on_unpaired: ClassVar[bool] = False
 
     @abstractmethod
     def update_batch(self, training) -> UpdateBatch:

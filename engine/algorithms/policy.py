@@ -81,6 +81,10 @@ class Policy:
         self.device = loaded.device
         self.checkpointing = loaded.gradient_checkpointing
         self.sampling = sampling
+        # The temperature the loss's passes divide the logits by: the sampling one, so the
+        # ratio's logprobs are those of the policy that sampled (GRPO, PPO, as TRL); an
+        # algorithm that takes its loss on the model's own distribution sets 1 (online DPO).
+        self.pass_temperature = sampling.temperature
         self.group_size = group_size
         self.ddp = None
         self.finished_everywhere: Callable[[bool], bool] | None = None
@@ -120,7 +124,7 @@ class Policy:
         group_size = self.group_size if group_size is None else group_size
         args = (self.model, rollout, rows, group_size)
         # Under gradient checkpointing every row runs in full (no KV cache to share a prompt).
-        kwargs = {"temperature": self.sampling.temperature, "shared_prefix": not self.checkpointing}
+        kwargs = {"temperature": self.pass_temperature, "shared_prefix": not self.checkpointing}
         if self.ddp is not None and torch.is_grad_enabled():
             # A pass whose backward follows: through DDP, which then reduces the gradients.
             return self.ddp(completion_logits, *args, **kwargs)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 import torch
@@ -31,7 +31,9 @@ class StepResult(Generic[Outputs]):
 class RolloutStepOutputs:
     """What an online step (GRPO, PPO) keeps for `write_step_outputs`: the sampled batch,
     its rewards and advantages, (B,) per completion or (B, T) per token, and the rows
-    the inspector records."""
+    the inspector records. ``row_extras``: keys a variant adds to each row's sample and
+    trajectory record, a list over the batch each (GRPO's ``component_advantages`` under
+    GDPO, ``baseline`` under ReMax)."""
 
     prompts: list[str]
     completions: list[str]
@@ -40,6 +42,7 @@ class RolloutStepOutputs:
     rollout: Rollout
     advantages: torch.Tensor
     record_rows: list[int]
+    row_extras: dict[str, list] = field(default_factory=dict, kw_only=True)
 
     def samples(self, advantages: torch.Tensor, group_size: int, count: int) -> list[dict]:
         """The first `count` completions as a samples event lists them. `advantages` is
@@ -50,5 +53,6 @@ class RolloutStepOutputs:
                  "prompt": self.prompts[i], "completion": self.completions[i],
                  "reward": self.totals[i],
                  "rewards": {k: v[i] for k, v in self.components.items()},
-                 "advantage": float(per_sample[i])}
+                 "advantage": float(per_sample[i]),
+                 **{key: values[i] for key, values in self.row_extras.items()}}
                 for i in range(min(count, len(self.prompts)))]

@@ -15,7 +15,9 @@ Request (a file, or `-` for stdin):
      "fields_from_data": false,              # true: look up missing fields (answer, ...) of
                                              # each prompt in the preset's data
      "items": [{"prompt": "sort 3 1 =", "completion": " 1 3", "fields": {"answer": " 1 3"},
-                "group": 0},                 # group: optional; default index // group_size
+                "group": 0,                  # group: optional; default index // group_size
+                "baseline": " 1 3"},         # optional: the prompt's greedy completion (ReMax),
+                                             # text or {"completion": ...} as a run's samples carry it
                ...]}
 
 Answer (exit 0):
@@ -24,14 +26,22 @@ Answer (exit 0):
      "items": [{"index": 0, "group": 0, "components": {"exact_match": 1.0}, "total": 1.0,
                 "advantage": 0.866}, ...],
      "advantages": {"computed": true, "estimator": "grpo", "scale_rewards": "group",
+                    "multi_objective_aggregation": "sum_then_normalize", "greedy_baseline": false,
                     "group_size": 4, "reason": ""},
      "notes": ["..."]}
 
+GDPO (multi_objective_aggregation normalize_then_sum) adds to each item
+`"component_advantages": {label: value}` (each reward normalised in its group; null
+outside a complete group). An estimator that needs a greedy baseline (remax) adds to each
+item `"baseline": {"completion", "total", "components"}` (its greedy completion scored by
+the same rewards; null where the item gave none), and `advantage` = total - baseline total.
+
 A group gets advantages only when it holds exactly group_size completions (a run logs
-the first log_completions of a step, so its last logged group may be partial). PPO's
+the first log_completions of a step, so its last logged group may be partial); under
+remax, an item gets one when it carries its prompt's greedy completion. PPO's
 advantages come from its critic (GAE per token) and REINFORCE++'s are whitened over
 every token of the batch: neither can be computed from texts alone, and DPO has none;
-then `computed` is false and `reason` says why.
+then `computed` is false and `reason` says why (remax with no baseline given: what to give).
 
 Errors: {"error": {"message": ..., "file": ..., "line": ..., "problems": [[field, message]]}}
 with exit 1 when a reward fails to load or to score (file and line of a fault in the
@@ -142,8 +152,19 @@ def request_items(request: dict) -> list[dict]:
         if not isinstance(fields, dict):
             raise BadRequest(f"items[{i}].fields must be a mapping of field name to value, e.g. {{\"answer\": \"3\"}}")
         checked.append({"prompt": prompt, "completion": item["completion"], "fields": dict(fields),
-                        "group": item.get("group")})
+                        "group": item.get("group"), "baseline": _baseline_completion(item.get("baseline"), i)})
     return checked
+
+
+def _baseline_completion(baseline: Any, index: int) -> str | None:
+    """An item's greedy completion (ReMax's baseline): text, or a run's samples' `baseline`
+    mapping {"completion": ..., "reward": ...}; None when not given."""
+    if baseline is None or isinstance(baseline, str):
+        return baseline
+    if isinstance(baseline, dict) and isinstance(baseline.get("completion"), str):
+        return baseline["completion"]
+    raise BadRequest(f"items[{index}].baseline must be the prompt's greedy completion: text, or a mapping with "
+                     f"`completion` text (as a ReMax run's samples carry it), e.g. {{\"completion\": \" 1 2 3\"}}")
 
 
 def request_group_size(request: dict, preset) -> int:
@@ -212,32 +233,79 @@ def score(request: dict) -> dict:
     components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
     totals, parts = combine_rewards(components, [i["prompt"] for i in items], [i["completion"] for i in items], fields)
     groups = [item["group"] if item["group"] is not None else index // group_size for index, item in enumerate(items)]
-    advantages, about = group_advantages_of(preset, totals, groups, group_size, base_dir)
+    baselines = (score_baselines(components, items, fields)
+                 if any(item["baseline"] is not None for item in items) and greedy_baseline_of(preset, base_dir)
+                 else None)
+    weights = {label: weight for label, weight, _ in components}
+    advantages, about = group_advantages_of(preset, totals, groups, group_size, base_dir,
+                                            components=parts, weights=weights, baselines=baselines)
     notes += about.pop("notes")
+    per_item = about.pop("per_item")  # the extra keys of each item (GDPO's, ReMax's)
     return {
         "components": [{"label": label, "weight": weight, "source": getattr(reward, "reward_source", "") or ""}
                        for label, weight, reward in components],
         "items": [{"index": i, "group": groups[i], "components": {label: parts[label][i] for label in parts},
-                   "total": totals[i], "advantage": advantages[i]} for i in range(len(items))],
+                   "total": totals[i], "advantage": advantages[i], **{k: v[i] for k, v in per_item.items()}}
+                  for i in range(len(items))],
         "advantages": about,
         "notes": notes,
     }
 
 
+def greedy_baseline_of(preset, base_dir: Path | None) -> bool:
+    """Whether the preset's advantage estimator needs each prompt's greedy completion
+    (ReMax); False for an algorithm without one."""
+    name = getattr(preset.algorithm, "advantage_estimator", None)
+    if name is None or preset.algorithm.playground_reason():
+        return False
+    from engine.rl.catalog import ESTIMATORS
+    from engine.rl.user_code import resolve
+
+    return bool(getattr(resolve(ESTIMATORS, name, base_dir).declares, "greedy_baseline", False))
+
+
+def score_baselines(components, items: list[dict], fields: dict[str, list]) -> list[dict | None]:
+    """Each item's greedy completion (its `baseline`) scored by the same rewards, with the
+    item's prompt and fields: {completion, total, components}, or None where none was given."""
+    from engine.rewards import combine_rewards
+
+    given = [i for i, item in enumerate(items) if item["baseline"] is not None]
+    totals, parts = combine_rewards(components, [items[i]["prompt"] for i in given],
+                                    [items[i]["baseline"] for i in given],
+                                    {k: [column[i] for i in given] for k, column in fields.items()})
+    scored: list[dict | None] = [None] * len(items)
+    for row, i in enumerate(given):
+        scored[i] = {"completion": items[i]["baseline"], "total": totals[row],
+                     "components": {label: values[row] for label, values in parts.items()}}
+    return scored
+
+
 def group_advantages_of(preset, totals: list[float], groups: list, group_size: int,
-                        base_dir: Path | None = None) -> tuple[list, dict]:
-    """Advantages of the items whose group holds exactly `group_size` of them, by the
-    estimator GRPO's trainer uses (None for the others), and what was done: (advantages,
-    {computed, estimator, scale_rewards, group_size, reason, notes})."""
+                        base_dir: Path | None = None, *, components: dict[str, list[float]] | None = None,
+                        weights: dict[str, float] | None = None,
+                        baselines: list[dict | None] | None = None) -> tuple[list, dict]:
+    """Advantages of the items a run would give one, by the estimator (or the reward
+    aggregation) GRPO's trainer uses, None for the others, and what was done:
+    (advantages, {computed, estimator, scale_rewards, multi_objective_aggregation,
+    greedy_baseline, group_size, reason, notes, per_item}). `per_item`: keys to add to
+    each item, a list over the items each (GDPO's component_advantages, ReMax's baseline).
+
+    Items count in groups of exactly `group_size` (a group-relative estimator, GDPO), or one
+    by one (an estimator with no group); with a greedy baseline (remax), only those whose
+    `baselines` entry (their greedy completion, scored: {completion, total, components})
+    is given. `components` and `weights` (by label) feed GDPO.
+    """
     algo = preset.algorithm
     about: dict[str, Any] = {"computed": False, "estimator": getattr(algo, "advantage_estimator", None),
-                             "scale_rewards": getattr(algo, "scale_rewards", None), "group_size": group_size,
-                             "reason": "", "notes": []}
+                             "scale_rewards": getattr(algo, "scale_rewards", None),
+                             "multi_objective_aggregation": getattr(algo, "multi_objective_aggregation", None),
+                             "greedy_baseline": False, "group_size": group_size, "reason": "", "notes": [],
+                             "per_item": {}}
     none = [None] * len(totals)
     about["reason"] = algo.playground_reason()  # "" where it recomputes group advantages (GRPO)
     if about["reason"]:
         return none, about
-    from engine.rl.catalog import ESTIMATORS, REWARD_SCALINGS
+    from engine.rl.catalog import ESTIMATORS, REWARD_AGGREGATIONS, REWARD_SCALINGS
     from engine.rl.user_code import resolve
 
     estimator = resolve(ESTIMATORS, algo.advantage_estimator, base_dir)
@@ -245,11 +313,58 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
         computable = [e.name for e in ESTIMATORS.entries() if not e.declares.per_token]
         about["reason"] = (f"advantage_estimator {algo.advantage_estimator} gives per-token advantages (REINFORCE++ "
                            "whitens over every token of the batch), which depend on the completions' token counts; only "
-                           f"{' and '.join(computable)} advantages can be computed from texts")
+                           f"{', '.join(computable)} advantages can be computed from texts")
         return none, about
+    aggregation = REWARD_AGGREGATIONS.entry(algo.multi_objective_aggregation)
+    gdpo = aggregation.declares.own_advantages
+    units = _units(groups, group_size, estimator.declares.needs_group or gdpo, about)
+    if units is None:
+        return none, about
+    greedy = bool(getattr(estimator.declares, "greedy_baseline", False))
+    if greedy:
+        about["greedy_baseline"] = True
+        about["per_item"]["baseline"] = baselines or list(none)
+        units = _with_baselines(units, baselines, algo.advantage_estimator, about)
+        if units is None:
+            return none, about
+    import torch
+
+    order = [i for rows in units for i in rows]  # (B,): a group's completions contiguous
+    advantages = list(none)
+    if gdpo:
+        names = list(components)
+        values = torch.tensor([[components[name][i] for name in names] for i in order], dtype=torch.float64)
+        values, per_component = aggregation.call(values, [weights[name] for name in names], group_size)
+        about["per_item"]["component_advantages"] = list(none)
+        for i, row in zip(order, per_component.tolist()):
+            about["per_item"]["component_advantages"][i] = dict(zip(names, row))
+        about["notes"].append(f"multi_objective_aggregation {algo.multi_objective_aggregation}: the final "
+                              f"normalisation is over these {len(order)} completions; a run's is over its whole batch")
+    else:
+        rewards = torch.tensor([totals[i] for i in order], dtype=torch.float32)
+        mask = torch.ones(len(order), 1)  # unused by the estimators computable from texts
+        baseline_rewards = (torch.tensor([baselines[i]["total"] for i in order], dtype=torch.float32)
+                            if greedy else None)
+        values = estimator.call(rewards, mask, num_generations=group_size, scale_rewards=algo.scale_rewards,
+                                baseline_rewards=baseline_rewards)
+        if estimator.declares.uses_scale_rewards and REWARD_SCALINGS.declares(algo.scale_rewards).spans_batch:
+            about["notes"].append(f"scale_rewards batch: the std is over these {len(order)} completions; "
+                                  "a run's is over its whole batch")
+    for i, value in zip(order, values.tolist()):
+        advantages[i] = value
+    about["computed"] = True
+    return advantages, about
+
+
+def _units(groups: list, group_size: int, grouped: bool, about: dict) -> list[list[int]] | None:
+    """The items an advantage is computed over, in units: the groups of exactly
+    `group_size` items when the advantage is relative to the group (`grouped`), else each
+    item alone. None when there is none (`about["reason"]` says why); a note for partial groups."""
+    if not grouped:
+        return [[i] for i in range(len(groups))]
     if group_size < 2:
         about["reason"] = "one completion per group: a group-relative advantage needs at least 2"
-        return none, about
+        return None
     members: dict[Any, list[int]] = {}
     for index, group in enumerate(groups):
         members.setdefault(json.dumps(group), []).append(index)
@@ -262,21 +377,29 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
             f"{'them' if len(partial) > 1 else 'it'}")
     if not complete:
         about["reason"] = f"no group holds exactly {group_size} completions"
-        return none, about
-    import torch
+        return None
+    return complete
 
-    order = [i for rows in complete for i in rows]  # (B,): the groups' completions contiguous
-    rewards = torch.tensor([totals[i] for i in order], dtype=torch.float32)
-    mask = torch.ones(len(order), 1)  # unused by grpo and rloo
-    values = estimator.call(rewards, mask, num_generations=group_size, scale_rewards=algo.scale_rewards)
-    advantages = list(none)
-    for i, value in zip(order, values.tolist()):
-        advantages[i] = value
-    about["computed"] = True
-    if estimator.declares.uses_scale_rewards and REWARD_SCALINGS.declares(algo.scale_rewards).spans_batch:
-        about["notes"].append(f"scale_rewards batch: the std is over these {len(order)} completions; "
-                              "a run's is over its whole batch")
-    return advantages, about
+
+def _with_baselines(units: list[list[int]], baselines: list | None, estimator: str,
+                    about: dict) -> list[list[int]] | None:
+    """The units whose every item carries its greedy completion (ReMax's baseline); None
+    when none does (`about["reason"]` says what to give), a note for those left out."""
+    if baselines is None:
+        about["reason"] = (f"advantage_estimator {estimator}: each advantage is the reward minus the reward of "
+                           "the prompt's greedy completion, which a run generates every step; give each item its "
+                           "`baseline` (the greedy completion, as a ReMax run's samples carry it), e.g. "
+                           "\"baseline\": {\"completion\": \" 1 2 3\"}")
+        return None
+    kept = [rows for rows in units if all(baselines[i] is not None for i in rows)]
+    left = sum(len(rows) for rows in units) - sum(len(rows) for rows in kept)
+    if left:
+        about["notes"].append(f"{left} item{'s' if left > 1 else ''} without a baseline (greedy) completion: "
+                              "no advantages for them")
+    if not kept:
+        about["reason"] = "no item carries its baseline (greedy) completion"
+        return None
+    return kept
 
 
 # -------------------------------------------------------------------- the command

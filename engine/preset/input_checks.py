@@ -54,8 +54,10 @@ def _needed_field(name: str, options: dict) -> str | None:
 def reward_field_problems(preset, examples: list[Example]) -> list[tuple[str, str]]:
     """(rewards.N, message) for each registry reward that reads a data field the rows
     lack (the run would stop at its first step). An algorithm that trains on pairs
-    (`trains_on_pairs`: DPO) is left alone: it scores no completions with the rewards."""
-    if preset.algorithm.trains_on_pairs or not examples:
+    (`trains_on_pairs`: DPO) or labelled completions (`trains_on_unpaired`: KTO) is left
+    alone: it scores no completions with the rewards."""
+    algorithm = preset.algorithm
+    if algorithm.trains_on_pairs or algorithm.trains_on_unpaired or not examples:
         return []
     cfg = preset.data
     present = {name for e in examples for name in e.fields}

@@ -1,4 +1,5 @@
-"""Advantage estimators: group-relative (GRPO), leave-one-out (RLOO), REINFORCE++, GAE (PPO).
+"""Advantage estimators: group-relative (GRPO), leave-one-out (RLOO), REINFORCE++, ReMax's
+greedy baseline, GDPO's per-reward normalisation, GAE (PPO).
 
 Rewards come as a flat (B,) tensor with B = num_prompts * num_generations and
 the generations of one prompt contiguous:
@@ -209,7 +210,7 @@ def reinforce_pp_baseline_advantages(rewards, mask, num_generations):
 
 
 # GRPO's advantage estimators (the ESTIMATORS registry, `advantage_estimator`).
-# Contract: (rewards (B,), mask (B, T), *, num_generations, scale_rewards if declared)
+# Contract: (rewards (B,), mask (B, T), *, num_generations, scale_rewards, baseline_rewards if declared)
 # -> advantages, (B,) per completion or (B, T) per token (as the entry declares).
 
 
@@ -231,6 +232,89 @@ def reinforce_pp_estimator(rewards, mask):
 def reinforce_pp_baseline_estimator(rewards, mask, *, num_generations):
     """REINFORCE++-baseline: :func:`reinforce_pp_baseline_advantages`."""
     return reinforce_pp_baseline_advantages(rewards, mask, num_generations)
+
+
+def remax_estimator(rewards, mask, *, baseline_rewards):
+    """ReMax (Li et al. 2024; verl's ``adv_estimator=remax``): each completion's baseline is
+    the reward of the greedy completion of its prompt, scored by the same rewards.
+
+    A_i = r_i - r(greedy completion of prompt i)
+
+    input:  rewards (B,), baseline_rewards (B,) (each row's prompt's greedy reward, repeated
+            over its group)
+    output: (B,) float32, exactly 0 where a sample scored what the greedy completion did
+
+    e.g. rewards [1, 0.5, 0, 1], baselines [0.5, 0.5, 1, 1] -> [0.5, 0, -1, 0]
+    """
+    if baseline_rewards is None:
+        raise ValueError("advantage_estimator remax needs baseline_rewards: the reward of each prompt's greedy "
+                         "completion (the GRPO trainer generates them when the estimator declares greedy_baseline)")
+    if baseline_rewards.shape != rewards.shape:
+        raise ValueError(f"baseline_rewards has shape {tuple(baseline_rewards.shape)}; it must match the rewards' "
+                         f"{tuple(rewards.shape)} (one greedy reward per completion, repeated over its group)")
+    return (rewards.double() - baseline_rewards.to(rewards.device).double()).float()
+
+
+def wants_greedy_baseline(entry) -> bool:
+    """Whether an estimator (a registry entry, engine.rl.user_code.resolve's) needs the
+    greedy completion's reward of each prompt: it declares ``greedy_baseline`` (remax; a
+    user's function does when it asks for ``baseline_rewards``).
+
+    e.g. the "remax" entry -> True; "grpo" -> False
+    """
+    return bool(getattr(entry.declares, "greedy_baseline", False))
+
+
+def repeat_per_group(values, group_size):
+    """One value per prompt -> one per row, each repeated over its group: (P,) -> (P * G,).
+
+    e.g. [0.5, 1], G=2 -> [0.5, 0.5, 1, 1]
+    """
+    return values.repeat_interleave(group_size)
+
+
+# ------------------------------------------------------------- several rewards (GDPO)
+# The REWARD_AGGREGATIONS registry (`multi_objective_aggregation`): how several reward
+# components become advantages. "sum_then_normalize" hands their weighted sum to the
+# estimator (no function); "normalize_then_sum" computes the advantages itself.
+
+
+def normalize_then_sum(components, weights, num_generations, eps=1e-4):
+    """GDPO (group reward-decoupled normalisation; TRL's multi_objective_aggregation
+    "normalize_then_sum"): each reward component normalised within its group, the
+    weighted sum of those, normalised over the batch.
+
+    z_k = (r_k - group mean of r_k) / (group std of r_k + eps)    (unbiased std)
+    s   = sum_k w_k * z_k
+    A   = (s - batch mean of s) / (batch std of s + eps)
+
+    Every group's z_k sum to 0 over the group, so s does and the batch mean of s is 0
+    in exact arithmetic: it is not subtracted (its float residue, ~1e-17, would leave a
+    group of equal rewards a tiny non-zero advantage). A component equal over a group has
+    z_k exactly 0 there (:func:`_centred`); a group equal in every component, advantages
+    exactly 0. Computed in float64.
+
+    input:  components (B, K) (each reward's raw values, in the preset's order), weights (K,),
+            num_generations G (B divisible by G)
+    output: (advantages (B,) float32, component_advantages (B, K) float32: the z_k, before weights)
+
+    e.g. components [[1, 0], [0, 1], [1, 1], [1, 0]], weights [1, 0.5], G=2
+         -> z [[0.7070, -0.7070], [-0.7070, 0.7070], [0, 0.7070], [0, -0.7070]]
+         -> s [0.3535, -0.3535, 0.3535, -0.3535] -> std 0.4082 -> A [0.8658, -0.8658, 0.8658, -0.8658]
+    """
+    if components.dim() != 2:
+        raise ValueError(f"components must be (B, K), one column per reward; got shape {tuple(components.shape)}")
+    B, K = components.shape
+    weights = torch.as_tensor(weights, dtype=torch.float64, device=components.device)
+    if weights.shape != (K,):
+        raise ValueError(f"weights has shape {tuple(weights.shape)}; it must be ({K},), one per reward component")
+    _grouped(components[:, 0], num_generations)  # B splits into groups (else the message says why)
+    per_group = components.double().T.reshape(-1, num_generations)  # (K * P, G): component k's groups, then k+1's
+    centred = _centred(per_group)
+    z = (centred / (_group_std(centred) + eps)).reshape(K, B).T  # (B, K)
+    summed = (z * weights).sum(dim=1)  # (B,), centred within each group
+    advantages = summed / (summed.std() + eps)
+    return advantages.float(), z.float()
 
 
 # ---------------------------------------------------------------------------- PPO
@@ -293,9 +377,12 @@ def explained_variance(values, returns, mask):
     return float(1 - err.var() / var) if var > 0 else float("nan")
 
 
-def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewards, base_dir=None):
+def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewards, baseline_rewards=None,
+                        base_dir=None):
     """Advantages by the estimator a preset names (registered, or a user's `FILE.py:FUNCTION`
-    relative to `base_dir`), given the options it declares.
+    relative to `base_dir`), given the options it declares. `baseline_rewards` (B,): each
+    row's prompt's greedy completion's reward, for an estimator that declares
+    `greedy_baseline` (None for the others).
 
     e.g. "rloo", rewards [1, 0, 0, 1, 1, 1], G 3 -> [1, -0.5, -0.5, 0, 0, 0]
     """
@@ -303,4 +390,5 @@ def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewa
     from engine.rl.user_code import resolve
 
     entry = resolve(ESTIMATORS, estimator, base_dir)
-    return entry.call(rewards, mask, num_generations=num_generations, scale_rewards=scale_rewards)
+    return entry.call(rewards, mask, num_generations=num_generations, scale_rewards=scale_rewards,
+                      baseline_rewards=baseline_rewards)

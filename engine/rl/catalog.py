@@ -15,15 +15,20 @@ parameters are the options it takes from the engine; see engine.rl.registry):
 
 =================  =========================================================================
 SURROGATES         (logprobs (B,T), old_logprobs (B,T), advantages (B,1)|(B,T), mask (B,T),
-                   *, log_ratio (B,T)|(B,1), epsilon_low, epsilon_high, max_completion_length)
+                   *, log_ratio (B,T)|(B,1), epsilon_low, epsilon_high, max_completion_length,
+                   sapo_temperature_pos, sapo_temperature_neg)
                    -> (per_token_loss (B,T), ratio (B,T), flags {metric: bool (B,T)})
 AGGREGATIONS       (per_token_loss (B,T), mask (B,T), *, max_completion_length) -> scalar
-ESTIMATORS         (rewards (B,), mask (B,T), *, num_generations, scale_rewards)
+ESTIMATORS         (rewards (B,), mask (B,T), *, num_generations, scale_rewards, baseline_rewards (B,))
                    -> advantages (B,) or (B,T)
+REWARD_AGGREGATIONS (components (B,K), weights (K,), num_generations)
+                   -> (advantages (B,), component_advantages (B,K)); no function: the
+                   weighted sum goes to the estimator
 REWARD_SCALINGS    (centred (P,G) float64, grouped (P,G) float64, *, eps) -> (P,G)
 KL_ESTIMATORS      (logprobs (B,T), ref_logprobs (B,T)) -> (B,T)
 IMPORTANCE_LEVELS  (logprobs (B,T), old_logprobs (B,T), mask (B,T)) -> log ratio (B,T)|(B,1)
 DPO_LOSSES         (h (B,), *, beta, label_smoothing) -> per-pair losses (B,)
+KTO_LOSSES         (logratios (B,), desirable (B,) bool, kl 0-dim, *, beta) -> per-row losses (B,)
 POLICY_LOSSES      no function: a surrogate and an aggregation, by name
 =================  =========================================================================
 
@@ -40,9 +45,9 @@ from engine.rl.registry import Registry
 __all__ = [
     "PolicyLoss", "Surrogate", "Aggregation", "Estimator", "RewardScaling", "DPOLoss", "ImportanceLevel",
     "POLICY_LOSSES", "SURROGATES", "AGGREGATIONS", "ESTIMATORS", "REWARD_SCALINGS", "KL_ESTIMATORS",
-    "IMPORTANCE_LEVELS", "DPO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
+    "IMPORTANCE_LEVELS", "DPO_LOSSES", "KTOLoss", "KTO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
     "policy_loss_parts", "micro_batch_weight", "length_neutral_loss_types", "register_policy_loss",
-    "unregister_policy_loss",
+    "unregister_policy_loss", "upper_clip", "RewardAggregation", "REWARD_AGGREGATIONS",
 ]
 
 
@@ -63,10 +68,12 @@ class Surrogate:
     of the batch flagged (counted as the importance-sampling level says); None: every flag
     it returns (a user's surrogate, whose flags are known once it runs: engine/rl/user_code.py);
     ``inspector_flag``: the one the inspector shows as a token's "clipped" (None, or a flag
-    not returned: nothing marked)."""
+    not returned: nothing marked); ``default_epsilon_high``: what an unset ``epsilon_high``
+    means for it (None: ``epsilon``; cispo's cap: 5.0, see :func:`upper_clip`)."""
 
     metrics: tuple[str, ...] | None = ()
     inspector_flag: str | None = None
+    default_epsilon_high: float | None = None
 
 
 def rows_share(micro_mask, batch_mask) -> float:
@@ -98,11 +105,23 @@ class Aggregation:
 class Estimator:
     """``per_token``: (B, T) advantages (which depend on the completions' token counts)
     rather than one per completion; ``uses_scale_rewards``: reads ``scale_rewards``;
-    ``needs_group``: relative to the other completions of its prompt (num_generations >= 2)."""
+    ``needs_group``: relative to the other completions of its prompt (num_generations >= 2);
+    ``greedy_baseline``: reads ``baseline_rewards``, the reward of each prompt's greedy
+    completion, which the GRPO trainer then generates and scores every step (ReMax)."""
 
     per_token: bool = False
     uses_scale_rewards: bool = False
     needs_group: bool = True
+    greedy_baseline: bool = False
+
+
+@dataclass(frozen=True)
+class RewardAggregation:
+    """``own_advantages``: the aggregation computes the advantages itself from the
+    components (the estimator is not used); False: it hands the estimator one reward per
+    completion."""
+
+    own_advantages: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,15 @@ class DPOLoss:
 
 
 @dataclass(frozen=True)
+class KTOLoss:
+    """``uses_kl``: compares each row's log ratio with the KL reference point, which costs
+    the policy and reference passes over the step's mismatched pairs (KTO); False: no
+    reference point (APO-zero), those passes are skipped."""
+
+    uses_kl: bool = True
+
+
+@dataclass(frozen=True)
 class ImportanceLevel:
     """``counts``: what a clip fraction is the share of (tokens, or sequences when the
     ratio is one per sequence, as TRL counts GSPO's)."""
@@ -132,7 +160,8 @@ class ImportanceLevel:
 # ----------------------------------------------------------------------- registries
 
 SURROGATES: Registry[Surrogate] = Registry(
-    "policy surrogate", given=("log_ratio", "epsilon_low", "epsilon_high", "max_completion_length"),
+    "policy surrogate", given=("log_ratio", "epsilon_low", "epsilon_high", "max_completion_length",
+                               "sapo_temperature_pos", "sapo_temperature_neg"),
     files=True, file_declares=Surrogate())  # files: a FILE.py:FUNCTION loss type is its own surrogate
 AGGREGATIONS: Registry[Aggregation] = Registry(
     "loss aggregation", field="algorithm.loss_aggregation", given=("max_completion_length",))
@@ -141,8 +170,10 @@ POLICY_LOSSES: Registry[PolicyLoss] = Registry(
     file_help="your own surrogate in a file next to the preset")
 ESTIMATORS: Registry[Estimator] = Registry(
     "advantage estimator", field="algorithm.advantage_estimator", files=True,
-    file_help="your own estimator in a file next to the preset", given=("num_generations", "scale_rewards"),
-    file_declares=Estimator())
+    file_help="your own estimator in a file next to the preset",
+    given=("num_generations", "scale_rewards", "baseline_rewards"), file_declares=Estimator())
+REWARD_AGGREGATIONS: Registry[RewardAggregation] = Registry(
+    "reward aggregation", field="algorithm.multi_objective_aggregation")
 REWARD_SCALINGS: Registry[RewardScaling] = Registry("reward scaling", field="algorithm.scale_rewards",
                                                     given=("eps",))
 KL_ESTIMATORS: Registry[None] = Registry("KL estimator", field="algorithm.kl_estimator")
@@ -150,6 +181,7 @@ IMPORTANCE_LEVELS: Registry[ImportanceLevel] = Registry(
     "importance sampling level", field="algorithm.importance_sampling_level")
 DPO_LOSSES: Registry[DPOLoss] = Registry("DPO loss type", field="algorithm.loss_type",
                                          given=("beta", "label_smoothing"))
+KTO_LOSSES: Registry[KTOLoss] = Registry("KTO loss type", field="algorithm.loss_type", given=("beta",))
 
 _CLIP_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
@@ -157,6 +189,16 @@ SURROGATES.register(
     "clipped", "engine.rl.surrogates:clipped",
     "PPO's clipped ratio times advantage, clip range 1 - epsilon_low .. 1 + epsilon_high",
     Surrogate(metrics=_CLIP_METRICS, inspector_flag="clip_ratio/region_mean"))
+# The cap of cispo's weight is epsilon_high itself; unset it is 5.0 (MiniMax-M1 / ScaleRL),
+# not epsilon as TRL has it: a cap of 0.2 would shrink every token's gradient fivefold.
+SURROGATES.register(
+    "cispo", "engine.rl.surrogates:cispo",
+    "CISPO (MiniMax-M1): logprob times advantage, weighted by the ratio capped at epsilon_high "
+    "(unset: 5.0) and detached; no token's gradient is cut off",
+    Surrogate(metrics=("cispo_clip_ratio",), inspector_flag="cispo_clip_ratio", default_epsilon_high=5.0))
+SURROGATES.register(
+    "sapo", "engine.rl.surrogates:sapo",
+    "SAPO: a sigmoid gate on the ratio instead of a hard clip (sapo_temperature_pos / _neg)", Surrogate())
 
 AGGREGATIONS.register(
     "sequence_mean", "engine.rl.aggregation:sequence_mean",
@@ -181,6 +223,10 @@ POLICY_LOSSES.register("dr_grpo", None, "sum over tokens / (batch * max_completi
                        PolicyLoss("clipped", "fixed_length"))
 POLICY_LOSSES.register("dapo", None, "mean over all tokens in the batch",
                        PolicyLoss("clipped", "token_mean"))
+POLICY_LOSSES.register("cispo", None, "CISPO: capped, detached importance weight times logprob; mean over all "
+                       "tokens (epsilon_high is the cap, unset 5.0)", PolicyLoss("cispo", "token_mean"))
+POLICY_LOSSES.register("sapo", None, "SAPO: soft sigmoid gate instead of the clip; mean per sequence, then "
+                       "over sequences", PolicyLoss("sapo", "sequence_mean"))
 
 ESTIMATORS.register("grpo", "engine.rl.advantages:grpo_estimator",
                     "(r - group mean) / std (see scale_rewards)", Estimator(uses_scale_rewards=True))
@@ -191,6 +237,17 @@ ESTIMATORS.register("reinforce_pp", "engine.rl.advantages:reinforce_pp_estimator
                     Estimator(per_token=True, needs_group=False))
 ESTIMATORS.register("reinforce_pp_baseline", "engine.rl.advantages:reinforce_pp_baseline_estimator",
                     "group mean subtracted, then whitened over the batch", Estimator(per_token=True))
+ESTIMATORS.register("remax", "engine.rl.advantages:remax_estimator",
+                    "ReMax: r minus the reward of the prompt's greedy completion (one more generation a prompt)",
+                    Estimator(needs_group=False, greedy_baseline=True))
+
+REWARD_AGGREGATIONS.register("sum_then_normalize", None,
+                             "the rewards' weighted sum goes to the advantage estimator",
+                             RewardAggregation(own_advantages=False))
+REWARD_AGGREGATIONS.register("normalize_then_sum", "engine.rl.advantages:normalize_then_sum",
+                             "GDPO: each reward normalised in its group, weighted sum normalised over the "
+                             "batch (advantage_estimator grpo; scale_rewards ignored)",
+                             RewardAggregation(own_advantages=True))
 
 REWARD_SCALINGS.register("group", "engine.rl.advantages:scale_by_group_std",
                          "divide by the group's reward std (GRPO)", RewardScaling())
@@ -214,21 +271,30 @@ DPO_LOSSES.register("ipo", "engine.rl.dpo_losses:ipo_loss", "squared loss on len
                     DPOLoss(length_averaged=True))
 DPO_LOSSES.register("hinge", "engine.rl.dpo_losses:hinge_loss", "SLiC", DPOLoss())
 
+KTO_LOSSES.register("kto", "engine.rl.kto_losses:kto_row_losses",
+                    "KTO: each row's log ratio against the KL reference point (mismatched pairs)", KTOLoss())
+KTO_LOSSES.register("apo_zero_unpaired", "engine.rl.kto_losses:apo_zero_unpaired_row_losses",
+                    "APO-zero, unpaired: desirable rows' likelihood up, undesirable down; no reference point",
+                    KTOLoss(uses_kl=False))
+
 
 # -------------------------------------------------------------------- composition
 
 
 def register_policy_loss(name: str, surrogate: Callable | str, help: str = "", *,
                          aggregation: str = DEFAULT_AGGREGATION, metrics: tuple[str, ...] = (),
-                         inspector_flag: str | None = None, origin: str = "built-in") -> None:
+                         inspector_flag: str | None = None, default_epsilon_high: float | None = None,
+                         origin: str = "built-in") -> None:
     """A new GRPO ``loss_type`` in one call: its surrogate registered under the same name,
-    averaged by ``aggregation``, reporting ``metrics`` (flags it returns).
+    averaged by ``aggregation``, reporting ``metrics`` (flags it returns); an unset
+    ``epsilon_high`` means ``default_epsilon_high`` for it (None: ``epsilon``).
 
-    e.g. register_policy_loss("cispo", cispo_surrogate, "clipped IS weight, REINFORCE-style",
-                              metrics=("clip_ratio/high_mean",))
+    e.g. register_policy_loss("clip_cov", clip_cov_surrogate, "clip a few high-covariance tokens",
+                              metrics=("clip_cov/clipped",))
     """
     AGGREGATIONS.entry(aggregation)  # an unknown aggregation is refused before anything is added
-    SURROGATES.register(name, surrogate, help, Surrogate(metrics, inspector_flag), origin=origin)
+    SURROGATES.register(name, surrogate, help, Surrogate(metrics, inspector_flag, default_epsilon_high),
+                        origin=origin)
     POLICY_LOSSES.register(name, None, help or SURROGATES.entry(name).help, PolicyLoss(name, aggregation),
                            origin=origin)
 
@@ -254,6 +320,23 @@ def policy_loss_parts(loss_type: str, loss_aggregation: str | None = None) -> tu
         return parts.surrogate, loss_aggregation or parts.aggregation
     POLICY_LOSSES.check(loss_type)  # a file name passes; anything else raises, naming the allowed
     return loss_type, loss_aggregation or DEFAULT_AGGREGATION
+
+
+def upper_clip(loss_type: str, epsilon: float, epsilon_high: float | None) -> float:
+    """The ``epsilon_high`` a GRPO loss type's surrogate is given: the preset's when set,
+    else the surrogate's declared default (``Surrogate.default_epsilon_high``), else
+    ``epsilon`` (TRL's rule for every loss type; for cispo, whose cap is epsilon_high
+    itself, that would be 0.2: a weight of at most 0.2 on every token).
+
+    >>> upper_clip("dapo", 0.2, None), upper_clip("cispo", 0.2, None), upper_clip("cispo", 0.2, 3.0)
+    (0.2, 5.0, 3.0)
+    """
+    if epsilon_high is not None:
+        return epsilon_high
+    surrogate = policy_loss_parts(loss_type)[0]
+    declared = SURROGATES.declares(surrogate) if surrogate in SURROGATES else None  # a user's: epsilon
+    default = getattr(declared, "default_epsilon_high", None)
+    return epsilon if default is None else default
 
 
 def micro_batch_weight(loss_type: str, micro_mask, batch_mask, loss_aggregation: str | None = None) -> float:

@@ -20,7 +20,7 @@ from engine.rl.catalog import AGGREGATIONS, IMPORTANCE_LEVELS, POLICY_LOSSES, SU
 from engine.rl.user_code import resolve
 from engine.rl.dpo_losses import dpo_loss, sequence_logps  # noqa: F401  (re-exported)
 from engine.rl.importance import clip_fraction, sequence_log_ratio  # noqa: F401  (re-exported)
-from engine.rl.kl import kl_k1, kl_k3  # noqa: F401  (re-exported)
+from engine.rl.kl import bias_corrected_k3, kl_k1, kl_k3  # noqa: F401  (re-exported)
 from engine.rl.masking import masked_mean  # noqa: F401  (re-exported)
 from engine.rl.surrogates import clipped_surrogate  # noqa: F401  (re-exported)
 
@@ -111,15 +111,22 @@ def grpo_loss(
     importance_sampling_level="token",
     loss_aggregation=None,
     base_dir=None,
+    use_bias_correction_kl=False,
+    sapo_temperature_pos=1.0,
+    sapo_temperature_neg=1.05,
 ):
     """GRPO loss: the loss type's surrogate + beta * k3 KL to the reference, aggregated.
 
-    `loss_type` names a surrogate and an aggregation (POLICY_LOSSES: grpo, dr_grpo, dapo)
-    or is a user's surrogate `FILE.py:FUNCTION` (relative to `base_dir`); a
+    `loss_type` names a surrogate and an aggregation (POLICY_LOSSES: grpo, dr_grpo, dapo,
+    cispo, sapo) or is a user's surrogate `FILE.py:FUNCTION` (relative to `base_dir`); a
     `loss_aggregation` replaces the loss type's own. The importance-sampling level gives
     the log ratio ("sequence" is GSPO: one ratio per sequence, the geometric mean of its
     tokens' ratios, clipped as a whole) and how the surrogate's flags are counted.
-    The KL term is skipped entirely when beta == 0 or ref_logprobs is None.
+    The KL term is skipped entirely when beta == 0 or ref_logprobs is None;
+    `use_bias_correction_kl` multiplies it by the importance ratio, kept in the graph
+    (engine.rl.kl.bias_corrected_k3), and info["kl"] is then the corrected term's mean, as
+    TRL reports it. `sapo_temperature_pos/_neg` are the sapo surrogate's (the others
+    ignore them).
     old_logprobs=None means on-policy (one step per batch): it is taken as
     logprobs.detach(), so ratio == 1 but the gradient is still A * grad log pi.
 
@@ -153,9 +160,13 @@ def grpo_loss(
     log_ratio = IMPORTANCE_LEVELS.entry(importance_sampling_level).call(logprobs, old_logprobs, mask)
     per_token_loss, ratio, flags = surrogate.call(
         logprobs, old_logprobs, advantages, mask, log_ratio=log_ratio, epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high, max_completion_length=max_completion_length)
+        epsilon_high=epsilon_high, max_completion_length=max_completion_length,
+        sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg)
     # The KL is still reported when beta == 0 but a reference is given: it is free.
-    kl = None if ref_logprobs is None else kl_k3(logprobs, ref_logprobs)  # (B, T)
+    kl = None
+    if ref_logprobs is not None:  # (B, T)
+        kl = (bias_corrected_k3(logprobs, ref_logprobs, log_ratio) if use_bias_correction_kl
+              else kl_k3(logprobs, ref_logprobs))
     if kl is not None and beta != 0:
         per_token_loss = per_token_loss + beta * kl
     loss = AGGREGATIONS.entry(aggregation_name).call(per_token_loss, mask, max_completion_length=max_completion_length)

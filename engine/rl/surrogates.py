@@ -3,7 +3,8 @@ aggregation, engine.rl.catalog): the per-token loss of a policy-gradient update.
 
 Contract: (logprobs (B, T) with grad, old_logprobs (B, T), advantages (B, 1) or (B, T),
 mask (B, T), *, options it declares out of log_ratio, epsilon_low, epsilon_high,
-max_completion_length) -> (per_token_loss (B, T), ratio (B, T), flags {metric: (B, T) bool}).
+max_completion_length, sapo_temperature_pos, sapo_temperature_neg)
+-> (per_token_loss (B, T), ratio (B, T), flags {metric: (B, T) bool}).
 The caller has made padding inert (old_logprobs == logprobs there, so the ratio is 1)
 and masks and aggregates the per-token loss; each flag named in the entry's
 `Surrogate.metrics` is reported as the share of the batch it marks.
@@ -12,6 +13,7 @@ and masks and aggregates the per-token loss; each flag named in the entry's
 import torch
 
 CLIP_LOW, CLIP_HIGH, CLIP_REGION = "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"
+CISPO_CLIPPED = "cispo_clip_ratio"  # TRL's metric: the share of tokens whose weight the cap cut
 
 
 def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high, log_ratio=None):
@@ -57,3 +59,49 @@ def clipped(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low,
     loss, ratio, low, high = clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high,
                                                log_ratio=log_ratio)
     return loss, ratio, {CLIP_LOW: low, CLIP_HIGH: high, CLIP_REGION: low | high}
+
+
+def cispo(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_high):
+    """CISPO (MiniMax-M1, Chen et al. 2025): REINFORCE on the logprobs, each token weighted
+    by its importance ratio capped at ``epsilon_high`` and detached, so that no token's
+    gradient is ever cut off (PPO's clip drops it), only scaled down.
+
+    loss = -sg(min(ratio, epsilon_high)) * A * logprob
+
+    The cap is ``epsilon_high`` itself, not 1 + epsilon_high (as TRL); the trainer gives
+    5.0 when the preset leaves it unset (engine.rl.catalog.upper_clip). The flag marks the
+    tokens whose weight the cap lowered and that the gradient pushes up (A > 0), as TRL's
+    ``cispo_clip_ratio`` counts them; there is no lower cap, so nothing is flagged low.
+
+    e.g. cap 5, A = +1, ratio [0.5, 1, 2, 6], logprob [-1, -1, -1, -1]
+         -> weight [0.5, 1, 2, 5], loss [0.5, 1, 2, 5], d loss / d logprob [-0.5, -1, -2, -5],
+            flagged [F, F, F, T]
+    """
+    ratio = torch.exp(log_ratio).expand_as(logprobs)  # (B, T); (B, 1) at sequence level
+    weight = torch.clamp(ratio, max=epsilon_high).detach()
+    per_token_loss = -weight * advantages * logprobs
+    capped = (ratio > epsilon_high) & (advantages > 0)
+    return per_token_loss, ratio, {CISPO_CLIPPED: capped.expand_as(logprobs)}
+
+
+def sapo(logprobs, old_logprobs, advantages, mask, *, log_ratio, sapo_temperature_pos, sapo_temperature_neg):
+    """SAPO (Soft Adaptive Policy Optimization, Gao et al. 2025): PPO's hard clip replaced
+    by a sigmoid gate on the ratio, so a token's gradient fades smoothly as its ratio
+    leaves 1 instead of dropping to 0 at 1 +- epsilon.
+
+    loss = -(4 / tau) * sigmoid(tau * (ratio - 1)) * A,  tau = sapo_temperature_pos where
+    A > 0, sapo_temperature_neg elsewhere (TRL's rule: A = 0 takes the negative one).
+
+    d loss / d logprob = -4 * sigmoid'(tau * (ratio - 1)) * ratio * A, which at ratio 1 is
+    -A whatever tau (sigmoid'(0) = 1/4): on-policy it is plain policy gradient; a larger
+    tau makes the gate fall off faster. No flags: nothing is clipped.
+
+    e.g. tau 1 (A = +1), ratio [1, 2] -> loss [-2, -4 * sigmoid(1)] = [-2, -2.9242],
+         gradient wrt logprob [-1, -4 * 0.19661 * 2] = [-1, -1.5729]
+    """
+    ratio = torch.exp(log_ratio).expand_as(logprobs)  # (B, T); (B, 1) at sequence level
+    positive = advantages > 0
+    tau = torch.where(positive, advantages.new_tensor(sapo_temperature_pos),
+                      advantages.new_tensor(sapo_temperature_neg))  # shaped like advantages
+    gate = torch.sigmoid(tau * (ratio - 1)) * (4 / tau)
+    return -gate * advantages, ratio, {}

@@ -93,7 +93,8 @@ def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...]) 
 
     e.g. def clip_cov(x, y): ... against the policy loss contract
          -> "takes (x, y) but a policy loss is called with (logprobs, old_logprobs,
-            advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length)"
+            advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length,
+            sapo_temperature_pos, sapo_temperature_neg)"
     """
     try:
         signature = inspect.signature(fn)
@@ -219,7 +220,8 @@ def _guarded(fn: Callable, path: Path, value: str, contract: Contract) -> Callab
 
 def _declares(registry: Registry, fn: Callable, function: str) -> Any:
     """A user's function's declarations: the kind's defaults, and what its signature says
-    (an estimator reading ``num_generations`` works on groups; ``scale_rewards``, reads it).
+    (an estimator reading ``num_generations`` works on groups; ``scale_rewards``, reads it;
+    ``baseline_rewards``, needs each prompt's greedy completion's reward).
     A surrogate's metrics are whatever flags it returns (None: every one), its
     ``FUNCTION/clipped`` flag, when it returns one, what the inspector marks."""
     from engine.rl.catalog import Estimator, Surrogate
@@ -232,7 +234,7 @@ def _declares(registry: Registry, fn: Callable, function: str) -> Any:
         # per_token: its output's shape is known only once it runs; the playground, which
         # scores texts without tokens, then leaves its advantages out.
         return Estimator(per_token=True, uses_scale_rewards="scale_rewards" in options,
-                         needs_group="num_generations" in options)
+                         needs_group="num_generations" in options, greedy_baseline="baseline_rewards" in options)
     return declares
 
 
@@ -336,7 +338,9 @@ def _try_surrogate(entry: Entry, batch: dict, algorithm) -> str:
     loss, _ratio, flags = entry.call(
         batch["logprobs"], batch["old_logprobs"], batch["advantages"], batch["mask"], log_ratio=log_ratio,
         epsilon_low=epsilon, epsilon_high=epsilon if high is None else high,
-        max_completion_length=getattr(algorithm, "max_completion_length", batch["mask"].shape[1]))
+        max_completion_length=getattr(algorithm, "max_completion_length", batch["mask"].shape[1]),
+        sapo_temperature_pos=getattr(algorithm, "sapo_temperature_pos", 1.0),
+        sapo_temperature_neg=getattr(algorithm, "sapo_temperature_neg", 1.05))
     bad = _nonfinite(loss)
     if bad:
         raise _error(f"returned a per-token loss with {bad}", None)
@@ -349,8 +353,11 @@ def _try_surrogate(entry: Entry, batch: dict, algorithm) -> str:
 
 
 def _try_estimator(entry: Entry, batch: dict, algorithm) -> str:
+    # baseline_rewards: each group's first reward, standing in for its greedy completion's (ReMax)
+    baselines = batch["rewards"].view(-1, algorithm.num_generations)[:, :1].expand(-1, algorithm.num_generations)
     advantages = entry.call(batch["rewards"], batch["mask"], num_generations=algorithm.num_generations,
-                            scale_rewards=getattr(algorithm, "scale_rewards", "group"))
+                            scale_rewards=getattr(algorithm, "scale_rewards", "group"),
+                            baseline_rewards=baselines.reshape(-1))
     bad = _nonfinite(advantages)
     if bad:
         raise _error(f"returned advantages with {bad}", None)

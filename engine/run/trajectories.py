@@ -39,7 +39,8 @@ def trajectory_records(tokenizer, *, step, rows, num_generations, prompts, compl
                        per_token, clipped, top, totals, components, extra=None) -> list[dict]:
     """One record per recorded row. `rows` are the first rows of the batch (0..n-1);
     each tensor in `per_token` and `clipped` has those rows first, and `top` holds
-    exactly them. `extra` maps a rollout-level key to a list over the batch.
+    exactly them. `extra` maps a rollout-level key to a list over the batch (GRPO's
+    `component_advantages` under GDPO, `baseline` under ReMax: the step outputs' `row_extras`).
 
     Each record has the completion's tokens (ids and text pieces), each per-token
     quantity, kl (k3, from logprob and ref_logprob), clipped flags, and the top-5

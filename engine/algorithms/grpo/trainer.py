@@ -1,10 +1,13 @@
-"""GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
-completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL.
+"""GRPO and its variants: group-relative (or RLOO / REINFORCE++ / ReMax) advantages on
+whole completions, or GDPO's per-reward normalisation, a clipped token- or sequence-level
+(GSPO) surrogate, optional k3 KL.
 
-One step: sample num_generations completions per prompt; score them; advantages by the
-preset's estimator (engine.rl.catalog.ESTIMATORS); num_iterations clipped updates,
-the first pass of which gives the old policy's logprobs. Names of the knobs and metrics
-follow TRL's GRPO trainer.
+One step: sample num_generations completions per prompt (and, for an estimator that
+declares greedy_baseline, ReMax's, one greedy completion per prompt); score them;
+advantages by the preset's estimator (engine.rl.catalog.ESTIMATORS), or by its
+multi_objective_aggregation when that computes them itself (REWARD_AGGREGATIONS);
+num_iterations clipped updates, the first pass of which gives the old policy's logprobs.
+Names of the knobs and metrics follow TRL's GRPO trainer.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.rl.advantages import estimate_advantages, group_reward_std
-from engine.rl.catalog import IMPORTANCE_LEVELS, micro_batch_weight
+from engine.rl.advantages import estimate_advantages, group_reward_std, repeat_per_group, wants_greedy_baseline
+from engine.rl.catalog import ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATIONS, micro_batch_weight, upper_clip
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
@@ -39,6 +42,36 @@ class GRPOStepOutputs(RolloutStepOutputs):
     ref_recorded: torch.Tensor | None
 
 
+@dataclass
+class GreedyBaseline:
+    """ReMax's baseline for a step: each prompt's greedy completion, its total reward and
+    components (P each, P = the step's prompts), and the tokens generated for them."""
+
+    completions: list[str]
+    totals: list[float]
+    components: dict[str, list[float]]
+    tokens: int
+
+    def rows(self, group_size: int) -> list[dict]:
+        """What each row of the batch records: its prompt's greedy completion and rewards.
+
+        e.g. completions [" 1 2", " 3"], totals [1, 0], group_size 2
+             -> [{"completion": " 1 2", "reward": 1, ...}] * 2 + [{"completion": " 3", "reward": 0, ...}] * 2
+        """
+        per_prompt = [{"completion": completion, "reward": total,
+                       "rewards": {name: values[p] for name, values in self.components.items()}}
+                      for p, (completion, total) in enumerate(zip(self.completions, self.totals))]
+        return [row for row in per_prompt for _ in range(group_size)]
+
+
+def component_rows(names: list[str], component_advantages: torch.Tensor) -> list[dict]:
+    """Each row's advantage per reward component (GDPO's), as samples and records carry it.
+
+    e.g. names ["exact_match", "sort"], [[0.7, -0.7]] -> [{"exact_match": 0.7, "sort": -0.7}]
+    """
+    return [dict(zip(names, row)) for row in component_advantages.tolist()]
+
+
 class GRPOTrainer(Trainer):
     """GRPO and its variants: group-relative (or RLOO / REINFORCE++) advantages on whole
     completions, a clipped token- or sequence-level (GSPO) surrogate, optional k3 KL."""
@@ -58,15 +91,48 @@ class GRPOTrainer(Trainer):
         # first: a signature that does not fit fails the set-up, naming the field.
         for _field, value, registry in user_function_fields(preset.algorithm):
             resolve(registry, value, preset_dir)
+        # ReMax (an estimator declaring greedy_baseline): a greedy completion of each prompt a step.
+        self.greedy_baseline = wants_greedy_baseline(resolve(ESTIMATORS, preset.algorithm.advantage_estimator,
+                                                             preset_dir))
         super().__init__(preset, run_dir, stop, preset_dir, world)
+
+    def declaration(self) -> dict:
+        """GRPO's plots; with a greedy baseline, its mean reward beside the reward."""
+        declared = super().declaration()
+        if self.greedy_baseline:
+            for entry in declared["plots"]:
+                if entry["key"] == "reward":
+                    entry["metrics"] = [*entry["metrics"], "baseline/reward_mean"]
+        return declared
 
     def updates_per_step(self) -> int:
         return self.algo.num_iterations
 
-    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Advantages by the preset's estimator: (B,) per completion, or (B, T) per token."""
+    def advantages(self, rewards: torch.Tensor, mask: torch.Tensor, components: dict[str, list[float]],
+                   baseline_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Advantages, (B,) per completion or (B, T) per token, and the per-component ones
+        (B, K) where the multi_objective_aggregation computes them itself (GDPO; None
+        otherwise, when the preset's estimator gets the weighted sum `rewards`).
+        `baseline_rewards` (B,): each row's prompt's greedy reward (ReMax), else None."""
+        aggregation = REWARD_AGGREGATIONS.entry(self.algo.multi_objective_aggregation)
+        if aggregation.declares.own_advantages:
+            weights = {label: weight for label, weight, _ in self.reward_components}
+            names = list(components)
+            values = torch.tensor([components[name] for name in names], dtype=torch.float64,
+                                  device=rewards.device).T  # (B, K)
+            return aggregation.call(values, [weights[name] for name in names], self.algo.num_generations)
         return estimate_advantages(self.algo.advantage_estimator, rewards, mask,
-                                   num_generations=self.algo.num_generations, scale_rewards=self.algo.scale_rewards)
+                                   num_generations=self.algo.num_generations, scale_rewards=self.algo.scale_rewards,
+                                   baseline_rewards=baseline_rewards), None
+
+    def score_greedy(self, prompts: list[str], fields: dict[str, list], greedy: tuple[Rollout, list[str]],
+                     group_size: int) -> GreedyBaseline:
+        """The greedy completions of the step's prompts (one per group) scored by the same
+        rewards, with each prompt's data fields."""
+        rollout, completions = greedy
+        totals, components = self.score(prompts[::group_size], completions,
+                                        {k: v[::group_size] for k, v in fields.items()}, 1)
+        return GreedyBaseline(completions, totals, components, int(rollout.lengths.sum()))
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
         """num_iterations clipped policy-gradient updates on one rollout batch.
@@ -85,7 +151,8 @@ class GRPOTrainer(Trainer):
                      "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
         tops = []
         loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
-        eps_high = self.algo.epsilon_high if self.algo.epsilon_high is not None else self.algo.epsilon
+        # unset: the loss type's own default (cispo's cap 5.0), else epsilon
+        eps_high = upper_clip(self.algo.loss_type, self.algo.epsilon, self.algo.epsilon_high)
         ref_all = None
         if self.algo.beta > 0:
             ref_all = torch.zeros_like(mask)
@@ -122,6 +189,9 @@ class GRPOTrainer(Trainer):
                         loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
                         importance_sampling_level=self.algo.importance_sampling_level,
                         loss_aggregation=self.algo.loss_aggregation,
+                        use_bias_correction_kl=self.algo.use_bias_correction_kl,
+                        sapo_temperature_pos=self.algo.sapo_temperature_pos,
+                        sapo_temperature_neg=self.algo.sapo_temperature_neg,
                     )
                     weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask, self.algo.loss_aggregation)
                     self.backward(loss * weight)
@@ -155,6 +225,8 @@ class GRPOTrainer(Trainer):
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
         rollout, completions = self.sample_batch(prompts, G)
+        # ReMax: one greedy completion of each prompt (its group's baseline), in the rollout's time
+        greedy = self.sample_batch(prompts[::G], 1, greedy=True) if self.greedy_baseline else None
         t1 = time.perf_counter()
 
         totals, components = self.score(prompts, completions, fields, G)
@@ -162,7 +234,10 @@ class GRPOTrainer(Trainer):
         mask = rollout.completion_mask
         if self.algo.mask_truncated_completions:
             mask = mask * (~rollout.truncated).float()[:, None]
-        advantages = self.advantages(rewards, mask)
+        baseline = self.score_greedy(prompts, fields, greedy, G) if greedy is not None else None
+        baseline_rewards = None if baseline is None else repeat_per_group(
+            torch.tensor(baseline.totals, dtype=torch.float32, device=self.device), G)
+        advantages, component_advantages = self.advantages(rewards, mask, components, baseline_rewards)
         t2 = time.perf_counter()
 
         record_rows = list(range(self.num_recorded(len(prompts), G)))
@@ -175,9 +250,16 @@ class GRPOTrainer(Trainer):
         info, per_token = update["info"], update["per_token"]
         tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
         metrics = rollout_metrics(rollout, rewards, components)
+        # A group with no learning signal: equal rewards (exact: group_reward_std is exactly 0
+        # for a group of equal values, and their group-relative advantages are exactly 0). Under
+        # GDPO and ReMax the rewards alone do not say: a group of equal totals can differ in its
+        # components, or from its greedy completion; there it is a group whose advantages are all 0.
+        if component_advantages is None and baseline is None:
+            no_signal = group_reward_std(rewards, G) == 0
+        else:
+            no_signal = (advantages.reshape(len(prompts) // G, -1) == 0).all(dim=1)  # (B,) or (B, T) per group
         metrics.update({
-            # exact: group_reward_std is exactly 0 for a group of equal rewards
-            "frac_reward_zero_std": float((group_reward_std(rewards, G) == 0).float().mean()),
+            "frac_reward_zero_std": float(no_signal.float().mean()),
             "loss": update["loss"],
             "kl": info.get("kl") if update["ref"] is not None else None,
             "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
@@ -187,8 +269,17 @@ class GRPOTrainer(Trainer):
         })
         # and whatever other metrics the loss type's surrogate declares (engine.rl.catalog.Surrogate)
         metrics.update({key: value for key, value in info.items() if key != "kl"})
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        generated = int(rollout.lengths.sum()) + (baseline.tokens if baseline is not None else 0)
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, generated))
         metrics["grad_norm"] = update["grad_norm"]
+        if baseline is not None:
+            metrics["baseline/reward_mean"] = sum(baseline.totals) / len(baseline.totals)
+
+        row_extras = {}
+        if component_advantages is not None:
+            row_extras["component_advantages"] = component_rows(list(components), component_advantages)
+        if baseline is not None:
+            row_extras["baseline"] = baseline.rows(G)
 
         outputs = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
                                   components=components, advantages=advantages, rollout=rollout,
@@ -197,7 +288,8 @@ class GRPOTrainer(Trainer):
                                   # beta 0 skips the reference pass; the inspector still
                                   # gets reference logprobs for the few recorded rows.
                                   ref_recorded=self.recorded_reference(rollout, len(record_rows))
-                                  if update["ref"] is None else None)
+                                  if update["ref"] is None else None,
+                                  row_extras=row_extras)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: GRPOStepOutputs) -> None:
@@ -217,6 +309,6 @@ class GRPOTrainer(Trainer):
             per_token={"logprob": per_token["logprob"], "ref_logprob": ref, "entropy": per_token["entropy"],
                        "advantage": token_advantages, "ratio": per_token["ratio"]},
             clipped=per_token["clipped"], top=last.top,
-            totals=last.totals, components=last.components,
+            totals=last.totals, components=last.components, extra=last.row_extras,
         ))
 

@@ -1,0 +1,368 @@
+"""KTO: offline optimisation on unpaired rows (a prompt, a completion, whether it is
+desirable), Ethayarajh et al. 2024, as TRL 1.16's KTO trainer.
+
+A step takes `batch_size` rows. With loss_type kto it first takes the KL reference point
+(engine.rl.kto_losses.kl_reference_point): each row's prompt paired with the previous
+row's completion (`mismatched_order`, TRL's rotation), policy and reference passes over
+those pairs without gradient, the mean of their log ratios, clamped at 0. Then one pass
+with gradient over the rows themselves, and engine.rl.kto_losses.kto_loss against the
+reference (the same model with the adapter disabled: per step, or once before training
+with precompute_ref_log_probs). Names of the knobs and metrics follow TRL's KTO trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.algorithms.base import Trainer
+from engine.algorithms.declaration import plot
+from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
+from engine.algorithms.policy import set_update_mode
+from engine.algorithms.step_result import StepResult
+from engine.data import Example
+from engine.data.unpaired import COMPLETION, LABEL, load_unpaired_splits
+from engine.model.rollout import Rollout
+from engine.preset.input_checks import prompt_location
+from engine.rl.catalog import KTO_LOSSES
+from engine.rl.dpo_losses import sequence_logps
+from engine.rl.kto_losses import kl_reference_point, kto_loss, mismatched_order
+from engine.run.trajectories import token_fields
+
+log = logging.getLogger(__name__)
+
+
+def side_means(values: list[float], desirable: list[bool]) -> tuple[float | None, float | None]:
+    """The mean of `values` over the desirable rows and over the undesirable ones; None
+    for a side the batch lacks (TRL then logs nothing for it).
+
+    >>> side_means([0.2, -0.1, 0.4], [True, False, True])
+    (0.30000000000000004, -0.1)
+    >>> side_means([0.2], [True])
+    (0.2, None)
+    """
+    chosen = [v for v, d in zip(values, desirable) if d]
+    rejected = [v for v, d in zip(values, desirable) if not d]
+    return (sum(chosen) / len(chosen) if chosen else None, sum(rejected) / len(rejected) if rejected else None)
+
+
+def margin(chosen: float | None, rejected: float | None) -> float | None:
+    """rewards/margins: chosen minus rejected, when the batch has both sides."""
+    return None if chosen is None or rejected is None else chosen - rejected
+
+
+def label_accuracy(rewards: list[float], desirable: list[bool]) -> float:
+    """The share of rows whose implicit reward has their label's sign: above 0 for a
+    desirable row, below 0 for an undesirable one (0 at the start, policy = reference).
+
+    >>> label_accuracy([0.2, -0.1, -0.3, 0.0], [True, False, True, False])
+    0.5
+    """
+    return sum((r > 0) if d else (r < 0) for r, d in zip(rewards, desirable)) / len(rewards)
+
+
+def distinct_prompts(examples: list[Example]) -> list[Example]:
+    """The first row of each prompt, in order: a built-in task's held-out prompts come
+    twice (desirable and undesirable row), and greedy generation judges each once."""
+    first: dict = {}
+    for e in examples:
+        first.setdefault(e.prompt, e)
+    return list(first.values())
+
+
+@dataclass
+class KTOStepOutputs:
+    """What a KTO step keeps for `write_step_outputs`: its rows, their rollout, the
+    policy's token logprobs (B, T), the recorded rows' entropy and top-5 per micro-batch,
+    each row's implicit reward, the step's KL reference point, and the recorded rows'
+    reference logprobs (the step used sums)."""
+
+    examples: list[Example]
+    rows: Rollout
+    logps: torch.Tensor
+    recorded: dict[str, list]
+    rewards: list[float]
+    kl: float
+    ref_recorded: torch.Tensor | None
+
+
+class KTOTrainer(Trainer):
+    MICRO_BATCH_UNIT = "unpaired rows"
+    # Metric names as TRL's KTO trainer logs them (count/* as TRL's older versions did).
+    PLOTS = (
+        plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
+        plot("loss", "Loss", "loss"),
+        plot("kl", "KL reference point (mismatched pairs)", "kl"),
+        plot("kto_rewards", "Implicit rewards", "rewards/chosen", "rewards/rejected", "rewards/margins"),
+        plot("kto_logps", "Sequence logprobs", "logps/chosen", "logps/rejected"),
+        plot("kto_eval", "Held-out label accuracy", eval=("label_accuracy",)),
+        plot("entropy", "Entropy", "entropy"),
+        plot("kto_counts", "Desirable and undesirable rows", "count/chosen", "count/rejected"),
+        plot("grad_norm", "Gradient norm", "grad_norm"),
+        plot("lr", "Learning rate", "learning_rate"),
+        plot("timing", "Step time", "step_time"),
+    )
+    # One record per row, marked with its label.
+    RECORDS = {"layout": "single", "token_values": ["implicit_reward", "logprob", "ref_logprob", "entropy"],
+               "preferred": ["implicit_reward"]}
+
+    def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
+        data = self.preset.data
+        where = None
+        if data.path is not None:  # a file's bad row is named by its line
+            where = lambda number, e: prompt_location(data, preset_dir, e)  # noqa: E731
+        train, held_out = load_unpaired_splits(data, self.cfg.seed, preset_dir, where=where)
+        desirable = sum(e.fields[LABEL] for e in train)
+        warning = self.algo.balance_warning(desirable, len(train) - desirable)
+        if warning:
+            log.warning(warning)
+        self.loaded_rows = (train, held_out)  # as loaded: setup_modules templates their completions
+        return train, held_out
+
+    def setup_modules(self) -> None:
+        # The chat template applies to a completion as to DPO's answers: the text the
+        # template puts after the prompt for an assistant turn holding it. The Trainer
+        # templated the prompts; the completions are templated here from the rows as
+        # loaded (same order), in place, so the prompt stream serves the templated rows.
+        for templated, loaded in zip((self.train_examples, self.eval_examples), self.loaded_rows):
+            templated[:] = [Example(t.prompt, {**t.fields, COMPLETION: self.chat.answer(
+                self.tokenizer, raw.prompt, raw.fields[COMPLETION])}) for t, raw in zip(templated, loaded)]
+        # (prompt, completion) -> reference logp sum, filled by the first step when
+        # precompute_ref_log_probs is on (after run_started and the first evaluation).
+        self.reference_cache: dict[tuple[str, str], float] = {}
+
+    # -------------------------------------------------------------- batching
+
+    def encode_completion(self, text: str) -> list[int]:
+        """A completion's tokens up to its first end token (a chat template ends it with its
+        end-of-turn token), or with the tokenizer's EOS added (as TRL adds it to a plain
+        text completion), cut to max_completion_length; as DPO's answers."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        eos = set(self.policy.loaded.eos_token_ids)
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
+        return ids[: self.algo.max_completion_length]
+
+    def completion_rows(self, prompts: list[str], completions: list[str]) -> Rollout:
+        """Rows (prompt i, completion i): prompts left-padded, completions right-padded, as
+        a sampled rollout would be."""
+        prompt_ids, prompt_mask = self.policy.encode_prompts(prompts)
+        answers = [self.encode_completion(c) for c in completions]
+        T = max(len(a) for a in answers)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([a + [pad] * (T - len(a)) for a in answers], device=self.device)
+        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers], device=self.device)
+        B = len(answers)
+        return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
+                       torch.zeros(B, dtype=torch.bool, device=self.device))
+
+    def rows_of(self, examples: list[Example]) -> Rollout:
+        return self.completion_rows([e.prompt for e in examples], [e.fields[COMPLETION] for e in examples])
+
+    @torch.no_grad()
+    def sequence_sums(self, rows: Rollout, reference: bool) -> torch.Tensor:
+        """Each row's summed logprob (B,), without gradient, by the reference (adapter off)
+        or the policy: each process runs its share in micro-batches, the rows combined."""
+        sums = torch.zeros(rows.completion_ids.shape[0], device=self.device)
+        for mb in self.micro_batches(len(sums)):
+            if reference:
+                token_logps = self.reference_logprobs(rows, mb, group_size=1)
+            else:
+                token_logps = self.completion_logits(rows, mb, group_size=1).logprobs(rows.completion_ids[mb])
+            sums[mb] = sequence_logps(token_logps, rows.completion_mask[mb])
+        return self.world.combine_rows(sums, self.world.share(len(sums)))
+
+    # ------------------------------------------------------------- reference
+
+    def _key(self, e: Example) -> tuple[str, str]:
+        return (e.prompt, e.fields[COMPLETION])
+
+    @torch.no_grad()
+    def precompute_reference(self, examples: list[Example]) -> None:
+        """Reference logp sums of every training row, once."""
+        started = time.perf_counter()
+        chunk = max(self.cfg.batch_size, 32)
+        log.info("precomputing reference logprobs of %d rows", len(examples))
+        for i in range(0, len(examples), chunk):
+            part = examples[i: i + chunk]
+            rows = self.rows_of(part)
+            ref = self.reference_logprobs(rows, slice(0, len(part)), group_size=1)
+            for e, total in zip(part, sequence_logps(ref, rows.completion_mask).tolist()):
+                self.reference_cache[self._key(e)] = total
+        log.info("reference logprobs of %d rows in %.1f s", len(examples), time.perf_counter() - started)
+
+    def reference_sums(self, examples: list[Example], rows: Rollout) -> torch.Tensor:
+        if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):
+            return torch.tensor([self.reference_cache[self._key(e)] for e in examples], device=self.device)
+        return self.sequence_sums(rows, reference=True)
+
+    def kl_point(self, examples: list[Example]) -> torch.Tensor:
+        """The step's KL reference point: row i's prompt with row i - 1's completion (row 0
+        with the last row's; mismatched_order, as TRL rotates a batch's completions),
+        policy minus reference logp sums, their mean over the batch, detached, clamped
+        at 0. Every process's rows count (sequence_sums combines them)."""
+        order = mismatched_order(len(examples))
+        pairs = self.completion_rows([e.prompt for e in examples], [examples[j].fields[COMPLETION] for j in order])
+        return kl_reference_point(self.sequence_sums(pairs, reference=False), self.sequence_sums(pairs, reference=True))
+
+    # ------------------------------------------------------------------ step
+
+    def train_step(self) -> StepResult[KTOStepOutputs]:
+        algo = self.algo
+        self.phase = "update"  # every pass of a KTO step runs in micro-batches of rows
+        if algo.precompute_ref_log_probs and not self.reference_cache:
+            self.precompute_reference(self.train_examples)
+        t0 = time.perf_counter()
+        examples = self.stream.take(self.cfg.batch_size)
+        B = len(examples)
+        labels = [bool(e.fields[LABEL]) for e in examples]
+        desirable = torch.tensor(labels, dtype=torch.bool, device=self.device)
+        rows = self.rows_of(examples)
+        mask = rows.completion_mask
+        # The passes without gradient in the mode of the update (dropout as it will be).
+        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)
+        ref = self.reference_sums(examples, rows)
+        uses_kl = KTO_LOSSES.declares(algo.loss_type).uses_kl
+        kl = self.kl_point(examples) if uses_kl else torch.zeros((), device=self.device)
+        t1 = time.perf_counter()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        num_recorded = self.num_recorded(B)
+        loss_total = 0.0
+        logps = torch.zeros_like(mask)
+        # Per row: the policy's sequence logp, and the sums over its tokens of the
+        # vocabulary-summed logits and of the entropy (for TRL's logits/* and entropy).
+        per_row = {k: torch.zeros(B, device=self.device) for k in ("policy", "logits", "entropy")}
+        recorded = {"entropy": [], "top": []}
+        micro_batches = self.micro_batches(B)
+        for index, mb in enumerate(micro_batches):
+            with self.synced(index, len(micro_batches)):
+                logits = self.completion_logits(rows, mb, group_size=1)  # TokenLogits (b, T, V)
+                token_logps = logits.logprobs(rows.completion_ids[mb])
+                policy = sequence_logps(token_logps, mask[mb])
+                losses, _ = kto_loss(policy, ref[mb], desirable[mb], kl, beta=algo.beta, loss_type=algo.loss_type,
+                                     desirable_weight=algo.desirable_weight,
+                                     undesirable_weight=algo.undesirable_weight)
+                loss = losses.sum() / B  # the mean over all rows, accumulated over micro-batches
+                self.backward(loss)
+                loss_total += loss.item()
+                with torch.no_grad():
+                    logps[mb] = token_logps.detach()
+                    entropy = logits.entropy()
+                    per_row["policy"][mb] = policy.detach()
+                    per_row["logits"][mb] = (logits.sums() * mask[mb]).sum(-1)
+                    per_row["entropy"][mb] = (entropy * mask[mb]).sum(-1)
+                    top = self.recorded_top(logits, mb, num_recorded)
+                    if top is not None:
+                        recorded["top"].append(top)
+                        recorded["entropy"].append(entropy[: top[0].shape[0]])
+        # Several processes: the loss shares summed, each row from its process.
+        (loss_total,) = self.world.sum_floats([loss_total])
+        mine = self.world.share(B)
+        for values in (logps, *per_row.values()):
+            self.world.combine_rows(values, mine)
+        grad_norm, ok = self.clip_and_step(loss_total)
+        t2 = time.perf_counter()
+        if not ok:
+            self.count_skipped_step()
+
+        self.step += 1
+        rewards = (algo.beta * (per_row["policy"] - ref)).tolist()
+        lengths = mask.sum(-1)
+        V = self.model.get_output_embeddings().weight.shape[0]
+        metrics = {"loss": loss_total if ok else None, "kl": float(kl)}
+        metrics.update(self.side_metrics(rewards, per_row, lengths, labels, V))
+        tokens = int(lengths.sum()) + int(rows.prompt_mask.sum())
+        metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
+        metrics["grad_norm"] = grad_norm
+        outputs = KTOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded, rewards=rewards,
+                                 kl=float(kl), ref_recorded=self.recorded_reference(rows, num_recorded, group_size=1))
+        return StepResult(metrics, outputs)
+
+    @staticmethod
+    def side_metrics(rewards: list[float], per_row: dict[str, torch.Tensor], lengths: torch.Tensor,
+                     labels: list[bool], vocab: int) -> dict:
+        """TRL's per-side metrics of a step: rewards/chosen and rewards/rejected (mean
+        implicit reward of the desirable and the undesirable rows), rewards/margins,
+        logps/* (mean sequence logp), logits/* (mean logit over the vocabulary and the
+        side's tokens), entropy (mean over every completion token), count/* (rows)."""
+        chosen, rejected = side_means(rewards, labels)
+        logp_chosen, logp_rejected = side_means(per_row["policy"].tolist(), labels)
+        side = torch.tensor(labels, dtype=torch.bool, device=lengths.device)
+        metrics = {"rewards/chosen": chosen, "rewards/rejected": rejected, "rewards/margins": margin(chosen, rejected),
+                   "logps/chosen": logp_chosen, "logps/rejected": logp_rejected,
+                   "entropy": float(per_row["entropy"].sum() / lengths.sum().clamp(min=1)),
+                   "count/chosen": int(side.sum()), "count/rejected": int((~side).sum())}
+        for name, rows in (("chosen", side), ("rejected", ~side)):
+            tokens = lengths[rows].sum()
+            metrics[f"logits/{name}"] = float(per_row["logits"][rows].sum() / (tokens * vocab)) if tokens else None
+        return metrics
+
+    def write_step_outputs(self, last: KTOStepOutputs) -> None:
+        examples = last.examples
+        self.emit_samples([
+            {"index": i, "group": i, "prompt": e.prompt, "completion": e.fields[COMPLETION],
+             "label": bool(e.fields[LABEL]), "reward": last.rewards[i]}
+            for i, e in enumerate(examples[: self.cfg.log_completions])
+        ])
+        tops = last.recorded["top"]
+        if not tops:
+            return
+        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
+        entropy = torch.cat(last.recorded["entropy"])
+        rows, ref, beta = last.rows, last.ref_recorded, self.algo.beta  # ref: per token, recorded rows only
+        records = []
+        for r in range(top[0].shape[0]):
+            e = examples[r]
+            n = int(rows.completion_mask[r].sum())
+            lp, rf = last.logps[r], ref[r]
+            record = {"step": self.step, "index": r, "group": r, "prompt": e.prompt, "completion": e.fields[COMPLETION],
+                      **token_fields(self.tokenizer, rows.completion_ids[r, :n].tolist(),
+                                     {"logprob": lp, "ref_logprob": rf, "implicit_reward": beta * (lp - rf),
+                                      "entropy": entropy[r]}, (top[0][r], top[1][r]))}
+            # `kl` is the step's reference point (token_fields put the per-token k3 there).
+            record.update({"label": bool(e.fields[LABEL]), "reward": last.rewards[r], "kl": last.kl, "beta": beta})
+            records.append(record)
+        self.write_trajectories(records)
+
+    # ------------------------------------------------------------------ eval
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Held-out label accuracy (implicit reward of desirable rows above 0, undesirable
+        below), the sides' mean implicit rewards; for data with answers (built-in tasks),
+        greedy generation accuracy on each distinct prompt too."""
+        if not self.eval_examples:
+            return {}
+        started = time.perf_counter()
+        set_update_mode(self.model, False)
+        rewards = []
+        chunk = max(self.cfg.batch_size, MIN_EVAL_BATCH)
+        for i in range(0, len(self.eval_examples), chunk):
+            part = self.eval_examples[i: i + chunk]
+            rows = self.rows_of(part)
+            whole = slice(0, len(part))
+            policy = self.completion_logits(rows, whole, group_size=1).logprobs(rows.completion_ids)
+            ref = self.reference_logprobs(rows, whole, group_size=1)
+            rewards += (self.algo.beta * (sequence_logps(policy, rows.completion_mask)
+                                          - sequence_logps(ref, rows.completion_mask))).tolist()
+        result = {}
+        if self.accuracy_reward:
+            result = evaluate_generations(distinct_prompts(self.eval_examples), self.greedy_completions,
+                                          self.reward_components,
+                                          accuracy_function(self.preset.rewards, self.accuracy_reward),
+                                          batch=max(self.cfg.batch_size, MIN_EVAL_BATCH))
+        labels = [bool(e.fields[LABEL]) for e in self.eval_examples]
+        chosen, rejected = side_means(rewards, labels)
+        result.update({
+            "label_accuracy": label_accuracy(rewards, labels),
+            "rewards/chosen": chosen, "rewards/rejected": rejected, "rewards/margins": margin(chosen, rejected),
+            "num_rows": len(rewards),
+            "eval_time": time.perf_counter() - started,
+        })
+        result.setdefault("accuracy", None)
+        return result
