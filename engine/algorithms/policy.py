@@ -93,6 +93,30 @@ class Policy:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         return enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device)
 
+    def encode_answer(self, text: str, max_tokens: int) -> list[int]:
+        """A given answer's tokens (DPO's and KTO's completions, not sampled) up to its
+        first end token (a chat template ends it with its end-of-turn token), or with the
+        tokenizer's EOS added (the model must learn to stop there, as TRL adds it), cut to
+        `max_tokens`."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        eos = set(self.loaded.eos_token_ids)
+        end = next((i for i, t in enumerate(ids) if t in eos), None)
+        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
+        return ids[:max_tokens]
+
+    def answer_rows(self, prompts: list[str], answers: list[str], max_tokens: int) -> Rollout:
+        """Rows (prompt i, answer i) of given answers: prompts left-padded, answers
+        right-padded, as a sampled rollout would be, so the same passes run over them."""
+        prompt_ids, prompt_mask = self.encode_prompts(prompts)
+        encoded = [self.encode_answer(a, max_tokens) for a in answers]
+        T = max(len(a) for a in encoded)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([a + [pad] * (T - len(a)) for a in encoded], device=self.device)
+        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in encoded], device=self.device)
+        B = len(encoded)
+        return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
+                       torch.zeros(B, dtype=torch.bool, device=self.device))
+
     def decode_completions(self, rollout: Rollout) -> list[str]:
         """The completions' text for the rewards: the end token that stopped one is cut,
         whether or not the tokenizer calls it special (`<|im_end|>` and the like)."""

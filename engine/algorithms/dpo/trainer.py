@@ -92,29 +92,11 @@ class DPOTrainer(Trainer):
 
     # -------------------------------------------------------------- batching
 
-    def encode_answer(self, text: str) -> list[int]:
-        """An answer's tokens up to its first end token (a chat template ends the answer
-        with its end-of-turn token), or with the tokenizer's EOS added (the model must
-        learn to stop there), cut to max_completion_length."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        eos = set(self.policy.loaded.eos_token_ids)
-        end = next((i for i, t in enumerate(ids) if t in eos), None)
-        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
-        return ids[: self.algo.max_completion_length]
-
     def pair_rows(self, examples: list[Example]) -> Rollout:
-        """Rows [chosen_0, rejected_0, chosen_1, ...]: prompts left-padded, answers
-        right-padded, as a sampled rollout would be."""
+        """Rows [chosen_0, rejected_0, chosen_1, ...], as a sampled rollout would be."""
         prompts = [e.prompt for e in examples for _ in range(PAIR)]
-        prompt_ids, prompt_mask = self.policy.encode_prompts(prompts)
-        answers = [self.encode_answer(e.fields[side]) for e in examples for side in ("chosen", "rejected")]
-        T = max(len(a) for a in answers)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([a + [pad] * (T - len(a)) for a in answers], device=self.device)
-        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers], device=self.device)
-        B = len(answers)
-        return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
-                       torch.zeros(B, dtype=torch.bool, device=self.device))
+        answers = [e.fields[side] for e in examples for side in ("chosen", "rejected")]
+        return self.policy.answer_rows(prompts, answers, self.algo.max_completion_length)
 
     def pair_micro_batches(self, pairs: int) -> list[slice]:
         """Row slices of whole pairs (this process's); training.micro_batch_size counts pairs."""

@@ -137,28 +137,10 @@ class KTOTrainer(Trainer):
 
     # -------------------------------------------------------------- batching
 
-    def encode_completion(self, text: str) -> list[int]:
-        """A completion's tokens up to its first end token (a chat template ends it with its
-        end-of-turn token), or with the tokenizer's EOS added (as TRL adds it to a plain
-        text completion), cut to max_completion_length; as DPO's answers."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        eos = set(self.policy.loaded.eos_token_ids)
-        end = next((i for i, t in enumerate(ids) if t in eos), None)
-        ids = ids[: end + 1] if end is not None else ids + [self.tokenizer.eos_token_id]
-        return ids[: self.algo.max_completion_length]
-
     def completion_rows(self, prompts: list[str], completions: list[str]) -> Rollout:
-        """Rows (prompt i, completion i): prompts left-padded, completions right-padded, as
-        a sampled rollout would be."""
-        prompt_ids, prompt_mask = self.policy.encode_prompts(prompts)
-        answers = [self.encode_completion(c) for c in completions]
-        T = max(len(a) for a in answers)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([a + [pad] * (T - len(a)) for a in answers], device=self.device)
-        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in answers], device=self.device)
-        B = len(answers)
-        return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
-                       torch.zeros(B, dtype=torch.bool, device=self.device))
+        """Rows (prompt i, completion i), as a sampled rollout would be (as DPO's answers:
+        up to the first end token, or with EOS added)."""
+        return self.policy.answer_rows(prompts, completions, self.algo.max_completion_length)
 
     def rows_of(self, examples: list[Example]) -> Rollout:
         return self.completion_rows([e.prompt for e in examples], [e.fields[COMPLETION] for e in examples])
