@@ -67,6 +67,8 @@ SPECIAL = {
     "data.task": "arithmetic", "algorithm.epsilon_high": 0.3, "model.chat_template": "none",
     "data.split": "validation", "data.answer_field": "solution", "data.answer_pattern": "####\\s*(.+)",
     "data.chosen_field": "better", "data.rejected_field": "worse", "data.system_prompt": "Be brief.",
+    # normalize_then_sum (GDPO) computes the advantages itself: only with the grpo estimator
+    "algorithm.multi_objective_aggregation": "sum_then_normalize",
 }
 
 
