@@ -9,7 +9,6 @@ precompute_ref_log_probs. Names of the knobs and metrics follow TRL's DPO traine
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,6 @@ from engine.algorithms.declaration import plot
 from engine.run.trajectories import token_fields
 
 PAIR = 2  # rows per preference pair: chosen, rejected
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -118,23 +116,13 @@ class DPOTrainer(Trainer):
     def _key(self, e: Example) -> tuple[str, str, str]:
         return (e.prompt, e.fields["chosen"], e.fields["rejected"])
 
-    @torch.no_grad()
     def precompute_reference(self, examples: list[Example]) -> None:
         """Reference logps of every pair, once (sums and lengths, so IPO's averages follow)."""
-        started = time.perf_counter()
-        chunk = max(self.cfg.batch_size, 32)
-        log.info("precomputing reference logprobs of %d pairs", len(examples))
-        for i in range(0, len(examples), chunk):
-            if i and i % (chunk * 50) == 0:
-                log.info("reference logprobs: %d / %d pairs", i, len(examples))
-            part = examples[i: i + chunk]
-            rows = self.pair_rows(part)
-            ref = self.reference_logprobs(rows, slice(0, rows.completion_ids.shape[0]), group_size=PAIR)
+        for part, rows, ref in self.reference_chunks(examples, self.pair_rows, PAIR, "pairs"):
             sums = (ref * rows.completion_mask).sum(-1).tolist()
             lengths = rows.completion_mask.sum(-1).long().tolist()
             for j, e in enumerate(part):
                 self.reference_cache[self._key(e)] = (sums[2 * j], sums[2 * j + 1], lengths[2 * j], lengths[2 * j + 1])
-        log.info("reference logprobs of %d pairs in %.1f s", len(examples), time.perf_counter() - started)
 
     def reference_side_logps(self, examples: list[Example], rows: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
         if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):

@@ -163,19 +163,11 @@ class KTOTrainer(Trainer):
     def _key(self, e: Example) -> tuple[str, str]:
         return (e.prompt, e.fields[COMPLETION])
 
-    @torch.no_grad()
     def precompute_reference(self, examples: list[Example]) -> None:
         """Reference logp sums of every training row, once."""
-        started = time.perf_counter()
-        chunk = max(self.cfg.batch_size, 32)
-        log.info("precomputing reference logprobs of %d rows", len(examples))
-        for i in range(0, len(examples), chunk):
-            part = examples[i: i + chunk]
-            rows = self.rows_of(part)
-            ref = self.reference_logprobs(rows, slice(0, len(part)), group_size=1)
+        for part, rows, ref in self.reference_chunks(examples, self.rows_of, 1, "rows"):
             for e, total in zip(part, sequence_logps(ref, rows.completion_mask).tolist()):
                 self.reference_cache[self._key(e)] = total
-        log.info("reference logprobs of %d rows in %.1f s", len(examples), time.perf_counter() - started)
 
     def reference_sums(self, examples: list[Example], rows: Rollout) -> torch.Tensor:
         if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):
