@@ -338,7 +338,7 @@ def test_the_playground_says_what_remax_needs_then_uses_the_baselines_given():
 
 def test_a_users_estimator_asking_for_baseline_rewards_gets_the_greedy_baseline(tmp_path):
     from engine.algorithms.grpo.config import GRPOConfig
-    from engine.rl.advantages import wants_greedy_baseline
+    from engine.rl.catalog import wants_greedy_baseline
     from engine.rl.user_code import resolve, try_user_functions
 
     (tmp_path / "mine.py").write_text(

@@ -258,10 +258,10 @@ def greedy_baseline_of(preset, base_dir: Path | None) -> bool:
     name = getattr(preset.algorithm, "advantage_estimator", None)
     if name is None or preset.algorithm.playground_reason():
         return False
-    from engine.rl.catalog import ESTIMATORS
+    from engine.rl.catalog import ESTIMATORS, wants_greedy_baseline
     from engine.rl.user_code import resolve
 
-    return bool(getattr(resolve(ESTIMATORS, name, base_dir).declares, "greedy_baseline", False))
+    return wants_greedy_baseline(resolve(ESTIMATORS, name, base_dir))
 
 
 def score_baselines(components, items: list[dict], fields: dict[str, list]) -> list[dict | None]:
@@ -305,7 +305,7 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
     about["reason"] = algo.playground_reason()  # "" where it recomputes group advantages (GRPO)
     if about["reason"]:
         return none, about
-    from engine.rl.catalog import ESTIMATORS, REWARD_AGGREGATIONS, REWARD_SCALINGS
+    from engine.rl.catalog import ESTIMATORS, REWARD_AGGREGATIONS, REWARD_SCALINGS, wants_greedy_baseline
     from engine.rl.user_code import resolve
 
     estimator = resolve(ESTIMATORS, algo.advantage_estimator, base_dir)
@@ -320,7 +320,7 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
     units = _units(groups, group_size, estimator.declares.needs_group or gdpo, about)
     if units is None:
         return none, about
-    greedy = bool(getattr(estimator.declares, "greedy_baseline", False))
+    greedy = wants_greedy_baseline(estimator)
     if greedy:
         about["greedy_baseline"] = True
         about["per_item"]["baseline"] = baselines or list(none)

@@ -255,16 +255,6 @@ def remax_estimator(rewards, mask, *, baseline_rewards):
     return (rewards.double() - baseline_rewards.to(rewards.device).double()).float()
 
 
-def wants_greedy_baseline(entry) -> bool:
-    """Whether an estimator (a registry entry, engine.rl.user_code.resolve's) needs the
-    greedy completion's reward of each prompt: it declares ``greedy_baseline`` (remax; a
-    user's function does when it asks for ``baseline_rewards``).
-
-    e.g. the "remax" entry -> True; "grpo" -> False
-    """
-    return bool(getattr(entry.declares, "greedy_baseline", False))
-
-
 def repeat_per_group(values, group_size):
     """One value per prompt -> one per row, each repeated over its group: (P,) -> (P * G,).
 

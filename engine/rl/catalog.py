@@ -47,7 +47,7 @@ __all__ = [
     "POLICY_LOSSES", "SURROGATES", "AGGREGATIONS", "ESTIMATORS", "REWARD_SCALINGS", "KL_ESTIMATORS",
     "IMPORTANCE_LEVELS", "DPO_LOSSES", "KTOLoss", "KTO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
     "policy_loss_parts", "micro_batch_weight", "length_neutral_loss_types", "register_policy_loss",
-    "unregister_policy_loss", "upper_clip", "RewardAggregation", "REWARD_AGGREGATIONS",
+    "unregister_policy_loss", "upper_clip", "wants_greedy_baseline", "RewardAggregation", "REWARD_AGGREGATIONS",
 ]
 
 
@@ -337,6 +337,17 @@ def upper_clip(loss_type: str, epsilon: float, epsilon_high: float | None) -> fl
     declared = SURROGATES.declares(surrogate) if surrogate in SURROGATES else None  # a user's: epsilon
     default = getattr(declared, "default_epsilon_high", None)
     return epsilon if default is None else default
+
+
+def wants_greedy_baseline(entry) -> bool:
+    """Whether an estimator (a registry entry, engine.rl.user_code.resolve's) needs the
+    greedy completion's reward of each prompt: it declares ``greedy_baseline`` (remax; a
+    user's function does when it asks for ``baseline_rewards``).
+
+    >>> wants_greedy_baseline(ESTIMATORS.entry("remax")), wants_greedy_baseline(ESTIMATORS.entry("grpo"))
+    (True, False)
+    """
+    return bool(getattr(entry.declares, "greedy_baseline", False))
 
 
 def micro_batch_weight(loss_type: str, micro_mask, batch_mask, loss_aggregation: str | None = None) -> float:

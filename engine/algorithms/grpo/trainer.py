@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.rl.advantages import estimate_advantages, group_reward_std, repeat_per_group, wants_greedy_baseline
-from engine.rl.catalog import ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATIONS, micro_batch_weight, upper_clip
+from engine.rl.advantages import estimate_advantages, group_reward_std, repeat_per_group
+from engine.rl.catalog import (ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATIONS, micro_batch_weight, upper_clip,
+                               wants_greedy_baseline)
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
