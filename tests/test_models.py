@@ -46,8 +46,8 @@ def test_llama_style_model_trains_a_grpo_step(llama_dir, tmp_path, monkeypatch):
     # The random model's completions all score 0 on the task, so every advantage would be
     # 0 and (policy = reference at the start) the step would have no gradient: give the
     # completions of each group different rewards so the step has something to learn.
-    monkeypatch.setattr(trainer_module, "combine_rewards", lambda components, prompts, completions, fields: (
-        [float(i % 4) for i in range(len(prompts))], {"index": [float(i % 4) for i in range(len(prompts))]}))
+    monkeypatch.setattr(trainer_module, "score_rewards_with_steps", lambda components, prompts, completions, fields: (
+        [float(i % 4) for i in range(len(prompts))], {"index": [float(i % 4) for i in range(len(prompts))]}, {}))
     data = small_preset_dict(max_steps=1)
     data["model"]["name_or_path"] = str(llama_dir)
     data["algorithm"]["beta"] = 0.04  # exercise the reference pass too

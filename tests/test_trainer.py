@@ -239,8 +239,8 @@ def test_a_group_of_equal_rewards_counts_as_zero_std_and_gets_zero_advantage(tmp
     # isclose, so frac_reward_zero_std said 0 and the advantages were +-6e-4, not 0.
     import engine.algorithms.base as trainer_module  # rewards are scored in Trainer.score
 
-    monkeypatch.setattr(trainer_module, "combine_rewards",
-                        lambda components, prompts, completions, fields: ([0.7] * len(prompts), {"const": [0.7] * len(prompts)}))
+    monkeypatch.setattr(trainer_module, "score_rewards_with_steps",
+                        lambda components, prompts, completions, fields: ([0.7] * len(prompts), {"const": [0.7] * len(prompts)}, {}))
     data = small_preset_dict(max_steps=1)
     data["algorithm"]["num_generations"] = 8  # batch 8: one group
     trainer = GRPOTrainer(preset_from_dict(data), tmp_path / "run")

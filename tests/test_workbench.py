@@ -69,6 +69,7 @@ SPECIAL = {
     "data.chosen_field": "better", "data.rejected_field": "worse", "data.system_prompt": "Be brief.",
     # normalize_then_sum (GDPO) computes the advantages itself: only with the grpo estimator
     "algorithm.multi_objective_aggregation": "sum_then_normalize",
+    "alarms.single_step_fraction": 0.8,  # must stay above 0.5 (the share before that counts as split)
 }
 
 

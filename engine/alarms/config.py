@@ -17,10 +17,16 @@ class AlarmsConfig(Section):
                         "running averages the alarms compare.")
     equal_rewards_fraction: Float = Field(
         0.9, gt=0.0, le=1.0, description="No learning signal: the share of prompt groups whose completions all "
-        "got one reward (frac_reward_zero_std), averaged over `window` steps, at or above this.")
+        "got one reward (frac_reward_zero_std), averaged over `window` steps, at or above this. The same share "
+        "of groups whose steps were all scored alike (frac_step_reward_zero_std) raises the step-reward alarm.")
     truncated_fraction: Float = Field(
         0.9, gt=0.0, le=1.0, description="No learning signal: the share of completions cut at "
         "max_completion_length, averaged over `window` steps, at or above this.")
+    single_step_fraction: Float = Field(
+        0.9, gt=0.5, le=1.0, description="Steps no longer split: the share of completions a step reward found at "
+        "most one step in (steps/single_step_ratio), averaged over `window` steps, at or above this, after a "
+        "`window` of steps earlier in the run at or below 0.5 (the completions stopped containing the step "
+        "delimiter).")
     kl_spike_factor: Float = Field(
         4.0, gt=1.0, le=1e6, description="KL spike: a step's KL at least this many times its mean over the "
         "`window` steps before ...")

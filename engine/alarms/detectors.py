@@ -5,9 +5,10 @@ section (engine/alarms/config.py); the window is `alarms.window` steps.
 
 The metrics are the engine's own (TRL's names where TRL has them): `reward`,
 `frac_reward_zero_std`, `completions/mean_length`, `completions/clipped_ratio`, `kl`,
-`entropy`, `grad_norm`, `skipped_steps`; a metric an algorithm does not log leaves its
-alarms silent (DPO samples nothing while training: only the non-finite and held-out
-alarms apply to it).
+`entropy`, `grad_norm`, `skipped_steps`, and with step rewards (docs/algorithms.md)
+`frac_step_reward_zero_std` and `steps/single_step_ratio`; a metric an algorithm does not
+log leaves its alarms silent (DPO samples nothing while training: only the non-finite and
+held-out alarms apply to it; a run without step rewards never raises the step alarms).
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ KINDS: dict[str, Kind] = {
          ("rewards", "a reward with partial credit (e.g. sort_position beside exact_match) separates near misses"),
          ("algorithm.temperature", "a higher temperature samples more varied completions"),
          ("algorithm.max_completion_length", "room for the model to finish, if completions are cut off"))),
+    "step_reward_no_signal": Kind(
+        "No step-reward signal",
+        "A process reward helps only where it scores the steps of a group's completions differently; where every "
+        "step of a group got one score, it cannot tell the completions apart and adds nothing to their advantages.",
+        (("rewards", "read the step scores of these steps' samples (`rl-engine try-reward` prints each step's); a "
+                     "process reward model may need another `label`, `good_token` or `step_tag`"),
+         ("algorithm.num_generations", "more completions per prompt make a group whose steps differ likelier"),
+         ("algorithm.temperature", "a higher temperature samples more varied steps"))),
+    "steps_not_split": Kind(
+        "Steps no longer split",
+        "A step reward splits each completion at its step delimiter; when the completions stop containing it (a "
+        "changed format), each is one step and the process reward degenerates to an outcome reward.",
+        (("rewards", "check the entries' `step_delimiter` against these steps' samples (`rl-engine try-reward` "
+                     "prints the steps it finds), or add a format reward that pays for the step layout"),
+         ("algorithm.beta", "a KL penalty keeps the policy near the reference's format"),
+         ("algorithm.max_completion_length", "room for more than one step, if completions are cut short"))),
     "kl_spike": Kind(
         "KL spike",
         "A sudden jump in KL means an update moved the policy far from the reference at once; such jumps often "
@@ -157,7 +174,20 @@ def _training_score(history: History) -> str | None:
 # ------------------------------------------------------------------ the detectors
 
 
+def _all_alike(history: History, cfg: AlarmsConfig, key: str) -> list[tuple[int, float]] | None:
+    """The last `window` steps of a frac_*_zero_std metric when their mean is at or above
+    equal_rewards_fraction (that share of the groups got one score), else None."""
+    pairs = history.series(key, cfg.window)
+    return pairs if len(pairs) == cfg.window and _mean(pairs) >= cfg.equal_rewards_fraction else None
+
+
 def no_learning_signal(history: History, cfg: AlarmsConfig) -> Finding | None:
+    # Equal steps and equal totals in a run with step rewards are step_reward_no_signal's
+    # alarm, which quotes both: one alarm for one cause (its consequences, a zero gradient
+    # among them, included), the one that names the steps.
+    if (_all_alike(history, cfg, "frac_step_reward_zero_std") is not None
+            and _all_alike(history, cfg, "frac_reward_zero_std") is not None):
+        return None
     checks = (
         ("frac_reward_zero_std", lambda m: m >= cfg.equal_rewards_fraction,
          lambda m, which: f"{which} was {m:.0%}: that share of the prompt groups had completions that all got the "
@@ -174,6 +204,75 @@ def no_learning_signal(history: History, cfg: AlarmsConfig) -> Finding | None:
             return Finding(pairs[0][0], pairs[-1][0], key, words(_mean(pairs), _raw(key, pairs)),
                            _evidence(**{key.replace("/", "__"): pairs}))
     return None
+
+
+def step_reward_no_signal(history: History, cfg: AlarmsConfig) -> Finding | None:
+    """frac_step_reward_zero_std (the share of groups whose step scores, every step
+    component, are all equal) averaged over `window` steps at or above equal_rewards_fraction,
+    as no_learning_signal reads frac_reward_zero_std.
+
+    e.g. window 4, frac_step_reward_zero_std 0.75, 1, 1, 1 -> mean 0.9375 >= 0.9: fires.
+    """
+    key = "frac_step_reward_zero_std"
+    pairs = _all_alike(history, cfg, key)
+    if pairs is None:
+        return None
+    level = _mean(pairs)
+    saw = (f"{_raw(key, pairs)} was {level:.0%}: in that share of the prompt groups every step of every completion "
+           f"was scored alike (alarm at {cfg.equal_rewards_fraction:.0%}), so the step reward cannot tell the "
+           f"completions apart")
+    totals = _all_alike(history, cfg, "frac_reward_zero_std")
+    if totals is not None:
+        saw += (f"; {_raw('frac_reward_zero_std', totals)} was {_mean(totals):.0%} too: their total rewards were "
+                f"equal as well, so their advantages are zero")
+        return Finding(pairs[0][0], pairs[-1][0], key, saw,
+                       _evidence(frac_step_reward_zero_std=pairs, frac_reward_zero_std=totals))
+    return Finding(pairs[0][0], pairs[-1][0], key, saw, _evidence(frac_step_reward_zero_std=pairs))
+
+
+# Where steps/single_step_ratio must have been (a `window` mean at or below it) before the
+# steps-not-split alarm can fire: the completions were split into steps earlier in the run.
+SPLIT_BEFORE = 0.5
+
+
+def _lowest_window(pairs: list[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """The `window` consecutive points of `pairs` with the lowest mean (the earliest of equals).
+
+    >>> _lowest_window([(1, 1.0), (2, 0.0), (3, 0.5), (4, 0.0)], 2)
+    [(2, 0.0), (3, 0.5)]
+    """
+    best, best_sum, total = 0, math.inf, 0.0
+    for i, (_, value) in enumerate(pairs):
+        total += value - (pairs[i - window][1] if i >= window else 0.0)
+        if i >= window - 1 and total < best_sum - 1e-12:
+            best, best_sum = i - window + 1, total
+    return pairs[best:best + window]
+
+
+def steps_not_split(history: History, cfg: AlarmsConfig) -> Finding | None:
+    """steps/single_step_ratio (the share of completions a step reward found at most one
+    step in) averaged over the last `window` steps at or above single_step_fraction, after
+    `window` steps earlier in the run averaged at or below SPLIT_BEFORE. A run whose
+    completions were never split is not this alarm (the format was never there).
+
+    e.g. window 4, 0.25, 0.25, 0.5, 0.5 then 1, 1, 0.75, 1: 0.375 <= 0.5, then 0.9375 >= 0.9: fires.
+    """
+    key = "steps/single_step_ratio"
+    last = history.series(key, cfg.window)
+    if len(last) < cfg.window or _mean(last) < cfg.single_step_fraction:
+        return None
+    earlier = [p for p in history.series(key) if p[0] < last[0][0]]
+    if len(earlier) < cfg.window:
+        return None
+    before = _lowest_window(earlier, cfg.window)
+    if _mean(before) > SPLIT_BEFORE:
+        return None
+    now, then = _mean(last), _mean(before)
+    return Finding(last[0][0], last[-1][0], key,
+                   f"{_raw(key, last)} was {now:.0%}: that share of the completions held at most one step for a step "
+                   f"reward (alarm at {cfg.single_step_fraction:.0%}), after {_raw(key, before)} was {then:.0%} "
+                   f"(at or below {SPLIT_BEFORE:.0%}): the completions no longer contain the step delimiter",
+                   _evidence(steps__single_step_ratio=before + last))
 
 
 def kl_spike(history: History, cfg: AlarmsConfig) -> Finding | None:
@@ -307,6 +406,8 @@ def nonfinite_steps(history: History, cfg: AlarmsConfig) -> Finding | None:
 
 DETECTORS = {
     "no_learning_signal": no_learning_signal,
+    "step_reward_no_signal": step_reward_no_signal,
+    "steps_not_split": steps_not_split,
     "kl_spike": kl_spike,
     "entropy_collapse": entropy_collapse,
     "length_drift": length_drift,

@@ -45,7 +45,8 @@ from engine.preset.input_checks import reward_field_problems
 from engine.model.loading import LoadedModel, check_context_fits, load_model
 from engine.preset.schema import Preset
 from engine.preset.io import save_preset
-from engine.rewards import build_reward_components, combine_rewards
+from engine.rewards import build_reward_components
+from engine.rewards.combine import score_rewards_with_steps
 from engine.model.rollout import Rollout
 from engine.model.token_logits import TokenLogits
 from engine.run.stopping import StopFlag
@@ -217,16 +218,21 @@ class Trainer(Declares):
 
     def score(self, prompts: list[str], completions: list[str], fields: dict[str, list],
               group_size: int) -> tuple[list[float], dict[str, list[float]]]:
-        """Total rewards and their components for the whole batch; with several processes
-        each scores its share (a reward model runs once a completion) and they are gathered."""
+        """Total rewards and their components for the whole batch (score_with_steps)."""
+        return self.score_with_steps(prompts, completions, fields, group_size)[:2]
+
+    def score_with_steps(self, prompts: list[str], completions: list[str], fields: dict[str, list], group_size: int):
+        """Total rewards, their components and the step components' steps (label -> the
+        (end character, score) pairs of each completion) for the whole batch; with several
+        processes each scores its share (a reward model runs once a completion), gathered."""
         rows = self.world.share(len(prompts), group_size)
-        totals, components = combine_rewards(self.reward_components, prompts[rows], completions[rows],
-                                             {k: v[rows] for k, v in fields.items()})
+        scored = score_rewards_with_steps(self.reward_components, prompts[rows], completions[rows],
+                                          {k: v[rows] for k, v in fields.items()})
         if self.world.distributed:
-            parts = self.world.gather_objects((totals, components))
-            totals = [t for part in parts for t in part[0]]
-            components = {k: [v for part in parts for v in part[1][k]] for k in components}
-        return totals, components
+            parts = self.world.gather_objects(scored)
+            scored = ([t for part in parts for t in part[0]],
+                      *({k: [v for part in parts for v in part[i][k]] for k in scored[i]} for i in (1, 2)))
+        return scored
 
     def completion_logits(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> TokenLogits:
         """The policy's pass over `rows` (Policy.completion_logits): every pass of a step

@@ -77,6 +77,12 @@ class AlgorithmSection(Section):
         `step_shares`: messages naming the fields and the fix."""
         return []
 
+    def step_rewards_problem(self) -> str:
+        """Why a step reward (engine/rewards/steps.py) cannot train this algorithm as
+        configured, naming the field and the fix; "" when it can, or when the rewards only
+        judge held-out generations (DPO, KTO), where a step reward counts as its steps' mean."""
+        return ""
+
     def playground_reason(self) -> str:
         """Why the reward playground shows no advantages for this algorithm; "" when it
         recomputes them from the texts' rewards (group-relative estimators named by the

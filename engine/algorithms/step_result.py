@@ -33,7 +33,7 @@ class RolloutStepOutputs:
     its rewards and advantages, (B,) per completion or (B, T) per token, and the rows
     the inspector records. ``row_extras``: keys a variant adds to each row's sample and
     trajectory record, a list over the batch each (GRPO's ``component_advantages`` under
-    GDPO, ``baseline`` under ReMax)."""
+    GDPO, ``baseline`` under ReMax, ``steps`` with step rewards)."""
 
     prompts: list[str]
     completions: list[str]
@@ -54,5 +54,16 @@ class RolloutStepOutputs:
                  "reward": self.totals[i],
                  "rewards": {k: v[i] for k, v in self.components.items()},
                  "advantage": float(per_sample[i]),
-                 **{key: values[i] for key, values in self.row_extras.items()}}
+                 **{key: sample_value(key, values[i]) for key, values in self.row_extras.items()}}
                 for i in range(min(count, len(self.prompts)))]
+
+
+def sample_value(key: str, value):
+    """A row extra as a samples event carries it: a step reward's steps as their scores
+    alone (the records keep where each step ends).
+
+    e.g. "steps", {"s": {"ends": [1, 4], "scores": [1.0, 0.0]}} -> {"s": [1.0, 0.0]}
+    """
+    if key == "steps":
+        return {label: steps["scores"] for label, steps in value.items()}
+    return value

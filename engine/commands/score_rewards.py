@@ -30,6 +30,13 @@ Answer (exit 0):
                     "group_size": 4, "reason": ""},
      "notes": ["..."]}
 
+A preset with step rewards (engine/rewards/steps.py) adds to each item
+`"steps": {label: [[end, score], ...]}`: each step component's steps in that completion,
+`end` the exclusive end character offset of the step in the completion text (a step
+starts where the one before it ended, the first at 0), ascending; the component's value
+in `components` is the mean of their scores (0.0 for no steps). Outcome components have
+no entry; a preset without step rewards gives no `steps` key.
+
 GDPO (multi_objective_aggregation normalize_then_sum) adds to each item
 `"component_advantages": {label: value}` (each reward normalised in its group; null
 outside a complete group). An estimator that needs a greedy baseline (remax) adds to each
@@ -218,7 +225,7 @@ def fill_fields_from_data(request: dict, items: list[dict], base_dir: Path | Non
 def score(request: dict) -> dict:
     """The answer to a request (see the module's docstring). Raises BadRequest,
     PresetError, MissingFieldError, or a reward's failure."""
-    from engine.rewards import build_reward_components, combine_rewards
+    from engine.rewards import build_reward_components, score_rewards_with_steps
 
     preset = request_preset(request)
     items = request_items(request)
@@ -231,7 +238,8 @@ def score(request: dict) -> dict:
     names = sorted({k for item in items for k in item["fields"]})
     fields = {k: [item["fields"].get(k) for item in items] for k in names}
     components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
-    totals, parts = combine_rewards(components, [i["prompt"] for i in items], [i["completion"] for i in items], fields)
+    totals, parts, steps = score_rewards_with_steps(components, [i["prompt"] for i in items],
+                                                    [i["completion"] for i in items], fields)
     groups = [item["group"] if item["group"] is not None else index // group_size for index, item in enumerate(items)]
     baselines = (score_baselines(components, items, fields)
                  if any(item["baseline"] is not None for item in items) and greedy_baseline_of(preset, base_dir)
@@ -240,7 +248,10 @@ def score(request: dict) -> dict:
     advantages, about = group_advantages_of(preset, totals, groups, group_size, base_dir,
                                             components=parts, weights=weights, baselines=baselines)
     notes += about.pop("notes")
-    per_item = about.pop("per_item")  # the extra keys of each item (GDPO's, ReMax's)
+    per_item = about.pop("per_item")  # the extra keys of each item (GDPO's, ReMax's, the steps)
+    if steps:
+        per_item["steps"] = [{label: [[end, score] for end, score in steps[label][i]] for label in steps}
+                             for i in range(len(items))]
     return {
         "components": [{"label": label, "weight": weight, "source": getattr(reward, "reward_source", "") or ""}
                        for label, weight, reward in components],
@@ -311,8 +322,9 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
     estimator = resolve(ESTIMATORS, algo.advantage_estimator, base_dir)
     if estimator.declares.per_token:
         computable = [e.name for e in ESTIMATORS.entries() if not e.declares.per_token]
-        about["reason"] = (f"advantage_estimator {algo.advantage_estimator} gives per-token advantages (REINFORCE++ "
-                           "whitens over every token of the batch), which depend on the completions' token counts; only "
+        about["reason"] = (f"advantage_estimator {algo.advantage_estimator} gives per-token advantages, which depend "
+                           "on the completions' tokens: their token counts (REINFORCE++ whitens over every token of "
+                           "the batch) or the tokens that end each step (step rewards); only "
                            f"{', '.join(computable)} advantages can be computed from texts")
         return none, about
     aggregation = REWARD_AGGREGATIONS.entry(algo.multi_objective_aggregation)

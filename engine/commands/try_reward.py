@@ -1,18 +1,22 @@
-"""`rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...]`:
-one completion scored by a preset's rewards, each component and the weighted total.
+r"""`rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...]`:
+one completion scored by a preset's rewards, each component and the weighted total, and
+under the total the steps each step reward found (engine/rewards/steps.py): a line a
+step, its characters, its score and its text (quoted, line breaks as \n).
 Its own module, as fork, export and score-rewards are: cli.py keeps the commands that train."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from engine.run.failures import failure_message, user_code_location
+from engine.run.failures import failure_location, failure_message
 from engine.preset.errors import PresetError
 from engine.preset.schema import load_preset
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+STEP_TEXT_WIDTH = 40  # characters of a step's text shown; a longer one keeps its start and its end
 
 
 def parse_fields(items: list[str]) -> dict[str, str]:
@@ -53,12 +57,57 @@ def format_reward_table(components, parts: dict[str, list[float]], total: float)
     return "\n".join(lines)
 
 
+def visible_text(text: str, width: int = STEP_TEXT_WIDTH) -> str:
+    r"""A step's text on one line: quoted (spaces at its ends show), line breaks and tabs
+    written as escapes, and a text longer than `width` characters shortened to its start
+    and end around `...`.
+
+    >>> print(visible_text(" 1"), visible_text("3+4=7\n"), visible_text("a\tb"))
+    " 1" "3+4=7\n" "a\tb"
+    >>> print(visible_text("The sum is 7, so x equals 12\n", 12))
+    "The su" ... "ls 12\n"
+    """
+    if len(text) <= width:
+        return json.dumps(text, ensure_ascii=False)
+    head, tail = text[: width // 2], text[len(text) - (width - width // 2):]
+    return f"{json.dumps(head, ensure_ascii=False)} ... {json.dumps(tail, ensure_ascii=False)}"
+
+
+def format_step_lines(label: str, reward, text: str, steps: list[tuple[int, float]]) -> list[str]:
+    r"""The lines try-reward prints under the total for one step component: a header, then
+    one line a step (its characters [start, end), score and text); text after the last
+    step, in no step, on a line of its own.
+
+    e.g. ("sort_steps", reward, " 1 3 2\n", [(2, 1.0), (4, 0.0), (6, 0.0)]) ->
+    steps of sort_steps (3; its value is their mean):
+      step  chars   score  text
+         1    0-2  1.0000  " 1"
+         2    2-4  0.0000  " 3"
+         3    4-6  0.0000  " 2"
+              6-7          "\n" (after the last step)
+    """
+    delimiter = getattr(reward, "step_delimiter", None)
+    split = f"split at {json.dumps(delimiter, ensure_ascii=False)}; " if delimiter else ""
+    if not steps:
+        return [f"steps of {label}: none ({split}its value is 0)"]
+    rows, start = [("step", "chars", "score", "text")], 0
+    for k, (end, score) in enumerate(steps, 1):
+        rows.append((str(k), f"{start}-{end}", f"{score:.4f}", visible_text(text[start:end])))
+        start = end
+    if start < len(text):
+        rows.append(("", f"{start}-{len(text)}", "", visible_text(text[start:]) + " (after the last step)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [f"steps of {label} ({len(steps)}; {split}its value is their mean):"]
+    lines += ["  " + "  ".join(c.rjust(w) for c, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+    return [line.rstrip() for line in lines]
+
+
 def cmd_try_reward(args) -> int:
     """Score one completion with the preset's rewards and print each component and the
-    weighted total. Exit 0; 2 for a bad preset, --field or a missing field; 1 when a
-    reward fails to load or to score (the message names it, and the file and line of a
-    fault in a custom function)."""
-    from engine.rewards import MissingFieldError, build_reward_components, combine_rewards
+    weighted total, then each step reward's steps. Exit 0; 2 for a bad preset, --field or
+    a missing field; 1 when a reward fails to load or to score (the message names it, and
+    the file and line of a fault in a custom function)."""
+    from engine.rewards import MissingFieldError, build_reward_components, score_rewards_with_steps
 
     try:
         preset = load_preset(args.preset, args.set)
@@ -69,20 +118,23 @@ def cmd_try_reward(args) -> int:
     base_dir = Path(args.preset).resolve().parent
     try:
         components = build_reward_components(preset.rewards, device=preset.model.device, base_dir=base_dir)
-        totals, parts = combine_rewards(components, [args.prompt], [args.completion],
-                                        {k: [v] for k, v in fields.items()})
+        totals, parts, steps = score_rewards_with_steps(components, [args.prompt], [args.completion],
+                                                        {k: [v] for k, v in fields.items()})
     except MissingFieldError as exc:
         print(f"error: {failure_message(exc)}\n  give it with --field NAME=VALUE, e.g. --field answer=' 1 2 3'",
               file=sys.stderr)
         return EXIT_INVALID
     except Exception as exc:
         message = failure_message(exc)
-        where = user_code_location(exc)
+        where = failure_location(exc)  # a fault's line, or the def of a function that returned bad values
         if where and where[0] not in message:
             message += f" ({where[0]}:{where[1]})"
         print(f"error: {message}", file=sys.stderr)
         return EXIT_FAILED
     print(format_reward_table(components, parts, totals[0]))
+    for label, _, reward in components:
+        if label in steps:
+            print("\n".join(["", *format_step_lines(label, reward, args.completion, steps[label][0])]))
     return EXIT_OK
 
 

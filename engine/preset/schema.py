@@ -203,7 +203,9 @@ def _named(field: str, check, name: str, options: dict) -> None:
 
 class RewardConfig(Section):
     """One reward component. `name` is a registry reward (`exact_match`, ...),
-    `reward_model` (options: model, batch_size, max_length, dtype), or `FILE.py:FUNCTION`
+    `reward_model` (options: model, batch_size, max_length, dtype), `process_reward_model`
+    (a model scoring each step; options: model, step_tag, head, label, good_token, bad_token,
+    batch_size, max_length, dtype), or `FILE.py:FUNCTION`
     (your own function; options are passed to it as keyword arguments). Only what can
     be checked without reading files is checked here; the file, the function and the
     model are checked when the run builds the rewards (and by the workbench)."""
@@ -211,7 +213,9 @@ class RewardConfig(Section):
     name: str = Field(
         ..., min_length=1,
         description="A registry reward (exact_match, numeric_match, regex_format, ...), `reward_model` "
-        "(a Hugging Face sequence-classification model), or FILE.py:FUNCTION (your own Python function; "
+        "(a Hugging Face sequence-classification model), `process_reward_model` (a Hugging Face "
+        "token-classification or causal LM process reward model scoring each step; steps split at "
+        "step_delimiter, default \"\\n\\n\"), or FILE.py:FUNCTION (your own Python function; "
         "a relative file is found next to the preset).",
     )
     label: Union[str, None] = Field(
@@ -223,7 +227,20 @@ class RewardConfig(Section):
     options: dict[str, Any] = Field(
         default_factory=dict,
         description="Options of this reward: the registry reward's; a reward model's model (hub id or "
-        "folder, required), batch_size, max_length, dtype; a custom function's keyword arguments.",
+        "folder, required), batch_size, max_length, dtype; a process reward model's model (required), "
+        "step_tag (text after each step the score is read at; default \"\": the step's last token), head "
+        "(auto, token_classification, causal_lm), label (token_classification: the class scored; default "
+        "1), good_token / bad_token (causal_lm: score p(good) / (p(good) + p(bad))), batch_size (8), "
+        "max_length (1024), dtype; a custom function's keyword arguments.",
+    )
+    step_delimiter: Union[str, None] = Field(
+        None, min_length=1,
+        description="Makes this a step reward: the text a completion's steps are split at, e.g. \"\\n\" "
+        "(one line, one step) or \"\\n\\n\". A step ends just after its delimiter; the text after the "
+        "last one is one more step. The reward then returns, per completion, a list of scores, one per "
+        "step, or (end, score) pairs (end: the character offset just after the step); its logged value "
+        "is the mean of the step scores. Default: none (one score per completion; a reward that "
+        "returns lists anyway is split at \"\\n\").",
     )
 
     @field_validator("label")
@@ -244,10 +261,12 @@ class RewardConfig(Section):
 
     @model_serializer(mode="wrap")
     def _omit_unset_label(self, handler):
-        # `label: null` is noise in every saved preset; it is written only when set.
+        # `label: null` (and `step_delimiter: null`) is noise in every saved preset; each
+        # is written only when set.
         data = handler(self)
-        if isinstance(data, dict) and data.get("label") is None:
-            data.pop("label", None)
+        for key in ("label", "step_delimiter"):
+            if isinstance(data, dict) and data.get(key) is None:
+                data.pop(key, None)
         return data
 
     @property
@@ -340,6 +359,13 @@ class Preset(Section):
             raise ValueError(
                 f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"
             )
+        from engine.rewards.kinds import is_step_reward_entry
+
+        stepped = [i for i, r in enumerate(self.rewards) if is_step_reward_entry(r)]
+        problem = algo.step_rewards_problem() if stepped else ""
+        if problem:
+            i = stepped[0]
+            raise ValueError(f"rewards.{i} ({self.rewards[i].name}) scores each step of a completion; {problem}")
         labels = [r.component_name for r in self.rewards]
         for label in dict.fromkeys(labels):
             where = [i for i, other in enumerate(labels) if other == label]

@@ -34,6 +34,7 @@ __all__ = [
     "length_penalty",
     "math_answer",
     "think_answer_format",
+    "sort_steps",
 ]
 
 
@@ -353,6 +354,44 @@ def think_answer_format(*, require_think: bool = True) -> RewardFunc:
     return reward
 
 
+def sort_steps(*, answer_field: str = "answer") -> RewardFunc:
+    """A step reward for sorting: each digit the completion emits is a step, scored 1.0
+    while the digits so far equal the answer's first digits, 0.0 from the first wrong
+    (or extra) digit on.
+
+    Each completion gets a list of ``(end, score)`` steps, ``end`` the character offset
+    just after the digit (see engine/rewards/steps.py); no digits, no steps. As its
+    ``rewards/sort_steps/mean`` (and in the total) a completion counts the mean of its
+    step scores: the share of its digits emitted before the first mistake.
+
+    Example:
+        >>> reward = sort_steps()
+        >>> reward(["p"] * 3, [" 1 2 3", " 1 3 2", " 1 2 3 4"], answer=[" 1 2 3"] * 3)
+        [[(2, 1.0), (4, 1.0), (6, 1.0)], [(2, 1.0), (4, 0.0), (6, 0.0)], [(2, 1.0), (4, 1.0), (6, 1.0), (8, 0.0)]]
+        >>> reward(["p"], ["none"], answer=[" 1 2"])
+        [[]]
+    """
+
+    def steps(completion: str, answer: object) -> list[tuple[int, float]]:
+        expected, scored, right = _digits(str(answer)), [], True
+        for k, digit in enumerate(_DIGIT.finditer(completion)):
+            right = right and k < len(expected) and digit.group() == expected[k]
+            scored.append((digit.end(), 1.0 if right else 0.0))
+        return scored
+
+    def reward(prompts: list[str], completions: list[str], **fields: list) -> list[list[tuple[int, float]]]:
+        answers = _column("sort_steps", fields, answer_field, len(completions))
+        return [steps(c, a) for c, a in zip(completions, answers)]
+
+    reward.returns_steps = True
+    return reward
+
+
+# The step rewards declare it on the factory, where the preset's checks read it without
+# building (engine/rewards/kinds.py: is_step_reward_entry), and on the reward they build.
+sort_steps.returns_steps = True
+
+
 REWARDS: dict[str, Callable[..., RewardFunc]] = {
     "exact_match": exact_match,
     "numeric_match": numeric_match,
@@ -362,6 +401,7 @@ REWARDS: dict[str, Callable[..., RewardFunc]] = {
     "length_penalty": length_penalty,
     "math_answer": math_answer,
     "think_answer_format": think_answer_format,
+    "sort_steps": sort_steps,
 }
 
 

@@ -3,14 +3,17 @@
 :func:`build_reward_components` turns the preset's ``rewards`` list into the
 ``(label, weight, reward)`` triples that :func:`combine_rewards` sums, checking every
 component's output (one finite number per completion) and naming the component, and
-for a user's function its file and line, when one fails.
+for a user's function its file and line, when one fails. A *step component* (one that
+scores each step of a completion, engine/rewards/steps.py) counts with the mean of its
+step scores; :func:`score_rewards_with_steps` also returns the steps themselves.
 
-This module does not import torch: the reward model's module (engine/rewards/model.py)
-does, and is imported only when a preset uses one.
+This module does not import torch: the reward models' modules (engine/rewards/model.py,
+process_model.py) do, and are imported only when a preset uses one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Sequence
@@ -19,12 +22,22 @@ from engine.rewards.base import MissingFieldError, RewardError, RewardFunc, Rewa
 from engine.rewards.builtin import build_reward
 from engine.rewards.custom import fault_line, load_custom_reward
 from engine.rewards.kinds import component_label, reward_kind
+from engine.rewards.steps import (
+    FLOAT32_MAX,
+    StepScore,
+    checked_step_scores,
+    outcome_as_step,
+    returns_steps,
+    step_mean,
+)
 
-__all__ = ["describe_component", "combine_rewards", "build_reward_components", "FLOAT32_MAX"]
-
-FLOAT32_MAX = 3.4028234663852886e38
-"""torch.finfo(torch.float32).max (written out: this module does not import torch). The
-trainer holds rewards in float32: a larger finite value would become inf there."""
+__all__ = [
+    "describe_component",
+    "combine_rewards",
+    "score_rewards_with_steps",
+    "build_reward_components",
+    "FLOAT32_MAX",
+]
 
 
 def describe_component(name: str, reward: object) -> str:
@@ -55,9 +68,8 @@ def _is_finite(value: numbers.Real) -> bool:
         return True
 
 
-def _checked_values(name: str, values: object, size: int) -> list[float]:
-    """Validate one component's output: ``size`` finite real numbers. ``name`` is how
-    the component is named in messages (see :func:`describe_component`)."""
+def _checked_list(name: str, values: object, size: int) -> Sequence:
+    """One component's output as a sequence of ``size`` items (not yet checked)."""
     values = _as_list(values)
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
         raise RewardError(
@@ -69,6 +81,13 @@ def _checked_values(name: str, values: object, size: int) -> list[float]:
             f"{name} returned {len(values)} values for {size} "
             f"completions; it must return exactly one float per completion."
         )
+    return values
+
+
+def _checked_values(name: str, values: object, size: int) -> list[float]:
+    """Validate one component's output: ``size`` finite real numbers. ``name`` is how
+    the component is named in messages (see :func:`describe_component`)."""
+    values = _checked_list(name, values, size)
     checked = []
     for index, value in enumerate(values):
         if not isinstance(value, numbers.Real) or not _is_finite(value):
@@ -83,6 +102,25 @@ def _checked_values(name: str, values: object, size: int) -> list[float]:
             )
         checked.append(float(value))
     return checked
+
+
+def _checked_steps(name: str, reward: object, values: object, completions: list[str]) -> list[list[StepScore]] | None:
+    """A step component's output as checked steps, one list per completion; None for an
+    outcome component (it declares no ``returns_steps`` and returns no list). In a step
+    component a plain number is one step ending at the end of its completion.
+
+    e.g. values [[1.0, 0.0], 0.5] for completions ["a\\nb", "xy"] ->
+    [[(2, 1.0), (3, 0.0)], [(2, 0.5)]]
+    """
+    items = [_as_list(item) for item in _checked_list(name, values, len(completions))]
+    if not returns_steps(reward) and not any(isinstance(item, (list, tuple)) for item in items):
+        return None
+    delimiter = getattr(reward, "step_delimiter", None)
+    steps = []
+    for index, (item, text) in enumerate(zip(items, completions)):
+        checked = checked_step_scores(name, item, text, delimiter, index)
+        steps.append(outcome_as_step(name, item, text, index) if checked is None else checked)
+    return steps
 
 
 def _checked_totals(totals: list[float], per_component: dict[str, list[float]]) -> list[float]:
@@ -136,6 +174,40 @@ def combine_rewards(
         [0.5, -1.0]
         >>> parts["length"]
         [-1.0, -2.0]
+
+    A step component counts with the mean of its step scores (see
+    :func:`score_rewards_with_steps`, which also returns the steps).
+    """
+    totals, per_component, _steps = score_rewards_with_steps(components, prompts, completions, fields)
+    return totals, per_component
+
+
+def score_rewards_with_steps(
+    components: list[tuple[str, float, RewardFunc]],
+    prompts: list[str],
+    completions: list[str],
+    fields: dict[str, list],
+) -> tuple[list[float], dict[str, list[float]], dict[str, list[list[StepScore]]]]:
+    """:func:`combine_rewards`, plus the steps of each step component.
+
+    Returns (totals, per-component values, steps). A *step component* declares
+    ``returns_steps`` or returns a list of steps for some completion (see
+    engine/rewards/steps.py); its value for a completion is the mean of its step
+    scores (0.0 for no steps), weighted into the total like any other component's, and
+    ``steps[label]`` holds one list of ``(end, score)`` per completion (a plain number
+    it returned is one step ending at the end of the text). Outcome components have no
+    entry in ``steps``. Errors as :func:`combine_rewards`; a step list that does not fit
+    its completion names the component, the completion and what to change.
+
+    Example:
+        >>> from engine.rewards.builtin import exact_match, sort_steps
+        >>> components = [("exact", 1.0, exact_match()), ("steps", 0.5, sort_steps())]
+        >>> totals, parts, steps = score_rewards_with_steps(
+        ...     components, ["p", "p"], [" 1 2", " 2 1"], {"answer": [" 1 2", " 1 2"]})
+        >>> totals, parts["steps"]
+        ([1.5, 0.0], [1.0, 0.0])
+        >>> steps
+        {'steps': [[(2, 1.0), (4, 1.0)], [(2, 0.0), (4, 0.0)]]}
     """
     size = len(prompts)
     if len(completions) != size:
@@ -150,6 +222,7 @@ def combine_rewards(
             )
     totals = [0.0] * size
     per_component: dict[str, list[float]] = {}
+    steps: dict[str, list[list[StepScore]]] = {}
     for name, weight, reward in components:
         described = describe_component(name, reward)
         if name in per_component:
@@ -170,7 +243,12 @@ def combine_rewards(
                 f"{described} failed with {type(exc).__name__}: {exc}{_fault_location(exc, reward)}"
             ) from exc
         try:
-            values = _checked_values(described, raw, size)
+            component_steps = _checked_steps(described, reward, raw, list(completions))
+            if component_steps is None:
+                values = _checked_values(described, raw, size)
+            else:
+                values = [step_mean(completion_steps) for completion_steps in component_steps]
+                steps[name] = component_steps
         except RewardError as exc:
             # A custom function's bad result: point at the function (its `def` line).
             source_file, source_line = getattr(reward, "source_file", None), getattr(reward, "source_line", None)
@@ -179,7 +257,36 @@ def combine_rewards(
             raise
         per_component[name] = values
         totals = [t + weight * v for t, v in zip(totals, values)]
-    return _checked_totals(totals, per_component), per_component
+    return _checked_totals(totals, per_component), per_component, steps
+
+
+_SOURCE_ATTRIBUTES = ("reward_source", "source_file", "source_line", "timeout")
+
+
+def _with_step_delimiter(reward: RewardFunc, delimiter: str | None) -> RewardFunc:
+    """``reward`` marked as a step reward split at ``delimiter`` (attributes
+    ``step_delimiter`` and ``returns_steps = True``); unchanged for None. A callable
+    that takes no attributes (a bound method, a builtin) is wrapped in a function that
+    carries them and its source attributes.
+
+    e.g. (exact_match(), "\\n") -> the same function, with step_delimiter "\\n"
+    """
+    if delimiter is None:
+        return reward
+    try:
+        reward.step_delimiter = delimiter
+        reward.returns_steps = True
+        return reward
+    except (AttributeError, TypeError):
+        pass
+
+    def stepped(prompts: list[str], completions: list[str], **fields: list) -> list:
+        return reward(prompts, completions, **fields)
+
+    functools.update_wrapper(stepped, reward, assigned=functools.WRAPPER_ASSIGNMENTS + _SOURCE_ATTRIBUTES)
+    stepped.step_delimiter = delimiter
+    stepped.returns_steps = True
+    return stepped
 
 
 def build_reward_components(rewards_cfg, *, device=None, base_dir=None) -> list[tuple[str, float, RewardFunc]]:
@@ -188,10 +295,12 @@ def build_reward_components(rewards_cfg, *, device=None, base_dir=None) -> list[
     ``device`` is where reward models run (a torch.device or a string like ``"cpu"``;
     None: CUDA if available); ``base_dir`` is the folder relative paths are resolved
     against first (the preset file's folder), then the current folder. Registry rewards
-    are built here; a ``reward_model`` is loaded (once per model, device and dtype);
+    are built here; a ``reward_model`` or ``process_reward_model`` is loaded (once per
+    model, device and dtype);
     a custom function's file is imported. Problems name the entry, e.g.
     ``rewards[2] (my_rewards.py:brevity): no function 'brevity' in /abs/my_rewards.py;
-    it defines: a, b``.
+    it defines: a, b``. An entry that sets ``step_delimiter`` gives a step reward: it
+    carries ``step_delimiter`` and ``returns_steps = True`` (engine/rewards/steps.py).
 
     Example:
         rewards: [{name: exact_match}, {name: my_rewards.py:brevity, weight: 0.1}]
@@ -207,7 +316,13 @@ def build_reward_components(rewards_cfg, *, device=None, base_dir=None) -> list[
             from engine.rewards.model import reward_model_reward  # imports torch
 
             reward = reward_model_reward(**cfg.options, device=device, base_dir=base_dir, where=where)
+        elif kind == "process_reward_model":
+            from engine.rewards.process_model import process_reward_model_reward  # imports torch
+
+            reward = process_reward_model_reward(**cfg.options, step_delimiter=getattr(cfg, "step_delimiter", None),
+                                                 device=device, base_dir=base_dir, where=where)
         else:
             reward = load_custom_reward(cfg.name, cfg.options, base_dir=base_dir, where=where)
+        reward = _with_step_delimiter(reward, getattr(cfg, "step_delimiter", None))
         components.append((component_label(cfg.name, getattr(cfg, "label", None)), cfg.weight, reward))
     return components

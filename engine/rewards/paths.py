@@ -69,14 +69,15 @@ def absolute_reward_paths(name: str, options: dict, base_dir=None) -> tuple[str,
         file, function = split_custom_name(name)
         found = find_reward_file(file, base_dir)
         return (f"{found}:{function}" if found is not None else name), dict(options)
-    if kind == "reward_model" and isinstance(options.get("model"), str):
+    if kind in ("reward_model", "process_reward_model") and isinstance(options.get("model"), str):
         return name, {**options, "model": resolve_reward_model(options["model"], base_dir)}
     return name, dict(options)
 
 
-def _reward_model_problems(model: str, base_dir) -> list[tuple[str, str]]:
+def _reward_model_problems(model: str, base_dir, one_label: bool = True) -> list[tuple[str, str]]:
     """What can be told about a reward model without loading it: a local folder that
-    is missing, is not a model, or has a number of labels other than one."""
+    is missing, is not a model, or (``one_label``: a reward model, not a process reward
+    model) has a number of labels other than one."""
     resolved = Path(resolve_reward_model(model, base_dir))
     if not resolved.is_dir():
         if looks_like_local_path(model):
@@ -90,6 +91,8 @@ def _reward_model_problems(model: str, base_dir) -> list[tuple[str, str]]:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [("options.model", f"cannot read {config_path}: {exc}")]
+    if not one_label:
+        return []
     labels = config.get("id2label")
     count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
     if count != 1:
@@ -122,8 +125,9 @@ def reward_source_problems(rewards_cfg, base_dir=None) -> list[tuple[str, str]]:
             continue  # the schema reports it
         if kind == "custom":
             found = static_problems(name, options, base_dir)
-        elif kind == "reward_model" and isinstance(options.get("model"), str) and options["model"].strip():
-            found = _reward_model_problems(options["model"], base_dir)
+        elif kind in ("reward_model", "process_reward_model") and isinstance(options.get("model"), str) \
+                and options["model"].strip():
+            found = _reward_model_problems(options["model"], base_dir, one_label=kind == "reward_model")
         else:
             found = []
         problems += [(f"rewards.{index}.{field}", message) for field, message in found]

@@ -310,19 +310,24 @@ def normalize_then_sum(components, weights, num_generations, eps=1e-4):
 # ---------------------------------------------------------------------------- PPO
 
 
-def ppo_token_rewards(scores, kl, mask, kl_coef):
-    """PPO's per-token reward: a KL penalty on every token, the score on the last.
+def ppo_token_rewards(scores, kl, mask, kl_coef, step_rewards=None):
+    """PPO's per-token reward: a KL penalty on every token, the score on the last, and
+    each step reward on the token that ends its step (`step_rewards` (B, T), or None).
 
-    r_t = -kl_coef * kl_t  (+ score on the last real token)
+    r_t = -kl_coef * kl_t  (+ score on the last real token) (+ step rewards ending at t)
 
     input:  scores (B,), kl (B, T) per-token KL estimate, mask (B, T), kl_coef
     output: (rewards (B, T), non_score_rewards (B, T)), 0 where masked
 
     e.g. scores [1], kl [[0.5, 1.0]], mask [[1, 1]], kl_coef 0.1
          -> non_score [[-0.05, -0.1]], rewards [[-0.05, 0.9]]
+         with step_rewards [[0.5, 0]] -> rewards [[0.45, 0.9]]
     """
     non_score = -kl_coef * kl * mask
-    return non_score + last_token_rewards(scores, mask), non_score
+    rewards = non_score + last_token_rewards(scores, mask)
+    if step_rewards is not None:
+        rewards = rewards + step_rewards.to(rewards.dtype) * mask
+    return rewards, non_score
 
 
 def gae(rewards, values, mask, gamma, lam):
@@ -368,11 +373,12 @@ def explained_variance(values, returns, mask):
 
 
 def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewards, baseline_rewards=None,
-                        base_dir=None):
+                        step_rewards=None, step_ends=None, base_dir=None):
     """Advantages by the estimator a preset names (registered, or a user's `FILE.py:FUNCTION`
     relative to `base_dir`), given the options it declares. `baseline_rewards` (B,): each
     row's prompt's greedy completion's reward, for an estimator that declares
-    `greedy_baseline` (None for the others).
+    `greedy_baseline` (None for the others); `step_rewards` and `step_ends` (B, T): the
+    step tensors (engine/rl/process.py) for one that declares `step_rewards`.
 
     e.g. "rloo", rewards [1, 0, 0, 1, 1, 1], G 3 -> [1, -0.5, -0.5, 0, 0, 0]
     """
@@ -381,4 +387,4 @@ def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewa
 
     entry = resolve(ESTIMATORS, estimator, base_dir)
     return entry.call(rewards, mask, num_generations=num_generations, scale_rewards=scale_rewards,
-                      baseline_rewards=baseline_rewards)
+                      baseline_rewards=baseline_rewards, step_rewards=step_rewards, step_ends=step_ends)

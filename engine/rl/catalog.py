@@ -107,12 +107,16 @@ class Estimator:
     rather than one per completion; ``uses_scale_rewards``: reads ``scale_rewards``;
     ``needs_group``: relative to the other completions of its prompt (num_generations >= 2);
     ``greedy_baseline``: reads ``baseline_rewards``, the reward of each prompt's greedy
-    completion, which the GRPO trainer then generates and scores every step (ReMax)."""
+    completion, which the GRPO trainer then generates and scores every step (ReMax);
+    ``step_rewards``: reads ``step_rewards`` and ``step_ends`` (B, T), every step reward at
+    the token ending its step and the outcome rewards as a step on the last token
+    (engine/rl/process.py), which a preset's step rewards (engine/rewards/steps.py) need."""
 
     per_token: bool = False
     uses_scale_rewards: bool = False
     needs_group: bool = True
     greedy_baseline: bool = False
+    step_rewards: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,8 @@ POLICY_LOSSES: Registry[PolicyLoss] = Registry(
 ESTIMATORS: Registry[Estimator] = Registry(
     "advantage estimator", field="algorithm.advantage_estimator", files=True,
     file_help="your own estimator in a file next to the preset",
-    given=("num_generations", "scale_rewards", "baseline_rewards"), file_declares=Estimator())
+    given=("num_generations", "scale_rewards", "baseline_rewards", "step_rewards", "step_ends"),
+    file_declares=Estimator())
 REWARD_AGGREGATIONS: Registry[RewardAggregation] = Registry(
     "reward aggregation", field="algorithm.multi_objective_aggregation")
 REWARD_SCALINGS: Registry[RewardScaling] = Registry("reward scaling", field="algorithm.scale_rewards",
@@ -240,6 +245,10 @@ ESTIMATORS.register("reinforce_pp_baseline", "engine.rl.advantages:reinforce_pp_
 ESTIMATORS.register("remax", "engine.rl.advantages:remax_estimator",
                     "ReMax: r minus the reward of the prompt's greedy completion (one more generation a prompt)",
                     Estimator(needs_group=False, greedy_baseline=True))
+ESTIMATORS.register("grpo_process", "engine.rl.process:grpo_process_estimator",
+                    "process supervision (DeepSeekMath): every step reward of a group normalised by the group's, "
+                    "a token's advantage the sum of those of the steps ending at or after it",
+                    Estimator(per_token=True, uses_scale_rewards=True, step_rewards=True))
 
 REWARD_AGGREGATIONS.register("sum_then_normalize", None,
                              "the rewards' weighted sum goes to the advantage estimator",

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 # apart from the run colours of the curves (tab10) where that was possible.
 KIND_COLOURS = {
     "no_learning_signal": "#b36b00",
+    "step_reward_no_signal": "#8d5524",
+    "steps_not_split": "#283593",
     "kl_spike": "#c2185b",
     "entropy_collapse": "#6a1b9a",
     "length_drift": "#00838f",

@@ -6,10 +6,11 @@ Models (no Qt; tests/test_import_graph.py holds them to it):
   records     trajectory records (Trajectory, Side) and how tokens are drawn
   export      the summary line, the token tooltip, HTML and JSON export
   index       the step-file index, a prompt group, a prompt's history
+  steps       step rewards: each step's end token and score, their words, marks and colours
   navigation  which step and rollout are shown, and the moves between them
 Views (Qt): view (the tab), trajectory_page (text, plot and token details, linked),
 widgets (the pickers' bar, legend, step box, side panel), text (the token text),
-plot (the quantity plot), group (the Group and Prompt history pages).
+plot (the quantity plot), group (the Group page), history (the Prompt history page).
 
 The view names below load on first use, so importing a model pulls in no Qt.
 """

@@ -15,6 +15,7 @@ from workbench.inspector.colors import Scale, text_hex
 from workbench.inspector.quantities import QUANTITIES, _num, quantity
 from workbench.run_declaration import GROUP, PAIR, SINGLE
 from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
+from workbench.inspector.steps import badges, mean_score, scores_text, token_step_lines
 
 # ===================================================================== summary
 
@@ -113,8 +114,12 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
         parts.append(SummaryPart("score", _num(t.record.get("score"))))
     if isinstance(t.record.get("kl"), (int, float)):  # a scalar: the step's reference point (unpaired preferences)
         parts.append(SummaryPart("KL reference point", _num(t.record.get("kl"))))
+    parts += step_parts(t)
     adv = t.advantage
-    if adv is not None:
+    spread = t.advantage_range
+    if adv is not None and spread is not None:  # varies by token: its mean is not every token's
+        parts.append(SummaryPart("mean advantage", f"{adv:+.4g}", f"(per token {spread[0]:+.4g} to {spread[1]:+.4g})"))
+    elif adv is not None:
         parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", f"{adv:+.4g}"))
     parts += rollout_context(t)
     parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
@@ -123,6 +128,20 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     clipped = t.sides[0].clipped
     if clipped is not None and np.nansum(clipped) > 0:
         parts.append(SummaryPart(f"{int(np.nansum(clipped))} clipped"))
+    return parts
+
+
+def step_parts(trajectory: Trajectory) -> list[SummaryPart]:
+    """Each step reward's scores, in order, with their mean (its value in the reward)
+    and its weight when the record gives one."""
+    weights = trajectory.record.get("step_weights")
+    weights = weights if isinstance(weights, dict) else {}
+    parts = []
+    for c in trajectory.steps:
+        mean = mean_score(list(c.scores))
+        weight = weights.get(c.label)
+        after = f"(mean {_num(mean)}" + (f", weight {_num(weight)}" if isinstance(weight, (int, float)) else "") + ")"
+        parts.append(SummaryPart(f"steps of {c.label}", scores_text(list(c.scores)), after))
     return parts
 
 
@@ -187,17 +206,22 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
             f"{'</b> ◀' if chosen else ''}</td><td align='right'>{_num(p)}</td></tr>"
             for text, p, chosen in alts)
         alt_html = f"<p style='margin:4px 0 0 0'><b>top {len(alts)}</b> (probability)</p><table>{alt_rows}</table>"
-    # The completion's advantage is every token's: where it comes from belongs beside it.
+    steps = token_step_lines(trajectory.steps, i) if side_index == 0 else []
+    steps_html = ("<p style='margin:4px 0 0 0'>" + "<br>".join(html.escape(line) for line in steps) + "</p>"
+                  if steps else "")
+    # What the whole completion has (each reward's advantage, a greedy baseline) belongs beside it.
     context = "".join(f"<br><span style='color:#555'>{html.escape(part.text())}</span>"
                       for part in rollout_context(trajectory))
     context = f"<p style='margin:4px 0 0 0'><b>the completion</b>{context}</p>" if context else ""
-    return f"<div>{head}<table>{rows}</table>{alt_html}{context}</div>"
+    return f"<div>{head}<table>{rows}</table>{steps_html}{alt_html}{context}</div>"
 
 
-def token_title(side: Side, i: int) -> str:
-    """The tooltip as plain text (the exported HTML's title attribute)."""
+def token_title(side: Side, i: int, steps=()) -> str:
+    """The tooltip as plain text (the exported HTML's title attribute); `steps`: the
+    completion's step rewards (StepComponent)."""
     lines = [f"token {i}: {token_display(side.tokens[i])}"]
     lines += [f"{name} {value}" for name, value in token_numbers(side, i)]
+    lines += token_step_lines(list(steps), i)
     alts = top_alternatives(side, i)
     if alts:
         lines.append("top: " + ", ".join(f"{text} {_num(p)}" for text, p, _ in alts))
@@ -224,6 +248,8 @@ body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }
 .t span.m { opacity: 0.55; }
 .t span.s { border: 1px solid #555; border-radius: 4px; padding: 0 3px; font-size: 12px; }
 .t span.c { outline: 2px solid #d00; }
+.t span.st { border-left: 2px solid #555; padding: 0 3px; margin: 0 3px 0 1px; font-size: 11px;
+             border-radius: 0 6px 6px 0; }
 .p { color: #888; }
 .legend { display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 8px 0 16px 0; }
 .bar { width: 260px; height: 14px; border: 1px solid #999; }
@@ -232,9 +258,12 @@ h1 { font-size: 18px; } h2 { font-size: 15px; margin-bottom: 4px; }
 """
 
 
-def _side_html(side: Side, colours: list[str], show_marks: bool) -> str:
+def _side_html(side: Side, colours: list[str], show_marks: bool, steps=()) -> str:
+    """A side's tokens as spans; `steps` (StepComponent): each step's score after its end
+    token, behind a bar."""
     out = []
     clipped = side.clipped
+    ends = badges(list(steps), {})
     for i, token in enumerate(side.tokens):
         bg = colours[i]
         fg = text_hex(bg)
@@ -246,7 +275,9 @@ def _side_html(side: Side, colours: list[str], show_marks: bool) -> str:
             inner.append(f"<span{cls}>{html.escape(text)}</span>" if cls else html.escape(text))
         mark = " c" if show_marks and clipped is not None and clipped[i] == 1 else ""
         out.append(f"<span class='k{mark}' data-i='{i}' style='background:{bg};color:{fg}' "
-                   f"title='{html.escape(token_title(side, i), quote=True)}'>{''.join(inner)}</span>")
+                   f"title='{html.escape(token_title(side, i, steps), quote=True)}'>{''.join(inner)}</span>")
+        for text, bg in ends.get(i, []):
+            out.append(f"<span class='st' style='background:{bg};color:{text_hex(bg)}'>{html.escape(text)}</span>")
         if "\n" in token:
             out.append("\n" * token.count("\n"))
     return "".join(out)
@@ -281,7 +312,7 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
     show_marks = key == "ratio"
     for side, values in zip(trajectory.sides, trajectory.values(key)):
         colours = [scale.hex(v) for v in values.tolist()]
-        text = _side_html(side, colours, show_marks)
+        text = _side_html(side, colours, show_marks, trajectory.steps if side is trajectory.sides[0] else ())
         head = ""
         if trajectory.scored:
             head = (f"<h2>{side.name} · score {_num(side.reward)} · implicit reward "

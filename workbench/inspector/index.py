@@ -22,6 +22,7 @@ import numpy as np
 from engine.run import rundir
 from workbench.inspector.quantities import _int, _num
 from workbench.inspector.records import Trajectory, parse_records
+from workbench.inspector.steps import Reference, references, step_scores
 from workbench.run_declaration import PAIR, declared_records
 
 # ================================================================ on disk
@@ -192,6 +193,7 @@ class GroupRow:
     trajectory: Trajectory | None = None  # None: only in a samples event (text, no tokens)
     component_advantages: dict = field(default_factory=dict)  # {reward name: its own advantage}, when written
     label: bool | None = None  # an unpaired completion: desirable (True) or not
+    steps: dict = field(default_factory=dict)  # {step reward: [score of each step]}, when written
 
 
 @dataclass
@@ -236,6 +238,18 @@ class Group:
         return names
 
     @property
+    def step_references(self) -> dict[str, Reference]:
+        """Each step reward's scores over the group's completions (their mean colours the
+        step badges; their midpoint tells a wrong step)."""
+        return references([row.steps for row in self.rows])
+
+    @property
+    def steps_differ(self) -> bool:
+        """Some step reward scored some step of the group differently from another: the
+        steps carry a signal even where the completions' totals tie."""
+        return any(r.threshold is not None for r in self.step_references.values())
+
+    @property
     def complete(self) -> bool:
         return self.size is not None and len(self.rows) >= self.size
 
@@ -249,7 +263,7 @@ class Group:
         """Every completion of the group got the same reward: the group-relative
         advantages are all 0 and the update learns nothing from it. Judged from the
         whole group, or, when only part of it is on disk, from the advantages too."""
-        if not self.rewards_equal:
+        if not self.rewards_equal or self.steps_differ:
             return False
         advantages = [r.advantage for r in self.rows if r.advantage is not None]
         if any(abs(a) >= 1e-6 for a in advantages):
@@ -262,6 +276,10 @@ class Group:
         if self.no_signal:
             return (f"No learning signal: all {len(self.rows)} completions of this group got reward "
                     f"{_num(reward)}, so every advantage is 0 and the update learns nothing from them.")
+        if self.rewards_equal and self.steps_differ:
+            return (f"All {len(self.rows)} completions got reward {_num(reward)}, but their steps were scored "
+                    "differently: each step's reward is normalised over the group's steps, so the update still "
+                    "learns from them.")
         if self.rewards_equal and self.baseline is not None:
             return (f"All {len(self.rows)} completions got reward {_num(reward)}, but the greedy baseline got "
                     f"{_num(self.baseline.reward)}: each advantage is reward - baseline, so the update still "
@@ -308,7 +326,7 @@ def build_group(records: list[Trajectory], samples: list[dict], step: int, group
                                advantage=_float(sample.get("advantage")),
                                completion=str(sample.get("completion", "")),
                                component_advantages=_numbers(sample.get("component_advantages")),
-                               label=_flag(sample.get("label")))
+                               label=_flag(sample.get("label")), steps=step_scores(sample.get("steps")))
     for record in records:
         if record.group != group or record.layout == PAIR:
             continue
@@ -320,7 +338,8 @@ def build_group(records: list[Trajectory], samples: list[dict], step: int, group
                                       advantage=record.advantage, completion=record.sides[0].completion,
                                       trajectory=record,
                                       component_advantages=_numbers(record.record.get("component_advantages")),
-                                      label=record.desirable)
+                                      label=record.desirable,
+                                      steps={c.label: list(c.scores) for c in record.steps})
     return Group(step=step, group=group, prompt=prompt, rows=[rows[i] for i in sorted(rows)], size=size,
                  baseline=baseline, weights=dict(weights or {}))
 
@@ -350,6 +369,7 @@ class HistoryRow:
     reward: float | None
     advantage: float | None = None
     has_tokens: bool = False
+    advantage_is_mean: bool = False  # the advantage varies by token: `advantage` is the tokens' mean
 
 
 def prompt_history(prompt: str, index: TrajectoryIndex | None, samples=None,
@@ -368,7 +388,7 @@ def prompt_history(prompt: str, index: TrajectoryIndex | None, samples=None,
             completion = t.sides[0].completion if t.layout != PAIR else \
                 " | ".join(f"{s.name}: {s.completion}" for s in t.sides)
             rows.append(HistoryRow(step, "rollout", i, completion, t.reward if t.layout != PAIR
-                                   else t.sides[0].reward, t.advantage, True))
+                                   else t.sides[0].reward, t.advantage, True, t.advantage_range is not None))
     if samples is not None:
         n = len(samples)
         if n:
@@ -408,7 +428,8 @@ def step_samples(run, step: int | None) -> list[dict]:
         s = store.row(int(r))
         out.append({"index": s.index, "group": s.group, "prompt": s.prompt, "completion": s.completion,
                     "reward": s.reward, "rewards": s.rewards, "advantage": s.advantage,
-                    "component_advantages": s.component_advantages, "baseline": s.baseline, "label": s.label})
+                    "component_advantages": s.component_advantages, "baseline": s.baseline, "label": s.label,
+                    "steps": s.steps})
     return out
 
 

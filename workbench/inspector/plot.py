@@ -4,7 +4,9 @@ ways to the token text (the inspector connects the signals).
 Hovering the plot emits `point_hovered(i)` for the token position under the pointer
 (-1 outside the plot); clicking emits `point_clicked(i)`. `mark(i)` and `select(i)` draw
 the hovered and the selected position (a vertical line and a dot on each curve), so the
-text and the plot show the same token.
+text and the plot show the same token. `set_step_ends` draws a dashed vertical line
+after each step's end token of a completion scored step by step, labelled with the
+step's score.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from workbench.inspector.colors import DIVERGING_STOPS
 SERIES_COLOURS = {"completion": "#37474f", "chosen": "#2e7d32", "rejected": "#b00020"}
 HOVER_COLOUR = "#111111"
 SELECT_COLOUR = "#1565c0"
+STEP_LINE_COLOUR = "#607d8b"
 
 
 class IntegerAxis(pg.AxisItem):
@@ -93,6 +96,8 @@ class QuantityPlot(pg.PlotWidget):
             item.addItem(dots)
         self.hovered = -1
         self.selected = -1
+        self.step_lines: list[pg.InfiniteLine] = []  # shown: the first len(step_ends)
+        self.step_ends: list[int] = []
         self.legend = None
         self.scene().sigMouseMoved.connect(self._mouse_moved)
         self.scene().sigMouseClicked.connect(self._mouse_clicked)
@@ -190,6 +195,28 @@ class QuantityPlot(pg.PlotWidget):
             self.item.enableAutoRange()
         self._draw_marker(self.hovered, self.hover_line, self.hover_dots)
         self._draw_marker(self.selected, self.select_line, self.select_dots)
+
+    def set_step_ends(self, marks: list[tuple[int, str]]) -> None:
+        """A dashed line between each step's end token and the next token, labelled
+        with its score (workbench/inspector/steps.py `plot_marks`); [] removes them."""
+        self.step_ends = [end for end, _ in marks]
+        while len(self.step_lines) < len(marks):
+            line = pg.InfiniteLine(angle=90, pen=pg.mkPen(STEP_LINE_COLOUR, width=1, style=Qt.DashLine),
+                                   label="", labelOpts={"position": 0.94, "color": "#37474f",
+                                                        "fill": (255, 255, 255, 200), "anchors": [(0, 0), (0, 0)]})
+            line.setZValue(-3)
+            self.item.addItem(line, ignoreBounds=True)
+            self.step_lines.append(line)
+        for k, line in enumerate(self.step_lines):
+            if k < len(marks):
+                end, text = marks[k]
+                line.setValue(end + 0.5)
+                line.label.setFormat(text)
+                line.show()
+                line.label.show()
+            else:
+                line.hide()
+                line.label.hide()
 
     # ------------------------------------------------------------------ markers
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from engine.run import rundir
 from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
+from workbench.inspector.steps import StepComponent, labelled_scores_text, record_steps
 from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
 
 # Per-token lists that are not numbers to colour by.
@@ -134,6 +136,22 @@ class Trajectory:
         return float(np.nanmean(adv))
 
     @property
+    def advantage_range(self) -> tuple[float, float] | None:
+        """The lowest and highest per-token advantage when they differ (step rewards, PPO's
+        GAE: the advantage varies within the completion); None when every token has one."""
+        adv = self.sides[0].numbers.get("advantage") if self.layout != PAIR else None
+        if adv is None or not np.isfinite(adv).any():
+            return None
+        low, high = float(np.nanmin(adv)), float(np.nanmax(adv))
+        return (low, high) if high - low > 1e-9 * max(1.0, abs(high)) else None
+
+    @cached_property
+    def steps(self) -> list[StepComponent]:
+        """The completion's step rewards, each step's end token and score ([] without
+        `steps`, and for a pair)."""
+        return record_steps(self.record, len(self.sides[0])) if self.layout != PAIR else []
+
+    @property
     def desirable(self) -> bool | None:
         """An unpaired completion's `label`: True desirable (the update pushes it up),
         False undesirable (down), None when the record has none."""
@@ -199,9 +217,12 @@ class Trajectory:
         parts.append(f"reward {_num(self.reward)}")
         if "score" in self.record:
             parts.append(f"score {_num(self.record.get('score'))}")
+        if self.steps:
+            parts.append("steps " + labelled_scores_text({c.label: list(c.scores) for c in self.steps}))
         adv = self.advantage
         if adv is not None:
-            parts.append(f"{'mean adv' if self.layout == SINGLE else 'adv'} {adv:+.3g}")
+            mean = self.layout == SINGLE or self.advantage_range is not None
+            parts.append(f"{'mean adv' if mean else 'adv'} {adv:+.3g}")
         parts.append(f"{len(self.sides[0])} tok")
         if self.record.get("truncated"):
             parts.append("truncated")

@@ -10,6 +10,11 @@ hover and selection marks that link the text to the plot are drawn, not re-laid 
 Whitespace is visible (space ·, tab →, newline ↵ then a real line break, other
 control characters as control pictures, a token that decodes to nothing ∅) and
 special tokens (<eos>, <|im_end|>) are drawn as tags.
+
+A completion scored step by step (a process reward) gets, after each step's end token,
+a bar and a badge with the step's score (a box of its own in the flow, so nothing is
+drawn over the text), and a thin underline that alternates shade from one step to the
+next; a record without steps is laid out exactly as before.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ MARK_PEN = QColor("#d50000")
 PAD_X = 2.0  # inside a token box, each side
 GAP = 1.0  # between token boxes: the boundary shows even between equal colours
 MARGIN = 8.0
+STEP_BAR = QColor("#37474f")  # the boundary after a step's end token
+STEP_UNDERLINES = (QColor("#607d8b"), QColor("#cfd8dc"))  # alternate steps' underlines
+BADGE = "badge"  # a step's score drawn after its end token (a box kind of its own)
 
 
 _LUTS: dict[tuple[str, str], tuple[list[QColor], list[QColor]]] = {}
@@ -95,6 +103,10 @@ class TokenTextView(QAbstractScrollArea):
         self.background: list[QColor] = []
         self.foreground: list[QColor] = []
         self.marks: list[bool] | None = None
+        # Step rewards: {end token: [(badge text, background, text colour)]}, and each
+        # token's step parity for the underline (-1: in no step).
+        self.step_badges: dict[int, list[tuple[str, QColor, QColor]]] = {}
+        self.step_parity: list[int] | None = None
         self.hovered = -1
         self.selected = -1
         # Layout: one entry per drawn box (a token, a piece of a token cut by a newline,
@@ -102,7 +114,8 @@ class TokenTextView(QAbstractScrollArea):
         self._box_line: list[int] = []
         self._box_x: list[float] = []
         self._box_w: list[float] = []
-        self._box_token: list[int] = []  # -1: prompt text
+        self._box_token: list[int] = []  # -1: prompt text; a badge's box: its step's end token
+        self._box_badge: dict[int, tuple[str, QColor, QColor]] = {}  # box -> the step badge it draws
         self._box_parts: list[list[tuple[float, str, str]]] = []  # (dx, text, kind)
         self._line_start: list[int] = [0]  # first box of each line
         self._token_boxes: dict[int, list[int]] = {}
@@ -121,10 +134,17 @@ class TokenTextView(QAbstractScrollArea):
         self.line_height = round(self._fm.height() + 8)
         self._widths.clear()
 
-    def set_content(self, prompt: str, tokens: list[str]) -> None:
+    def set_content(self, prompt: str, tokens: list[str], step_badges: dict[int, list[tuple[str, str]]] | None = None,
+                    step_parity: list[int] | None = None) -> None:
+        """The prompt and the tokens; `step_badges` {end token: [(text, background hex)]}
+        and `step_parity` (each token's step, 0/1 alternating, -1 none) for a completion
+        scored step by step (workbench/inspector/steps.py)."""
         self.prompt = prompt
         self.tokens = list(tokens)
         self._segments = [token_segments(t) for t in self.tokens]
+        self.step_badges = {i: [(text, QColor(bg), QColor(text_hex(bg))) for text, bg in items]
+                            for i, items in (step_badges or {}).items()}
+        self.step_parity = step_parity if step_parity is not None and len(step_parity) == len(self.tokens) else None
         self.hovered = self.selected = -1
         if len(self.background) != len(self.tokens):
             self.background = [QColor("#f7f7f7")] * len(self.tokens)
@@ -189,10 +209,12 @@ class TokenTextView(QAbstractScrollArea):
         lines, xs, ws, toks, parts = [], [], [], [], []
         line_start = [0]
         token_boxes: dict[int, list[int]] = {}
+        box_badge: dict[int, tuple[str, QColor, QColor]] = {}
         line, x = 0, MARGIN
         measure = self._width
+        step_badges = self.step_badges
 
-        def place(w: float, token: int, box_parts: list) -> None:
+        def place(w: float, token: int, box_parts: list, badge: tuple | None = None) -> None:
             nonlocal line, x
             if x + w > right and x > MARGIN:
                 line += 1
@@ -203,7 +225,9 @@ class TokenTextView(QAbstractScrollArea):
             ws.append(w)
             toks.append(token)
             parts.append(box_parts)
-            if token >= 0:
+            if badge is not None:
+                box_badge[len(lines) - 1] = badge
+            elif token >= 0:
                 token_boxes.setdefault(token, []).append(len(lines) - 1)
             x += w + GAP
 
@@ -222,19 +246,29 @@ class TokenTextView(QAbstractScrollArea):
                 place(w, -1, [(0.0, text, kind)])
             x += 4.0  # a little air between prompt and completion
         for i, segments in enumerate(self._segments):
+            # The token's pieces (a newline ends one), each with whether a line break follows.
+            pieces: list[tuple[list, float, bool]] = []
             box: list[tuple[float, str, str]] = []
             dx = PAD_X
             for text, kind in segments:
                 if kind == BREAK:
-                    place(dx + PAD_X, i, box)
-                    new_line()
+                    pieces.append((box, dx + PAD_X, True))
                     box, dx = [], PAD_X
                     continue
                 box.append((dx, text, kind))
                 dx += measure(text, kind == SPECIAL)
             if box or not segments:
-                place(dx + PAD_X, i, box)
+                pieces.append((box, dx + PAD_X, False))
+            badges = step_badges.get(i) if step_badges else None
+            for k, (box, w, breaks) in enumerate(pieces):
+                place(w, i, box)
+                if badges and k == len(pieces) - 1:  # after the step's last piece, before its line break
+                    for badge in badges:
+                        place(measure(badge[0], True) + 4.0, i, [(4.0, badge[0], BADGE)], badge)
+                if breaks:
+                    new_line()
         self._box_line, self._box_x, self._box_w, self._box_token, self._box_parts = lines, xs, ws, toks, parts
+        self._box_badge = box_badge
         self._line_start = line_start
         self._token_boxes = token_boxes
         self._update_scroll()
@@ -243,6 +277,22 @@ class TokenTextView(QAbstractScrollArea):
         if height != getattr(self, "_last_height", None):
             self._last_height = height
             self.content_height_changed.emit(height)
+
+    def drawn_boxes(self) -> list[tuple[str, int, str]]:
+        """The completion's boxes in reading order: ("token", i, "") for a token's box
+        and ("badge", end token, text) for a step's score after its end token."""
+        out = []
+        for box, token in enumerate(self._box_token):
+            if box in self._box_badge:
+                out.append(("badge", token, self._box_badge[box][0]))
+            elif token >= 0:
+                out.append(("token", token, ""))
+        return out
+
+    def badge_rects(self) -> list[QRectF]:
+        """Each step badge's box in viewport coordinates, in reading order."""
+        offset = self.verticalScrollBar().value()
+        return [self.box_rect(box).translated(0, -offset) for box in sorted(self._box_badge)]
 
     @property
     def line_count(self) -> int:
@@ -332,11 +382,19 @@ class TokenTextView(QAbstractScrollArea):
         tag_h = self._tag_fm.height()
         bgs, fgs = self.background, self.foreground
         marks = self.marks
+        box_badge, parity = self._box_badge, self.step_parity
         painter.setFont(font)
         for box in range(start, end):
             token = self._box_token[box]
             x = self._box_x[box]
             top = self._line_top(self._box_line[box])
+            badge = box_badge.get(box) if box_badge else None
+            if badge is not None:
+                self._paint_badge(painter, badge, x, top, self._box_w[box])
+                continue
+            if parity is not None and 0 <= token < len(parity) and parity[token] >= 0:
+                painter.fillRect(QRectF(x, top + self.line_height - 2, self._box_w[box] + GAP, 2),
+                                 STEP_UNDERLINES[parity[token] % 2])
             if token >= 0:
                 fg = fgs[token] if token < len(fgs) else QColor("black")
                 painter.fillRect(QRectF(x, top + 2, self._box_w[box], self.line_height - 4),
@@ -377,6 +435,23 @@ class TokenTextView(QAbstractScrollArea):
             for box in self._token_boxes.get(token, []):
                 painter.drawRect(self.box_rect(box).adjusted(-1, -1, 1, 1))
         painter.end()
+
+    def _paint_badge(self, painter: QPainter, badge: tuple[str, QColor, QColor], x: float, top: float,
+                     w: float) -> None:
+        """A step's boundary (a bar the line's height) and its score on the score's colour."""
+        text, bg, fg = badge
+        painter.setPen(QPen(STEP_BAR, 2))
+        painter.drawLine(QPointF(x + 1, top + 1), QPointF(x + 1, top + self.line_height - 1))
+        tag_h = self._tag_fm.height()
+        pill = QRectF(x + 3, top + (self.line_height - tag_h) / 2 - 1, w - 3, tag_h + 2)
+        painter.setBrush(bg)
+        painter.setPen(QPen(STEP_BAR, 0.8))
+        painter.drawRoundedRect(pill, 4, 4)
+        painter.setBrush(Qt.NoBrush)
+        painter.setFont(self._tag_font)
+        painter.setPen(fg)
+        painter.drawText(QPointF(x + 7, top + (self.line_height - tag_h) / 2 + self._tag_fm.ascent()), text)
+        painter.setFont(self.font())
 
     # ------------------------------------------------------------------- events
 

@@ -3,7 +3,9 @@ chosen and rejected side by side, headed by their implicit rewards and, for a sa
 pair, their scores; an unpaired completion headed by its desirable/undesirable label),
 each token on the colour of its value; under it the quantity against token position,
 linked both ways (hover or click a token and the plot marks it; hover or click the plot
-and the token is marked and scrolled to); the selected token's numbers beside the plot."""
+and the token is marked and scrolled to); the selected token's numbers beside the plot.
+A completion scored step by step shows each step's score after its end token (coloured
+against its group's mean), underlines steps in turn and marks the step ends in the plot."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from workbench.inspector.quantities import _num, quantity
 from workbench.run_declaration import PAIR
 from workbench.inspector.records import Side, Trajectory
 from workbench.inspector.plot import QuantityPlot
+from workbench.inspector.steps import Reference, badges, plot_marks, step_parity
 from workbench.inspector.text import token_colours
 from workbench.inspector.widgets import SidePanel
 
@@ -104,21 +107,30 @@ class TrajectoryPage(QSplitter):
             panel.header.setText("")
         self.sides[1].hide()
         self.plot.set_series([], "", None)
+        self.plot.set_step_ends([])
         self.details.setText("")
 
-    def show_trajectory(self, trajectory: Trajectory, show_prompt: bool) -> None:
-        """Draw a record's text (uncoloured until `colour`), no token selected."""
+    def show_trajectory(self, trajectory: Trajectory, show_prompt: bool,
+                        step_references: dict[str, Reference] | None = None) -> None:
+        """Draw a record's text (uncoloured until `colour`), no token selected.
+        `step_references`: each step reward's scores over the rollout's group, which its
+        step badges are coloured against (default: the rollout's own)."""
         self.trajectory = trajectory
         pair = trajectory.layout == PAIR
         self.sides[1].setVisible(pair)
+        steps = trajectory.steps
         for k, panel in enumerate(self.sides):
             if k < len(trajectory.sides):
                 side = trajectory.sides[k]
                 panel.view.set_show_prompt(show_prompt)
-                panel.view.set_content(trajectory.prompt, side.tokens)
+                stepped = k == 0 and bool(steps)
+                panel.view.set_content(trajectory.prompt, side.tokens,
+                                       badges(steps, step_references or {}) if stepped else None,
+                                       step_parity(steps, len(side)) if stepped else None)
                 header = side_header(trajectory, side)
                 panel.header.setText(header)
                 panel.header.setVisible(bool(header))
+        self.plot.set_step_ends(plot_marks(steps))
         self.fit_text_pane()
         self.selected = -1
         self.plot.mark(-1)

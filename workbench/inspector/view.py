@@ -9,7 +9,7 @@ pages:
 - **Trajectory**: the completion as text, coloured, with the quantity plot under it
   (trajectory_page.py). DPO pairs show chosen and rejected side by side.
 - **Group**: every completion of the shown rollout's GRPO group (group.py).
-- **Prompt history**: the shown prompt followed across the run (group.py).
+- **Prompt history**: the shown prompt followed across the run (history.py).
 
 Export writes the shown trajectory as a self-contained HTML page or as its JSON record.
 It reads only the run directory (TrajectoryIndex), so a live run and a past run look
@@ -35,7 +35,8 @@ from PySide6.QtWidgets import (
 
 from workbench.inspector.colors import Scale
 from workbench.inspector.export import export_html, export_json, export_name, summary_html
-from workbench.inspector.group import GroupView, HistoryView
+from workbench.inspector.group import GroupView
+from workbench.inspector.history import HistoryView
 from workbench.inspector.index import TrajectoryIndex, no_records_reason, recorded_per_step, run_group, sample_group
 from workbench.inspector.keys import ArrowKeys
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP, Navigation
@@ -330,7 +331,9 @@ class InspectorView(QWidget):
         self._say("")
         pair = trajectory.layout == PAIR
         self.summary.setText(summary_html(trajectory))
-        self.trajectory_page.show_trajectory(trajectory, self.prompt_check.isChecked())
+        # Step badges are coloured against the group's steps (the recorded ones and the samples').
+        references = self.current_group().step_references if trajectory.steps else None
+        self.trajectory_page.show_trajectory(trajectory, self.prompt_check.isChecked(), references)
         self._fill_quantities(trajectory)
         self.recolour()
         self.trajectory_page.show_details(-1)

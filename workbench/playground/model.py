@@ -20,7 +20,7 @@ from engine.preset.io import read_preset_dict
 from engine.rewards import absolute_reward_paths, reward_kind, split_custom_name
 
 __all__ = ["Completion", "ScoreResult", "ScoreError", "run_completions", "sample_steps", "typed_completions",
-           "build_request", "read_answer", "run_preset", "rewards_for_setup", "TypedInputError"]
+           "build_request", "read_answer", "run_preset", "rewards_for_setup", "TypedInputError", "answer_steps"]
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Completion:
     baseline: str | None = None
     run_baseline_reward: float = math.nan
     run_component_advantages: dict = field(default_factory=dict)
+    run_steps: dict = field(default_factory=dict)  # {step reward: [score, ...]} the run logged
 
 
 @dataclass
@@ -60,10 +61,19 @@ class ScoreResult:
     # {"completion", "total", "components"} (None where none).
     component_advantages: list[dict] = field(default_factory=list)
     baselines: list[dict | None] = field(default_factory=list)
+    # Per completion, for a step reward: {label: [(end, score), ...]}, each step's end
+    # character offset in the completion and its score ({} where none).
+    steps: list[dict] = field(default_factory=list)
 
     @property
     def labels(self) -> list[str]:
         return [c["label"] for c in self.components]
+
+    @property
+    def step_labels(self) -> list[str]:
+        """The step rewards some completion has steps of, in the components' order."""
+        seen = {label for item in self.steps for label in item}
+        return [label for label in self.labels if label in seen] + sorted(seen - set(self.labels))
 
     @property
     def weights(self) -> dict[str, float]:
@@ -113,7 +123,8 @@ def run_completions(run, step: int) -> list[Completion]:
                                     baseline=baseline.get("completion") if isinstance(baseline.get("completion"),
                                                                                       str) else None,
                                     run_baseline_reward=sample.baseline_reward,
-                                    run_component_advantages=dict(sample.component_advantages)))
+                                    run_component_advantages=dict(sample.component_advantages),
+                                    run_steps=dict(sample.steps)))
     return found
 
 
@@ -226,7 +237,29 @@ def read_answer(stdout: str, stderr: str, exit_code: int | None) -> ScoreResult 
         notes=[str(n) for n in answer.get("notes") or []],
         component_advantages=[dict(item.get("component_advantages") or {}) for item in items],
         baselines=[item["baseline"] if isinstance(item.get("baseline"), dict) else None for item in items],
+        steps=[answer_steps(item.get("steps")) for item in items],
     )
+
+
+def answer_steps(value: Any) -> dict[str, list[tuple[int, float]]]:
+    """An answer item's `steps`, {label: [[end, score], ...]} (or {"end", "score"}
+    mappings), as {label: [(end, score), ...]}; a step that is neither is left out.
+    e.g. {"sort_steps": [[2, 1.0], {"end": 4, "score": 0}], "bad": 3} -> {"sort_steps": [(2, 1.0), (4, 0.0)]}
+    """
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for label, steps in value.items():
+        if not isinstance(steps, list):
+            continue
+        pairs = []
+        for step in steps:
+            end, score = (step.get("end"), step.get("score")) if isinstance(step, dict) else \
+                (step if isinstance(step, (list, tuple)) and len(step) == 2 else (None, None))
+            if isinstance(end, int) and isinstance(score, (int, float)):
+                pairs.append((end, float(score)))
+        out[str(label)] = pairs
+    return out
 
 
 # ----------------------------------------------------------- into the set-up

@@ -1,7 +1,8 @@
 """The playground's table: one row per completion, the new component values, total and
 advantage beside what the run had (its reward and advantage from the samples event),
-and where the engine gives them, the greedy baseline's total (ReMax) and each reward's
-own advantage (GDPO)."""
+and where the engine gives them, the greedy baseline's total (ReMax), each reward's
+own advantage (GDPO) and a step reward's steps (the completion cut at each step's end,
+each piece followed by its score)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
+from workbench.inspector.steps import pieces_text, scores_text, step_pieces
 from workbench.playground.model import Completion, ScoreResult
 from workbench.runs.samples_view import one_line
 
@@ -29,6 +31,11 @@ def component_column(label: str) -> str:
 def component_advantage_column(label: str) -> str:
     """The column of a reward's own advantage (where the engine gives one): `adv: LABEL`."""
     return f"adv: {label}"
+
+
+def steps_column(label: str) -> str:
+    """The column of a step reward's steps: `steps: LABEL`."""
+    return f"steps: {label}"
 
 
 def advantage_labels(result: ScoreResult | None) -> list[str]:
@@ -66,8 +73,8 @@ class ResultsTable(QTableWidget):
     """Completions with the scores of the last result. `columns` names the columns in
     order: group, prompt, completion, `rewards/LABEL` for each component, total, run
     total, greedy baseline (when the completions carry one), advantage, run advantage,
-    `adv: LABEL` for each reward's own advantage (when the engine gives them); tests
-    read cells by these names."""
+    `adv: LABEL` for each reward's own advantage (when the engine gives them), `steps:
+    LABEL` for each step reward; tests read cells by these names."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -90,9 +97,10 @@ class ResultsTable(QTableWidget):
         greedy = any(c.baseline is not None for c in completions) or \
             (result is not None and any(b is not None for b in result.baselines))
         own = advantage_labels(result)
+        stepped = result.step_labels if result is not None else []
         self.columns = [GROUP, PROMPT, COMPLETION, *map(component_column, labels), TOTAL, RUN_TOTAL,
                         *([GREEDY_BASELINE] if greedy else []), ADVANTAGE, RUN_ADVANTAGE,
-                        *map(component_advantage_column, own)]
+                        *map(component_advantage_column, own), *map(steps_column, stepped)]
         self.clear()
         self.setColumnCount(len(self.columns))
         self.setRowCount(len(completions))
@@ -107,6 +115,8 @@ class ResultsTable(QTableWidget):
                                         "reward is measured against: advantage = total - this"}
         header_tips.update({component_advantage_column(k): f"The advantage from {k} alone: normalised within the "
                             "group, before weights (the advantage is their weighted sum, normalised)" for k in own})
+        header_tips.update({steps_column(k): f"The steps {k} scored: each step's text [in brackets], then its score; "
+                            f"{k}'s value above is their mean. Hover a cell for one step a line" for k in stepped})
         if result is not None and not result.advantages_computed and result.advantages_reason:
             header_tips[ADVANTAGE] = f"No advantages: {result.advantages_reason}"
         for column, name in enumerate(self.columns):
@@ -137,8 +147,10 @@ class ResultsTable(QTableWidget):
             if _differs(result.advantages[row], completion.run_advantage):
                 advantage.setBackground(_CHANGED)
             self._extras(row, completion, result, greedy, own)
+            self._steps(row, completion, result, stepped)
         self.resizeColumnsToContents()
-        for column in (self.columns.index(PROMPT), self.columns.index(COMPLETION)):
+        for column in (self.columns.index(PROMPT), self.columns.index(COMPLETION), *(
+                self.columns.index(steps_column(k)) for k in stepped)):
             self.setColumnWidth(column, min(self.columnWidth(column), 260))
 
     def cell(self, row: int, name: str) -> str:
@@ -166,6 +178,22 @@ class ResultsTable(QTableWidget):
                 item.setToolTip(f"the run had {old:.4f}")
                 if isinstance(new, (int, float)) and _differs(new, float(old)):
                     item.setBackground(_CHANGED)
+
+    def _steps(self, row: int, completion: Completion, result: ScoreResult, stepped: list[str]) -> None:
+        """Each step reward's steps: the pieces of the completion with their scores, shaded
+        where the scores read differently from the run's."""
+        steps = result.steps[row] if row < len(result.steps) else {}
+        for label in stepped:
+            pieces = step_pieces(completion.completion, steps.get(label, []))
+            item = QTableWidgetItem(pieces_text(pieces))
+            lines = [f"step {k + 1}: {score:.4g}  {piece!r}" for k, (piece, score) in enumerate(pieces)]
+            old = completion.run_steps.get(label)
+            if isinstance(old, list):
+                lines.append(f"the run had {scores_text(old)}")
+                if scores_text(old) != scores_text([score for _, score in pieces]):
+                    item.setBackground(_CHANGED)
+            item.setToolTip("\n".join(lines) or "no steps")
+            self.setItem(row, self.columns.index(steps_column(label)), item)
 
     def _text(self, row: int, name: str, text: str) -> QTableWidgetItem:
         item = QTableWidgetItem(one_line(text))

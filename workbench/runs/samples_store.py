@@ -12,6 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from engine.run import rundir
+from workbench.inspector.steps import mean_score, scores_text, step_scores
 from workbench.runs.metric_table import MetricTable, _is_number
 
 
@@ -31,12 +32,14 @@ class Sample:
     # where the row has none: each reward's own advantage, {reward name: value} (rewards
     # normalised one by one); the greedy completion of the prompt that the reward is
     # measured against, {"completion", "reward", "rewards"}; whether an unpaired
-    # completion is desirable; whether a pair's two scores tied; a pair's rejected text.
+    # completion is desirable; whether a pair's two scores tied; a pair's rejected text;
+    # a step reward's score of each step, {reward label: [score, ...]}.
     component_advantages: dict = field(default_factory=dict)
     baseline: dict | None = None
     label: bool | None = None
     tie: bool | None = None
     rejected: str | None = None
+    steps: dict = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -56,9 +59,20 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _steps_mean(value: Any) -> float | None:
+    """The mean of every step score of a row's `steps` (None: the row has no steps).
+
+    >>> _steps_mean({"a": [1, 1, 0], "b": [0.5]}), _steps_mean(None)
+    (0.625, None)
+    """
+    scores = [s for item in step_scores(value).values() for s in item]
+    mean = mean_score(scores)
+    return mean if math.isfinite(mean) else None
+
+
 # The number columns of the optional keys (numbers(name)), when a row has them: a flag
-# is 1/0 so the table sorts by it.
-LABEL, BASELINE, TIE = "label", "baseline/reward", "tie"
+# is 1/0 so the table sorts by it; the steps column sorts by the mean of every step score.
+LABEL, BASELINE, TIE, STEPS = "label", "baseline/reward", "tie", "steps"
 COMPONENT_ADVANTAGE = "component_advantages/"
 
 
@@ -155,7 +169,8 @@ class SampleStore:
                 for r in raws]
         values = {LABEL: [_flag(r.get("label")) for r in raws], TIE: [_flag(r.get("tie")) for r in raws],
                   BASELINE: [r["baseline"].get("reward") if isinstance(r.get("baseline"), dict) else None
-                             for r in raws]}
+                             for r in raws],
+                  STEPS: [_steps_mean(r.get("steps")) for r in raws]}
         for name, column in values.items():
             if name in self.optional_seen or any(v is not None for v in column):
                 self.optional_seen.add(name)
@@ -198,7 +213,7 @@ class SampleStore:
                       component_advantages=dict(parts) if isinstance(parts, dict) else {},
                       baseline=dict(baseline) if isinstance(baseline, dict) else None,
                       label=_flag(raw.get("label")), tie=_flag(raw.get("tie")),
-                      rejected=rejected if isinstance(rejected, str) else None)
+                      rejected=rejected if isinstance(rejected, str) else None, steps=step_scores(raw.get("steps")))
 
     def text(self, i: int, name: str) -> str:
         """The prompt or completion of row i, without building the whole Sample."""
@@ -211,7 +226,7 @@ class SampleStore:
 
     def numbers(self, name: str) -> np.ndarray:
         """`step`, `index`, `reward`, `advantage`, `rewards/<component>`,
-        `component_advantages/<reward>`, LABEL, BASELINE or TIE for every row."""
+        `component_advantages/<reward>`, LABEL, BASELINE, TIE or STEPS for every row."""
         self._materialize()
         if name == "step":
             return self._numbers.steps
@@ -299,6 +314,10 @@ def sample_html(sample: Sample) -> str:
     if sample.component_advantages:
         parts.append("<br>advantage of each reward (normalised within the group, before weights): "
                      + _values(sample.component_advantages, signed=True))
+    for label, scores in sample.steps.items():
+        mean = mean_score(scores)
+        parts.append(f"<br>steps of {html.escape(label)}: <b>{html.escape(scores_text(scores))}</b>"
+                     + (f" (mean {_fmt(mean)})" if math.isfinite(mean) else ""))
     pre = "white-space:pre-wrap; background:#f6f8fa; padding:4px; font-family:monospace"
     parts.append(f"<p><b>Prompt</b></p><pre style='{pre}'>{html.escape(sample.prompt)}</pre>")
     parts.append(f"<p><b>Completion</b></p><pre style='{pre}'>{html.escape(sample.completion)}</pre>")

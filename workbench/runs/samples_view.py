@@ -30,7 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.runs.rundata import RunData, Sample, SampleStore
-from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, LABEL, TIE, _fmt, baseline_text,
+from workbench.inspector.steps import labelled_scores_text, steps_tooltip
+from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, LABEL, STEPS, TIE, _fmt, baseline_text,
                                           flag_text, sample_html)
 
 STEP, PROMPT, COMPLETION, REWARD = "step", "prompt", "completion", "reward"
@@ -42,12 +43,14 @@ _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _POSITIVE = QColor(220, 245, 225)
 _NEGATIVE = QColor(250, 225, 225)
 # Headers of the columns some algorithms' rows add (docs/run-directory.md, `samples`).
-_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie"}
+_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie", STEPS: "steps"}
 _HEADER_TIPS = {
     LABEL: "desirable: the update pushes this completion up; undesirable: down (unpaired preference data)",
     BASELINE: "the reward of the greedy completion of the same prompt, the baseline the reward is measured "
               "against (advantage = reward - greedy baseline); hover a cell for its text",
     TIE: "the pair's two completions got the same score: the first sampled was taken as chosen",
+    STEPS: "each step's score from the step rewards, in order (several rewards: each after its label); "
+           "sorts by the mean of the scores; hover a cell for the list",
     ADVANTAGE: "the advantage the update used (green: pushed up, pink: pushed down)",
 }
 
@@ -91,12 +94,12 @@ class SamplesModel(QAbstractTableModel):
     def _column_names(self) -> list[str]:
         """The columns: step, prompt, completion, total reward, each component,
         advantage, and those of the keys a run's rows have (label beside the
-        completion, the greedy baseline beside the reward, each reward's advantage after
-        the advantage, tie last)."""
+        completion, the greedy baseline beside the reward, step scores after the
+        components, each reward's advantage after the advantage, tie last)."""
         store = self.store
         return [STEP, PROMPT, COMPLETION, *([LABEL] if store.has(LABEL) else []), REWARD,
                 *([BASELINE] if store.has(BASELINE) else []), *[f"rewards/{c}" for c in store.components],
-                ADVANTAGE, *[COMPONENT_ADVANTAGE + c for c in store.advantage_components],
+                *([STEPS] if store.has(STEPS) else []), ADVANTAGE, *[COMPONENT_ADVANTAGE + c for c in store.advantage_components],
                 *([TIE] if store.has(TIE) else [])]
 
     def _columns_for(self) -> None:
@@ -231,12 +234,16 @@ class SamplesModel(QAbstractTableModel):
                 return flag_text(name, getattr(sample, name))
             if name == BASELINE and sample.baseline is None:
                 return ""
+            if name == STEPS:
+                return labelled_scores_text(sample.steps) if sample.steps else ""
             return _fmt(self._number(sample, name))
         if role == Qt.ToolTipRole:
             if name in TEXT_COLUMNS:
                 return getattr(sample, name)
+            if name == STEPS:
+                return steps_tooltip(sample.steps) if sample.steps else None
             return baseline_text(sample.baseline) if name == BASELINE else None
-        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name != LABEL:
+        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name not in (LABEL, STEPS):
             return _RIGHT
         if role == Qt.BackgroundRole:
             return self._background(sample, name)

@@ -98,6 +98,16 @@ class GRPOConfig(OnlineAlgorithm):
                 "sum_then_normalize to keep the estimator")
         return self
 
+    def step_rewards_problem(self) -> str:
+        # Step rewards need an estimator that reads them (its declaration); a file
+        # estimator declares itself and is checked when the run loads it.
+        name = self.advantage_estimator
+        if name in ESTIMATORS and not ESTIMATORS.declares(name).step_rewards:
+            return (f"advantage_estimator {name} gives each completion one advantage from one reward, so the steps "
+                    "would count only as their mean; set advantage_estimator: grpo_process (process supervision), "
+                    "or use PPO (each step's reward on the token that ends it)")
+        return ""
+
     # Declarations (engine/algorithms/config_base.py): groups of num_generations, as every
     # OnlineAlgorithm; and the playground recomputes GRPO's group-relative advantages.
 

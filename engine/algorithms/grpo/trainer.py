@@ -25,6 +25,8 @@ from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
+from engine.algorithms.step_rewards import StepRewards
+from engine.rewards.base import RewardError
 from engine.rl.losses import grpo_loss
 from engine.rl.user_code import resolve
 from engine.rl.user_files import user_function_fields
@@ -93,8 +95,11 @@ class GRPOTrainer(Trainer):
         for _field, value, registry in user_function_fields(preset.algorithm):
             resolve(registry, value, preset_dir)
         # ReMax (an estimator declaring greedy_baseline): a greedy completion of each prompt a step.
-        self.greedy_baseline = wants_greedy_baseline(resolve(ESTIMATORS, preset.algorithm.advantage_estimator,
-                                                             preset_dir))
+        self.preset_dir = preset_dir  # a FILE.py:FUNCTION estimator is found next to the preset
+        estimator = resolve(ESTIMATORS, preset.algorithm.advantage_estimator, preset_dir)
+        self.greedy_baseline = wants_greedy_baseline(estimator)
+        # Process supervision (an estimator declaring step_rewards, engine/rl/process.py)
+        self.reads_steps = bool(getattr(estimator.declares, "step_rewards", False))
         super().__init__(preset, run_dir, stop, preset_dir, world)
 
     def declaration(self) -> dict:
@@ -110,11 +115,25 @@ class GRPOTrainer(Trainer):
         return self.algo.num_iterations
 
     def advantages(self, rewards: torch.Tensor, mask: torch.Tensor, components: dict[str, list[float]],
-                   baseline_rewards: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   baseline_rewards: torch.Tensor | None = None, steps: StepRewards | None = None,
+                   lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Advantages, (B,) per completion or (B, T) per token, and the per-component ones
         (B, K) where the multi_objective_aggregation computes them itself (GDPO; None
         otherwise, when the preset's estimator gets the weighted sum `rewards`).
-        `baseline_rewards` (B,): each row's prompt's greedy reward (ReMax), else None."""
+        `baseline_rewards` (B,): each row's prompt's greedy reward (ReMax), else None.
+        `steps`: the step components' steps on tokens, which an estimator declaring
+        step_rewards reads with the outcome components' sum as a step on the last token."""
+        step_rewards = step_ends = None
+        if steps and not self.reads_steps:
+            raise RewardError(
+                f"reward component {next(iter(steps.per_component))!r} returned steps, and advantage_estimator "
+                f"{self.algo.advantage_estimator} gives each completion one advantage from one reward; set "
+                "advantage_estimator: grpo_process (process supervision), or make the reward return one number "
+                "per completion")
+        if self.reads_steps:
+            steps = steps or StepRewards({}, {})
+            outcome = steps.outcome_totals(components) if steps else rewards.tolist()
+            step_rewards, step_ends = steps.tensors(lengths, mask.shape[1], outcome, mask.device)
         aggregation = REWARD_AGGREGATIONS.entry(self.algo.multi_objective_aggregation)
         if aggregation.declares.own_advantages:
             weights = {label: weight for label, weight, _ in self.reward_components}
@@ -124,7 +143,8 @@ class GRPOTrainer(Trainer):
             return aggregation.call(values, [weights[name] for name in names], self.algo.num_generations)
         return estimate_advantages(self.algo.advantage_estimator, rewards, mask,
                                    num_generations=self.algo.num_generations, scale_rewards=self.algo.scale_rewards,
-                                   baseline_rewards=baseline_rewards), None
+                                   baseline_rewards=baseline_rewards, step_rewards=step_rewards,
+                                   step_ends=step_ends, base_dir=self.preset_dir), None
 
     def score_greedy(self, prompts: list[str], fields: dict[str, list], greedy: tuple[Rollout, list[str]],
                      group_size: int) -> GreedyBaseline:
@@ -230,7 +250,9 @@ class GRPOTrainer(Trainer):
         greedy = self.sample_batch(prompts[::G], 1, greedy=True) if self.greedy_baseline else None
         t1 = time.perf_counter()
 
-        totals, components = self.score(prompts, completions, fields, G)
+        totals, components, steps = self.score_with_steps(prompts, completions, fields, G)
+        steps = StepRewards.of(steps, completions, rollout, self.tokenizer,
+                               {label: weight for label, weight, _ in self.reward_components})
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         mask = rollout.completion_mask
         if self.algo.mask_truncated_completions:
@@ -238,7 +260,8 @@ class GRPOTrainer(Trainer):
         baseline = self.score_greedy(prompts, fields, greedy, G) if greedy is not None else None
         baseline_rewards = None if baseline is None else repeat_per_group(
             torch.tensor(baseline.totals, dtype=torch.float32, device=self.device), G)
-        advantages, component_advantages = self.advantages(rewards, mask, components, baseline_rewards)
+        advantages, component_advantages = self.advantages(rewards, mask, components, baseline_rewards, steps,
+                                                           rollout.lengths)
         t2 = time.perf_counter()
 
         record_rows = list(range(self.num_recorded(len(prompts), G)))
@@ -253,9 +276,10 @@ class GRPOTrainer(Trainer):
         metrics = rollout_metrics(rollout, rewards, components)
         # A group with no learning signal: equal rewards (exact: group_reward_std is exactly 0
         # for a group of equal values, and their group-relative advantages are exactly 0). Under
-        # GDPO and ReMax the rewards alone do not say: a group of equal totals can differ in its
-        # components, or from its greedy completion; there it is a group whose advantages are all 0.
-        if component_advantages is None and baseline is None:
+        # GDPO, ReMax and step rewards the totals alone do not say: a group of equal totals can
+        # differ in its components, from its greedy completion or in its steps; there it is a
+        # group whose advantages are all 0.
+        if component_advantages is None and baseline is None and not steps:
             no_signal = group_reward_std(rewards, G) == 0
         else:
             no_signal = (advantages.reshape(len(prompts) // G, -1) == 0).all(dim=1)  # (B,) or (B, T) per group
@@ -275,12 +299,15 @@ class GRPOTrainer(Trainer):
         metrics["grad_norm"] = update["grad_norm"]
         if baseline is not None:
             metrics["baseline/reward_mean"] = sum(baseline.totals) / len(baseline.totals)
+        if steps:
+            metrics.update(steps.metrics(G))
 
         row_extras = {}
         if component_advantages is not None:
             row_extras["component_advantages"] = component_rows(list(components), component_advantages)
         if baseline is not None:
             row_extras["baseline"] = baseline.rows(G)
+        row_extras.update(steps.row_extras())
 
         outputs = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
                                   components=components, advantages=advantages, rollout=rollout,

@@ -81,6 +81,10 @@ class OnlineDPOConfig(OnlineAlgorithm):
                     f"completions of a prompt in one pass); use an even number, e.g. {max(PAIR, micro - 1)}"]
         return []
 
+    def step_rewards_problem(self) -> str:
+        return ("online DPO ranks each prompt's completions by their total reward, so the steps would count only "
+                "as their mean; use GRPO with advantage_estimator: grpo_process, or PPO")
+
     def playground_reason(self) -> str:
         return ("online DPO ranks each prompt's 2 completions by these rewards (the higher total is chosen; "
                 "a tie goes to the first sampled) but learns from implicit rewards, beta x (log pi - log ref), "

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
+from engine.rl.process import step_token_rewards
+from engine.algorithms.step_rewards import StepRewards
 from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import (
     clipped_value_loss,
@@ -196,9 +198,14 @@ class PPOTrainer(Trainer):
         rollout, completions = self.sample_batch(prompts, algo.num_generations)
         t1 = time.perf_counter()
 
-        totals, components = self.score(prompts, completions, fields, algo.num_generations)
+        totals, components, steps = self.score_with_steps(prompts, completions, fields, algo.num_generations)
+        steps = StepRewards.of(steps, completions, rollout, self.tokenizer,
+                               {label: weight for label, weight, _ in self.reward_components})
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
-        scores = rewards.clone()
+        # With step rewards the score on the last token is the outcome rewards' sum; each step
+        # reward goes on the token that ends its step.
+        scores = torch.tensor(steps.outcome_totals(components), dtype=torch.float32,
+                              device=self.device) if steps else rewards.clone()
         if algo.missing_eos_penalty is not None:
             scores = scores - algo.missing_eos_penalty * rollout.truncated.float()
         t2 = time.perf_counter()
@@ -207,7 +214,10 @@ class PPOTrainer(Trainer):
         record_rows = list(range(self.num_recorded(len(prompts), algo.num_generations)))
         old = self.old_policy_pass(rollout, len(record_rows))
         kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
-        token_rewards, non_score = ppo_token_rewards(scores, kl, mask, algo.kl_coef)
+        token_rewards, non_score = ppo_token_rewards(
+            scores, kl, mask, algo.kl_coef,
+            step_token_rewards(steps.per_component, steps.weights, rollout.lengths.cpu(), mask.shape[1]).to(
+                mask.device) if steps else None)
         if algo.whiten_rewards:
             token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
         old["value"] = old["value"] * mask
@@ -243,11 +253,14 @@ class PPOTrainer(Trainer):
         })
         metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
         metrics["grad_norm"] = update["grad_norm"]
+        if steps:
+            metrics.update(steps.metrics(algo.num_generations))
 
         outputs = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
                                  rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
                                  advantages=advantages, returns=returns, scores=scores.tolist(),
-                                 ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows)
+                                 ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows,
+                                 row_extras=steps.row_extras())
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: PPOStepOutputs) -> None:
@@ -265,5 +278,5 @@ class PPOTrainer(Trainer):
                        "return": last.returns, "kl_reward": last.non_score,
                        "reward_per_token": last.token_rewards, "ratio": last.ratio},
             clipped=last.clipped, top=old["top"],
-            totals=last.totals, components=last.components, extra={"score": last.scores},
+            totals=last.totals, components=last.components, extra={"score": last.scores, **last.row_extras},
         ))
