@@ -111,12 +111,12 @@ STEPPED = [{"name": "exact_match"}, {"name": "sort_steps", "weight": 0.5}]
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "remax"])
 def test_a_step_reward_with_a_one_number_estimator_is_refused(estimator):
-    with pytest.raises(PresetError, match=r"rewards.1 \(sort_steps\) scores each step.*grpo_process"):
+    with pytest.raises(PresetError, match=r"rewards.1: sort_steps scores each step.*grpo_process"):
         preset_from_dict({"algorithm": {"name": "grpo", "advantage_estimator": estimator}, "rewards": STEPPED})
 
 
 def test_online_dpo_refuses_step_rewards_and_ppo_and_dpo_take_them():
-    with pytest.raises(PresetError, match="online DPO ranks"):
+    with pytest.raises(PresetError, match=r"online DPO \(algorithm.name: online_dpo\) ranks"):
         preset_from_dict({"algorithm": {"name": "online_dpo"}, "rewards": STEPPED})
     preset_from_dict({"algorithm": {"name": "ppo"}, "rewards": STEPPED})
     preset_from_dict({"algorithm": {"name": "grpo", "advantage_estimator": "grpo_process"}, "rewards": STEPPED})

@@ -302,7 +302,11 @@ def test_a_new_aggregation_is_one_function_and_one_registration():
 def test_estimators_declare_their_shape():
     rewards, mask = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.ones(4, 3)
     for entry in ESTIMATORS.entries():
-        out = entry.call(rewards, mask, num_generations=2, scale_rewards="group", baseline_rewards=torch.zeros(4))
+        # grpo_process reads the step tensors: here one step a completion, on its last token
+        ends = torch.zeros(4, 3, dtype=torch.bool)
+        ends[:, -1] = True
+        out = entry.call(rewards, mask, num_generations=2, scale_rewards="group", baseline_rewards=torch.zeros(4),
+                         step_rewards=rewards[:, None] * ends, step_ends=ends)
         assert out.shape == ((4, 3) if entry.declares.per_token else (4,)), entry.name
 
 

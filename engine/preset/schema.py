@@ -365,7 +365,7 @@ class Preset(Section):
         problem = algo.step_rewards_problem() if stepped else ""
         if problem:
             i = stepped[0]
-            raise ValueError(f"rewards.{i} ({self.rewards[i].name}) scores each step of a completion; {problem}")
+            raise ValueError(f"rewards.{i}: {self.rewards[i].name} scores each step of a completion; {problem}")
         labels = [r.component_name for r in self.rewards]
         for label in dict.fromkeys(labels):
             where = [i for i, other in enumerate(labels) if other == label]

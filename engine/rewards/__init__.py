@@ -49,6 +49,8 @@ from engine.rewards.combine import (
 from engine.rewards.kinds import (
     PROCESS_REWARD_MODEL,
     PROCESS_REWARD_MODEL_OPTIONS,
+    PRM_HEADS,
+    PRM_STEP_DELIMITER_DEFAULT,
     REWARD_MODEL,
     REWARD_MODEL_OPTIONS,
     check_label,
@@ -114,6 +116,8 @@ __all__ = [
     "token_step_ends",
     "PROCESS_REWARD_MODEL",
     "PROCESS_REWARD_MODEL_OPTIONS",
+    "PRM_HEADS",
+    "PRM_STEP_DELIMITER_DEFAULT",
     "check_process_reward_model_options",
     "is_step_reward_entry",
     "exact_match",

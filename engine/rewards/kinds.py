@@ -44,6 +44,9 @@ __all__ = [
 
 REWARD_MODEL = "reward_model"
 PROCESS_REWARD_MODEL = "process_reward_model"
+#: Where a process reward model splits a completion into steps unless the entry sets
+#: `step_delimiter`: a blank line, as math PRMs' steps are written.
+PRM_STEP_DELIMITER_DEFAULT = "\n\n"
 
 #: Options of a ``reward_model`` component, with their defaults (``model`` has
 #: none: it is required). ``max_length`` null means the model's own context;

@@ -47,7 +47,7 @@ import torch
 
 from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
-from engine.rewards.kinds import PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
+from engine.rewards.kinds import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
 from engine.rewards.model import _NO_LIMIT, _hint
 from engine.rewards.paths import resolve_reward_model
 from engine.rewards.steps import split_step_ends
@@ -65,7 +65,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STEP_DELIMITER_DEFAULT = "\n\n"
+STEP_DELIMITER_DEFAULT = PRM_STEP_DELIMITER_DEFAULT  # engine/rewards/kinds.py (torch-free)
 """Where a PRM splits a completion when its entry sets no ``step_delimiter``: the
 public math PRMs score paragraphs (Qwen2.5-Math-PRM's steps are ``\\n\\n``-separated)."""
 

@@ -25,18 +25,27 @@ from workbench.setup import schema
 from workbench.signals import Signal
 
 _PROBLEM = re.compile(r"^(\S+): (.*)$", re.S)
+# A preset-wide check's message that opens with the entry it is about and its name:
+# "rewards.2 (sort_steps) scores each step ..." (engine/preset/schema.py Preset._combinations).
+_ABOUT_ENTRY = re.compile(r"^([a-z_]+(?:\.\w+)+) \(")
 
 
 def split_problem(line: str) -> tuple[str, str]:
-    """A PresetError line `field.path: message` -> (path, message); a line that names no
-    field -> ("", line).
+    """A PresetError line `field.path: message` -> (path, message); a line that opens
+    with a field path and a parenthesis is about that field, and keeps its words; a line
+    that names no field -> ("", line).
 
     >>> split_problem("training.batch_size: must be >= 1")
     ('training.batch_size', 'must be >= 1')
+    >>> split_problem("rewards.2 (sort_steps) scores each step")
+    ('rewards.2', 'rewards.2 (sort_steps) scores each step')
     >>> split_problem("the top level must be a mapping")
     ('', 'the top level must be a mapping')
     """
     match = _PROBLEM.match(line)
+    about = _ABOUT_ENTRY.match(line)
+    if about and not match:
+        return about.group(1), line
     if not match:
         return "", line
     path = match.group(1)

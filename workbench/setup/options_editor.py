@@ -16,11 +16,18 @@ from workbench.setup.schema import FieldSpec, format_value
 class OptionsEditor(FieldEditor):
     """Options of a task or reward as a small form generated from the option defaults
     (engine.data.task_options / engine.rewards.reward_options). Only options the user
-    sets are written; an empty box means "the default", shown greyed in the box."""
+    sets are written; an empty box means "the default", shown greyed in the box.
 
-    def __init__(self, spec: FieldSpec, defaults: Callable[[], dict], parent=None):
+    An option is read as its default's type (a number, text; a null default: YAML).
+    `kinds` overrides that where the default says too little: ``TEXT`` reads the box as
+    text (a token "-" or "1", which YAML would make a list or a number); a tuple of
+    words makes the option a choice among them (a process reward model's head)."""
+
+    def __init__(self, spec: FieldSpec, defaults: Callable[[], dict], parent=None,
+                 kinds: Callable[[], dict] | None = None):
         super().__init__(spec, parent)
         self._defaults = defaults
+        self._kinds = kinds or dict
         self._value: dict = {}
         self._shown_defaults: dict | None = None
         self._rows: dict[str, QWidget] = {}
@@ -50,6 +57,9 @@ class OptionsEditor(FieldEditor):
 
     def _option_widget(self, key: str, default: Any) -> QWidget:
         current = self._value.get(key, _UNSET)
+        words = self._kinds().get(key)
+        if isinstance(words, tuple):
+            return self._choice_widget(key, default, words, current)
         if isinstance(default, bool) and (current is _UNSET or isinstance(current, bool)):
             combo = QComboBox(self)
             combo.addItems([f"default ({format_value(default)})", "true", "false"])
@@ -59,19 +69,39 @@ class OptionsEditor(FieldEditor):
             return combo
         line = QLineEdit(self)
         line.setObjectName(f"option:{key}")
-        line.setPlaceholderText("default: " + (format_value(default) if default is not _UNKNOWN else "–"))
+        shown = "–" if default is _UNKNOWN else '""' if default == "" else format_value(default)
+        line.setPlaceholderText(f"default: {shown}")
         if current is not _UNSET:
             line.setText(option_text(current))
         line.textEdited.connect(lambda _t: self._changed())
         return line
 
+    def _choice_widget(self, key: str, default: Any, words: tuple, current: Any) -> QComboBox:
+        """The default, then each allowed word; a value from a file that is not one of
+        them is shown (marked) and kept, so the engine's message about it makes sense."""
+        combo = QComboBox(self)
+        combo.setObjectName(f"option:{key}")
+        values = [_UNSET, *words] + ([current] if current is not _UNSET and current not in words else [])
+        for value in values:
+            combo.addItem(f"default ({format_value(default)})" if value is _UNSET
+                          else option_text(value) + ("" if value in words else " (not allowed)"), value)
+        combo.setCurrentIndex(values.index(current))
+        combo.activated.connect(lambda _i: self._changed())
+        return combo
+
     def _parse(self, key: str, widget: QWidget, default: Any) -> Any:
         if isinstance(widget, QComboBox):
+            if isinstance(self._kinds().get(key), tuple):
+                return widget.currentData()
             return {0: _UNSET, 1: True, 2: False}[widget.currentIndex()]
         text = widget.text()
         if not text.strip():
             return _UNSET
+        if self._kinds().get(key) == TEXT:
+            return text
         if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if text.strip() == "null":
+                return None  # the engine says whether this option may be null
             kind = schema.INT if isinstance(default, int) else schema.FLOAT
             return parse_number(text, kind, False)
         if isinstance(default, str):
@@ -112,6 +142,7 @@ class OptionsEditor(FieldEditor):
 
 _UNSET = object()
 _UNKNOWN = object()
+TEXT = "text"  # a `kinds` value: the option's box is read as text
 
 
 def option_text(value: Any) -> str:

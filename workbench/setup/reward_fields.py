@@ -1,25 +1,33 @@
-"""The fields of a custom reward's source (its Python file and function) and the
-helpers that read a reward's name, used by the rewards editor of the set-up panel."""
+"""The fields of a custom reward's source (its Python file and function), the step
+delimiter every entry may set, and the helpers that read a reward's name, used by the
+rewards editor of the set-up panel."""
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QWidget
 
 from engine.rewards.custom import find_reward_file, inspect_reward_file
-from engine.rewards import reward_kind
+from engine.rewards import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, REWARDS, reward_kind
 from workbench.setup import schema
-from workbench.setup.editors import FieldEditor, PathEditor
+from workbench.setup.editors import FieldEditor, PathEditor, TextEditor
+
+# Where a process reward model splits a completion when its entry sets no delimiter.
+PRM_STEP_DELIMITER = PRM_STEP_DELIMITER_DEFAULT
 
 
 def reward_row_kind(name: Any) -> str:
-    """How a rewards entry is edited: ``registry``, ``reward_model`` or ``custom`` (a
-    name meant as FILE.py:FUNCTION, valid or not, is edited as one).
+    """How a rewards entry is edited: ``registry``, ``reward_model``,
+    ``process_reward_model`` or ``custom`` (a name meant as FILE.py:FUNCTION, valid or
+    not, is edited as one).
 
     >>> reward_row_kind("exact_match"), reward_row_kind("reward_model"), reward_row_kind("r.py:f"), reward_row_kind("r.py")
     ('registry', 'reward_model', 'custom', 'custom')
+    >>> reward_row_kind("process_reward_model")
+    'process_reward_model'
     """
     name = name if isinstance(name, str) else ""
     try:
@@ -117,3 +125,90 @@ class FunctionEditor(FieldEditor):
 
     def input_widget(self) -> QWidget:
         return self.combo
+
+
+# ----------------------------------------------------------------- step delimiter
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_UNESCAPES = {"\\": "\\", "n": "\n", "t": "\t", "r": "\r"}
+
+
+def delimiter_text(value: str) -> str:
+    r"""A step delimiter as its field shows it: a newline as the two characters \n (a
+    tab \t, a carriage return \r, a backslash \\), everything else as it is.
+
+    >>> print(delimiter_text("\n\n"), delimiter_text("Step"), delimiter_text("a\\b"))
+    \n\n Step a\\b
+    """
+    return "".join(_ESCAPES.get(char, char) for char in value)
+
+
+def parse_delimiter(text: str) -> str | None:
+    r"""What a typed step delimiter means: None when empty (unset); \n a newline, \t a
+    tab, \r a carriage return, \\ one backslash; any other backslash is itself. The
+    inverse of :func:`delimiter_text`: ``parse_delimiter(delimiter_text(d)) == d``.
+
+    >>> parse_delimiter(r"\n\n"), parse_delimiter(""), parse_delimiter(" ; ")
+    ('\n\n', None, ' ; ')
+    >>> print(parse_delimiter(r"\d\\n"))
+    \d\n
+    """
+    if not text:
+        return None
+    out, i = [], 0
+    while i < len(text):
+        pair = text[i + 1] if text[i] == "\\" and i + 1 < len(text) else ""
+        if pair in _UNESCAPES:
+            out.append(_UNESCAPES[pair])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+DELIMITER_TYPING = (r"Typed as text: \n is a newline (\n\n a blank line), \t a tab, \\ a backslash; "
+                    "any other character is itself, spaces included. Empty: not set.")
+
+
+def delimiter_placeholder(name: Any) -> str:
+    r"""What an empty step-delimiter field means for the entry named `name`.
+
+    >>> print(delimiter_placeholder("process_reward_model"))
+    default: \n\n
+    >>> delimiter_placeholder("exact_match"), delimiter_placeholder("sort_steps")
+    ('none: one score per completion', 'none: the reward places its steps')
+    """
+    if name == PROCESS_REWARD_MODEL:
+        return f"default: {delimiter_text(PRM_STEP_DELIMITER)}"
+    if getattr(REWARDS.get(name) if isinstance(name, str) else None, "returns_steps", False):
+        return "none: the reward places its steps"
+    return "none: one score per completion"
+
+
+class StepDelimiterEditor(TextEditor):
+    r"""A reward entry's `step_delimiter`: the text steps are split at, typed with \n for
+    a newline (see :func:`parse_delimiter`); empty means unset."""
+
+    def __init__(self, spec: schema.FieldSpec, parent=None):
+        super().__init__(spec, parent)
+        self.setToolTip(spec.tooltip() + "<br>" + html.escape(DELIMITER_TYPING))
+        self.line.setToolTip(self.toolTip())
+
+    def show_value(self, value: Any) -> None:
+        text = delimiter_text(value) if isinstance(value, str) else ("" if value is None else str(value))
+        if self.line.text() != text:
+            self.line.setText(text)
+
+    def value(self) -> Any:
+        return parse_delimiter(self.line.text())
+
+
+def reward_help(name: str) -> str:
+    """A registry reward's help, for its item's tooltip: its docstring's first paragraph.
+
+    >>> reward_help("exact_match")
+    '1.0 when the completion equals the answer, ignoring surrounding whitespace.'
+    """
+    doc = (getattr(REWARDS.get(name), "__doc__", None) or "").strip()
+    return " ".join(doc.split("\n\n")[0].split())

@@ -1,6 +1,6 @@
 """The rewards section of the set-up form: one row per reward component (a registry
-reward, a reward model, or a Python file and function) with its label, weight and
-options, and the Add component chooser.
+reward, a reward model, a process reward model, or a Python file and function) with its
+label, weight, step delimiter and options, and the Add component chooser.
 """
 
 from __future__ import annotations
@@ -23,13 +23,14 @@ from PySide6.QtWidgets import (
 )
 
 from engine.preset.schema import Preset
-from engine.rewards import REWARD_MODEL, REWARDS, component_label, reward_options
+from engine.rewards import PROCESS_REWARD_MODEL, REWARD_MODEL, REWARDS, component_label, reward_options
 from engine.rewards.custom import function_options
+from engine.rewards import PRM_HEADS
 from workbench.setup import schema
 from workbench.setup.editors import NOTE_STYLE, ChoiceEditor, FieldRow, NumberEditor, PathEditor, TextEditor
-from workbench.setup.options_editor import OptionsEditor
-from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, functions_in, relative_to_preset, \
-    reward_row_kind, split_function_name
+from workbench.setup.options_editor import TEXT, OptionsEditor
+from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, StepDelimiterEditor, \
+    delimiter_placeholder, functions_in, relative_to_preset, reward_help, reward_row_kind, split_function_name
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
 if TYPE_CHECKING:
@@ -38,14 +39,26 @@ if TYPE_CHECKING:
 
 REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
                      "prompt + completion is the reward. A hub id (org/name) or a local folder.")
+PROCESS_REWARD_MODEL_HELP = (
+    "A Hugging Face process reward model that scores each step of a completion: a token-classification "
+    "model (the probability of class `label` at each step's end) or a causal LM (p(good_token) / "
+    "(p(good_token) + p(bad_token)) there), as the public math PRMs. Steps are split at the step "
+    "delimiter; step_tag is the text written after each step that the score is read at. A hub id "
+    "(org/name) or a local folder.")
+# Models whose `model` option has its own field (the options box holds the rest).
+MODEL_KINDS = {REWARD_MODEL: REWARD_MODEL_HELP, PROCESS_REWARD_MODEL: PROCESS_REWARD_MODEL_HELP}  # kind -> help
+# Options whose box the options editor must read as something the default does not say:
+# a token is text even when it reads as YAML ("-" a list, "1" a number); head is a choice.
+PRM_OPTION_KINDS = {"good_token": TEXT, "bad_token": TEXT, "step_tag": TEXT, "head": PRM_HEADS}
 CUSTOM_HELP = ("Your own reward: a function reward(prompts, completions, **fields) -> list of floats in a Python "
                "file (a relative path is found next to the preset). Its keyword parameters with defaults are its "
                "options.")
 
 
 class RewardRow(QFrame):
-    """One reward component: what it is (a registry reward, a reward model, or a Python
-    file and function), its label, weight and options, and Remove.
+    """One reward component: what it is (a registry reward, a reward model, a process
+    reward model, or a Python file and function), its label, weight, step delimiter and
+    options, and Remove.
 
     `field_rows` maps a path inside the entry (``""``, ``options.model``, ``name``) to
     the row that shows problems about it."""
@@ -57,12 +70,15 @@ class RewardRow(QFrame):
         self.setFrameShape(QFrame.StyledPanel)
         self.setObjectName(f"reward:{index}")
         prefix = f"rewards.{index}."
-        specs = {name: schema.field_spec(_reward_model(), name, prefix) for name in ("name", "label", "weight", "options")}
+        specs = {name: schema.field_spec(_reward_model(), name, prefix)
+                 for name in ("name", "label", "weight", "options", "step_delimiter")}
         self.weight = NumberEditor(specs["weight"], self)
         self.weight.line.setMaximumWidth(70)
         self.label = TextEditor(specs["label"], self)
         self.label.line.setMaximumWidth(130)
-        self.options = OptionsEditor(specs["options"], self._option_defaults, self)
+        self.options = OptionsEditor(specs["options"], self._option_defaults, self,
+                                     kinds=lambda: PRM_OPTION_KINDS if self.kind == PROCESS_REWARD_MODEL else {})
+        self.delimiter = StepDelimiterEditor(specs["step_delimiter"], self)
         self.remove = QPushButton("Remove", self)
         self.remove.setToolTip("Remove this reward component")
         self.problems = FieldRow(self.options, self)
@@ -80,18 +96,21 @@ class RewardRow(QFrame):
         self.unknown = UnknownKeysBanner(editor.panel.doc, f"rewards.{index}", self)
         layout.addWidget(self.unknown)
         if kind == "registry":
+            names = tuple(sorted(REWARDS))
             self.name = ChoiceEditor(schema.FieldSpec(specs["name"].path, "name", schema.CHOICE,
-                                                      specs["name"].description, choices=tuple(sorted(REWARDS))), self)
+                                                      specs["name"].description, choices=names,
+                                                      choice_help=tuple((n, reward_help(n)) for n in names)), self)
             top.addWidget(self.name, 2)
             self.name.edited.connect(lambda value: editor.set_item(self.index, {"name": value, "options": {}}))
-        elif kind == "reward_model":
-            title = QLabel("<b>reward model</b>", self)
-            title.setToolTip(REWARD_MODEL_HELP)
+        elif kind in MODEL_KINDS:
+            help_text = MODEL_KINDS[kind]
+            title = QLabel(f"<b>{kind.replace('_', ' ')}</b>", self)
+            title.setToolTip(help_text)
             top.addWidget(title, 2)
-            model_spec = schema.FieldSpec(f"{prefix}options.model", "model", schema.TEXT, REWARD_MODEL_HELP)
+            model_spec = schema.FieldSpec(f"{prefix}options.model", "model", schema.TEXT, help_text)
             self.model = PathEditor(model_spec, folder=True, parent=self)
             self.model.line.setPlaceholderText("Hugging Face id (org/name) or a folder")
-            self.model.browse.setToolTip("Choose a local reward-model folder")
+            self.model.browse.setToolTip(f"Choose a local {kind.replace('_', ' ')} folder")
             self.field_rows["options.model"] = FieldRow(self.model, self)
             layout.addWidget(self.field_rows["options.model"])
             self.model.edited.connect(self._model_edited)
@@ -117,16 +136,26 @@ class RewardRow(QFrame):
         top.addWidget(QLabel("weight"))
         top.addWidget(self.weight)
         top.addWidget(self.remove)
+        delimiter = QWidget(self)
+        line = QHBoxLayout(delimiter)
+        line.setContentsMargins(0, 0, 0, 0)
+        caption = QLabel("Step delimiter", delimiter)
+        caption.setToolTip(self.delimiter.toolTip())
+        line.addWidget(caption)
+        line.addWidget(self.delimiter, 1)
+        self.field_rows["step_delimiter"] = FieldRow(delimiter, self)
+        layout.addWidget(self.field_rows["step_delimiter"])
         layout.addWidget(self.problems)
         self.label.edited.connect(lambda value: editor.set_item(self.index, {"label": value or None}))
         self.weight.edited.connect(lambda value: editor.set_item(self.index, {"weight": value}))
+        self.delimiter.edited.connect(lambda value: editor.set_item(self.index, {"step_delimiter": value}))
         self.options.edited.connect(self._options_edited)
         self.remove.clicked.connect(lambda: editor.remove_item(self.index))
 
     # -------------------------------------------------------------- editing
 
     def _options_edited(self, value: dict) -> None:
-        if self.kind == "reward_model":
+        if self.kind in MODEL_KINDS:
             # `model` has its own field; the options box holds the rest.
             value = {"model": (self._item.get("options") or {}).get("model", ""), **value}
         self.editor.set_item(self.index, {"options": value})
@@ -154,8 +183,8 @@ class RewardRow(QFrame):
         name = self._item.get("name") if self._item else None
         if self.kind == "registry":
             return reward_options(name) if name in REWARDS else {}
-        if self.kind == "reward_model":
-            return {k: v for k, v in reward_options(REWARD_MODEL).items() if k != "model"}
+        if self.kind in MODEL_KINDS:
+            return {k: v for k, v in reward_options(self.kind).items() if k != "model"}
         return function_options(name, self.editor.panel.doc.base_dir) if isinstance(name, str) else {}
 
     # ------------------------------------------------------------- showing
@@ -184,6 +213,8 @@ class RewardRow(QFrame):
             default = ""
         self.label.line.setPlaceholderText(default or "label")
         self.weight.set_value(item.get("weight"))
+        self.delimiter.set_value(item.get("step_delimiter"))
+        self.delimiter.line.setPlaceholderText(delimiter_placeholder(name))
         self.options.set_value(options)
 
 
@@ -192,12 +223,15 @@ def _reward_model():
 
 
 ADD_REWARD_MODEL = "reward model (Hugging Face)…"
+ADD_PROCESS_REWARD_MODEL = "process reward model (Hugging Face, per step)…"
 ADD_CUSTOM = "Python function…"
+ADD_HELP = {ADD_REWARD_MODEL: REWARD_MODEL_HELP, ADD_PROCESS_REWARD_MODEL: PROCESS_REWARD_MODEL_HELP,
+            ADD_CUSTOM: CUSTOM_HELP}
 
 
 class RewardsEditor(QGroupBox):
-    """The reward components: registry rewards, reward models and custom Python
-    functions, each with label, weight and options."""
+    """The reward components: registry rewards, reward models, process reward models
+    and custom Python functions, each with label, weight, step delimiter and options."""
 
     def __init__(self, panel: "SetupPanel"):
         super().__init__("Rewards", panel)
@@ -209,7 +243,8 @@ class RewardsEditor(QGroupBox):
         self.rows_box.setSpacing(4)
         self.adder = QComboBox(self)
         self.adder.setObjectName("reward-adder")
-        self.adder.setToolTip("A reward from the registry, a learned reward model, or your own Python function")
+        self.adder.setToolTip("A reward from the registry, a learned reward model (one score per completion or one "
+                              "per step), or your own Python function")
         self.add_button = QPushButton("Add component", self)
         add = QHBoxLayout()
         add.addWidget(self.adder, 1)
@@ -243,15 +278,18 @@ class RewardsEditor(QGroupBox):
         for name in sorted(REWARDS):
             if name not in names:
                 self.adder.addItem(name)
-        self.adder.addItem(ADD_REWARD_MODEL)
-        self.adder.addItem(ADD_CUSTOM)
+                self.adder.setItemData(self.adder.count() - 1, reward_help(name), Qt.ToolTipRole)
+        for choice, help_text in ADD_HELP.items():
+            self.adder.addItem(choice)
+            self.adder.setItemData(self.adder.count() - 1, help_text, Qt.ToolTipRole)
 
     def set_item(self, index: int, changes: dict) -> None:
         items = [dict(i) if isinstance(i, dict) else i for i in self._items()]
         if 0 <= index < len(items) and isinstance(items[index], dict):
             items[index].update(changes)
-            if items[index].get("label", "") is None:
-                del items[index]["label"]  # unset: the preset leaves it out
+            for key in ("label", "step_delimiter"):
+                if items[index].get(key, "") is None:
+                    del items[index][key]  # unset: the preset leaves it out
             self.panel.doc.set("rewards", items)
 
     def remove_item(self, index: int) -> None:
@@ -276,6 +314,8 @@ class RewardsEditor(QGroupBox):
         choice = self.adder.currentText()
         if choice == ADD_REWARD_MODEL:
             self.add_reward_model()
+        elif choice == ADD_PROCESS_REWARD_MODEL:
+            self.add_process_reward_model()
         elif choice == ADD_CUSTOM:
             self.add_custom()
         elif choice:
@@ -284,6 +324,12 @@ class RewardsEditor(QGroupBox):
     def add_reward_model(self, model: str = "") -> None:
         """A reward-model component (the model field is then edited in its row)."""
         self.panel.doc.set("rewards", self._items() + [self._new_item(REWARD_MODEL, {"model": model})])
+        if not model:
+            self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
+
+    def add_process_reward_model(self, model: str = "") -> None:
+        """A process-reward-model component (the model field is then edited in its row)."""
+        self.panel.doc.set("rewards", self._items() + [self._new_item(PROCESS_REWARD_MODEL, {"model": model})])
         if not model:
             self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
 

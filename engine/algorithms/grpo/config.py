@@ -103,9 +103,9 @@ class GRPOConfig(OnlineAlgorithm):
         # estimator declares itself and is checked when the run loads it.
         name = self.advantage_estimator
         if name in ESTIMATORS and not ESTIMATORS.declares(name).step_rewards:
-            return (f"advantage_estimator {name} gives each completion one advantage from one reward, so the steps "
-                    "would count only as their mean; set advantage_estimator: grpo_process (process supervision), "
-                    "or use PPO (each step's reward on the token that ends it)")
+            return (f"algorithm.advantage_estimator {name} gives each completion one advantage from one reward, so "
+                    "the steps would count only as their mean; set algorithm.advantage_estimator: grpo_process "
+                    "(process supervision), or use PPO (each step's reward on the token that ends it)")
         return ""
 
     # Declarations (engine/algorithms/config_base.py): groups of num_generations, as every

@@ -82,8 +82,9 @@ class OnlineDPOConfig(OnlineAlgorithm):
         return []
 
     def step_rewards_problem(self) -> str:
-        return ("online DPO ranks each prompt's completions by their total reward, so the steps would count only "
-                "as their mean; use GRPO with advantage_estimator: grpo_process, or PPO")
+        return ("online DPO (algorithm.name: online_dpo) ranks each prompt's completions by their total reward, so "
+                "the steps would count only as their mean; use GRPO with algorithm.advantage_estimator: grpo_process, "
+                "or PPO")
 
     def playground_reason(self) -> str:
         return ("online DPO ranks each prompt's 2 completions by these rewards (the higher total is chosen; "
