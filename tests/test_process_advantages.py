@@ -240,3 +240,21 @@ def test_a_custom_file_and_a_process_reward_model_train_a_grpo_process_step(tmp_
         assert all(0.0 < s < 1.0 for s in record["steps"]["process_reward_model"]["scores"])
         assert record["step_weights"] == {"sort_steps": 0.5, "digit_pieces": 0.25, "process_reward_model": 0.25}
     assert any(len(set(r["advantage"])) > 1 for r in records)
+
+
+def test_the_controls_outcome_reward_is_the_step_rewards_mean():
+    """presets/examples/grpo-sort-steps-outcome.yaml (README's control): its file reward gives
+    sort_steps' mean as one number a completion, which plain grpo takes."""
+    from pathlib import Path
+
+    from engine.preset.schema import load_preset
+    from engine.rewards import build_reward_components, score_rewards_with_steps
+
+    folder = Path(__file__).resolve().parent.parent / "presets" / "examples"
+    preset = load_preset(folder / "grpo-sort-steps-outcome.yaml")
+    assert preset.algorithm.advantage_estimator == "grpo"
+    components = build_reward_components(preset.rewards, base_dir=folder)
+    totals, values, steps = score_rewards_with_steps(components, ["p"] * 3, [" 1 3 2", " 1 2 3", "x"],
+                                                     {"answer": [" 1 2 3"] * 3})
+    assert values["sort_steps_mean"] == [pytest.approx(1 / 3), 1.0, 0.0] and steps == {}
+    assert totals == [pytest.approx(0.5 / 3), 1.5, 0.0]

@@ -238,6 +238,7 @@ def test_a_slow_tokenizer_is_refused(prms, monkeypatch):
 
     class Slow:
         is_fast = False
+        pad_token_id = 0
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Slow())
     with pytest.raises(RewardError, match=r"is a slow \(Python\) tokenizer; .*tokenizer.json"):

@@ -86,12 +86,33 @@ def _hint(model: str, what: str, exc: Exception) -> str:
     )
 
 
+
+def padded_tokenizer(model: str, where: str):
+    """A reward model's tokenizer, ready for batches: a pad token (its EOS when it has
+    none), padding on the right and cutting from the left. RewardError naming `where`
+    when it cannot be loaded or has nothing to pad with."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        raise RewardError(f"{where}: {_hint(model, 'tokenizer', exc)}") from exc
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token is None:
+            raise RewardError(f"{where}: the tokenizer of {model} has neither a pad nor an EOS token to pad batches with")
+        tokenizer.pad_token = tokenizer.eos_token
+    # Right padding keeps every text's positions as they are alone; the completion is
+    # at the end of the text, so truncation cuts the prompt's beginning instead.
+    tokenizer.padding_side = "right"
+    tokenizer.truncation_side = "left"
+    return tokenizer
+
 def load_reward_model(model: str, device=None, dtype: str = "auto", where: str = "reward_model") -> RewardModel:
     """Load (or take from the cache) the sequence-classification model ``model`` on
     ``device`` (a torch.device, a string, or None for CUDA when available) in ``dtype``
     (``auto``: bf16 on a CUDA device that has it, else fp32). RewardError, prefixed with
     ``where``, when it cannot be loaded or does not output exactly one score."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
     device = device if isinstance(device, torch.device) else resolve_device(device or "auto")
     torch_dtype = resolve_dtype(dtype, device)
@@ -104,18 +125,7 @@ def load_reward_model(model: str, device=None, dtype: str = "auto", where: str =
         raise RewardError(f"{where}: {_hint(model, 'config', exc)}") from exc
     if config.num_labels != 1:
         raise RewardError(f"{where}: {num_labels_message(model, config.num_labels)}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except Exception as exc:
-        raise RewardError(f"{where}: {_hint(model, 'tokenizer', exc)}") from exc
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token is None:
-            raise RewardError(f"{where}: the tokenizer of {model} has neither a pad nor an EOS token to pad batches with")
-        tokenizer.pad_token = tokenizer.eos_token
-    # Right padding keeps every text's positions as they are alone; the completion is
-    # at the end of the text, so truncation cuts the prompt's beginning instead.
-    tokenizer.padding_side = "right"
-    tokenizer.truncation_side = "left"
+    tokenizer = padded_tokenizer(model, where)
     try:
         loaded, info = AutoModelForSequenceClassification.from_pretrained(
             model, dtype=torch_dtype, output_loading_info=True)

@@ -48,7 +48,7 @@ import torch
 from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
-from engine.rewards.model import _NO_LIMIT, _hint
+from engine.rewards.model import _NO_LIMIT, _hint, padded_tokenizer
 from engine.rewards.paths import resolve_reward_model
 from engine.rewards.steps import split_step_ends
 
@@ -234,26 +234,13 @@ def _loaded_head(model: str, architectures: list[str] | None, head: str, where: 
 
 
 def _fast_tokenizer(model: str, where: str):
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
-        raise RewardError(f"{where}: {_hint(model, 'tokenizer', exc)}") from exc
+    tokenizer = padded_tokenizer(model, where)
     if not getattr(tokenizer, "is_fast", False):
         raise RewardError(
             f"{where}: the tokenizer of {model} ({type(tokenizer).__name__}) is a slow (Python) tokenizer; "
             "a process reward model finds each step's token by the character offsets only a fast tokenizer "
             "gives. Give a model whose folder has a tokenizer.json (a fast tokenizer)."
         )
-    if tokenizer.pad_token_id is None:
-        if tokenizer.eos_token is None:
-            raise RewardError(f"{where}: the tokenizer of {model} has neither a pad nor an EOS token to pad batches with")
-        tokenizer.pad_token = tokenizer.eos_token
-    # Right padding keeps each text's positions as they are alone; cutting from the
-    # left drops the prompt's beginning and keeps the steps.
-    tokenizer.padding_side = "right"
-    tokenizer.truncation_side = "left"
     return tokenizer
 
 
