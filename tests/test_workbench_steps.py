@@ -437,3 +437,36 @@ def test_summary_parts_without_steps_are_unchanged():
 def test_docstring_examples_hold(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted and result.failed == 0
+
+
+# ================================================================ a real run from the window
+
+
+def test_a_step_reward_preset_runs_from_the_window_and_shows_its_steps(window, qtbot):  # noqa: F811
+    """The window's launcher runs a preset with the built-in step reward and grpo_process
+    (the engine process is the subject): the samples table shows each completion's steps,
+    and the recorded rollouts carry them for the inspector."""
+    from conftest import small_preset_dict
+    from window_fixtures import click_run
+
+    preset = small_preset_dict(max_steps=2, record_rollouts=4)
+    preset["rewards"] = [{"name": "exact_match"}, {"name": "sort_steps", "weight": 0.5}]
+    preset["algorithm"]["advantage_estimator"] = "grpo_process"
+    window.doc.new(preset)
+    with qtbot.waitSignal(window.engine_finished, timeout=150_000) as finished:
+        run_dir = click_run(qtbot, window)
+    assert finished.args == [0]
+    window.tick()
+    assert window.shown[0].status == "done"
+    window.tabs.setCurrentIndex(SAMPLES)
+    model = window.samples.model
+    assert "steps" in headers(model) and model.rowCount() == 8  # 2 steps x log_completions 4
+    shown = 0
+    for r in range(model.rowCount()):
+        scores = model.sample(r).steps["sort_steps"]
+        if scores:  # (a completion without digits has no steps)
+            assert cell(model, r, "steps") == " ".join(f"{s:g}" for s in scores)
+            shown += 1
+    assert shown
+    records = rundir.read_trajectories(run_dir, 2)
+    assert records and all(set(r["steps"]) == {"sort_steps"} for r in records)
