@@ -107,6 +107,18 @@ def padded_tokenizer(model: str, where: str):
     tokenizer.truncation_side = "left"
     return tokenizer
 
+
+def load_with_head(auto_class, model: str, torch_dtype, where: str):
+    """``auto_class.from_pretrained(model)`` and the names of the weights outside its base
+    model that the checkpoint lacks (a head that would start random: the caller refuses
+    it, naming the head). RewardError naming `where` when it cannot be loaded."""
+    try:
+        loaded, info = auto_class.from_pretrained(model, dtype=torch_dtype, output_loading_info=True)
+    except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
+        raise RewardError(f"{where}: {_hint(model, 'model', exc)}") from exc
+    prefix = getattr(loaded, "base_model_prefix", "") + "."
+    return loaded, sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
+
 def load_reward_model(model: str, device=None, dtype: str = "auto", where: str = "reward_model") -> RewardModel:
     """Load (or take from the cache) the sequence-classification model ``model`` on
     ``device`` (a torch.device, a string, or None for CUDA when available) in ``dtype``
@@ -126,13 +138,7 @@ def load_reward_model(model: str, device=None, dtype: str = "auto", where: str =
     if config.num_labels != 1:
         raise RewardError(f"{where}: {num_labels_message(model, config.num_labels)}")
     tokenizer = padded_tokenizer(model, where)
-    try:
-        loaded, info = AutoModelForSequenceClassification.from_pretrained(
-            model, dtype=torch_dtype, output_loading_info=True)
-    except Exception as exc:
-        raise RewardError(f"{where}: {_hint(model, 'model', exc)}") from exc
-    prefix = getattr(loaded, "base_model_prefix", "") + "."
-    untrained = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
+    loaded, untrained = load_with_head(AutoModelForSequenceClassification, model, torch_dtype, where)
     if untrained:
         raise RewardError(
             f"{where}: {model} has no trained reward head ({', '.join(untrained)} would start "

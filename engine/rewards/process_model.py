@@ -48,7 +48,7 @@ import torch
 from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
-from engine.rewards.model import _NO_LIMIT, _hint, padded_tokenizer
+from engine.rewards.model import _NO_LIMIT, _hint, load_with_head, padded_tokenizer
 from engine.rewards.paths import resolve_reward_model
 from engine.rewards.steps import split_step_ends
 
@@ -264,12 +264,7 @@ def load_process_reward_model(model: str, device=None, dtype: str = "auto", head
         return _CACHE[key]
     tokenizer = _fast_tokenizer(model, where)
     auto_class = AutoModelForCausalLM if head == "causal_lm" else AutoModelForTokenClassification
-    try:
-        loaded, info = auto_class.from_pretrained(model, dtype=torch_dtype, output_loading_info=True)
-    except Exception as exc:
-        raise RewardError(f"{where}: {_hint(model, 'model', exc)}") from exc
-    prefix = getattr(loaded, "base_model_prefix", "") + "."
-    untrained = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(prefix))
+    loaded, untrained = load_with_head(auto_class, model, torch_dtype, where)
     if untrained:
         raise RewardError(
             f"{where}: {model} has no trained {head} head ({', '.join(untrained)} would start random); "
