@@ -6,9 +6,11 @@ section (engine/alarms/config.py); the window is `alarms.window` steps.
 The metrics are the engine's own (TRL's names where TRL has them): `reward`,
 `frac_reward_zero_std`, `completions/mean_length`, `completions/clipped_ratio`, `kl`,
 `entropy`, `grad_norm`, `skipped_steps`, and with step rewards (docs/algorithms.md)
-`frac_step_reward_zero_std` and `steps/single_step_ratio`; a metric an algorithm does not
-log leaves its alarms silent (DPO samples nothing while training: only the non-finite and
-held-out alarms apply to it; a run without step rewards never raises the step alarms).
+`frac_step_reward_zero_std` and `steps/single_step_ratio`, and with
+training.record_update_effect the update/* metrics; a metric an algorithm does not
+log leaves its alarms silent (DPO samples nothing while training: only the non-finite,
+held-out and update alarms apply to it; a run without step rewards never raises the step
+alarms).
 """
 
 from __future__ import annotations
@@ -61,6 +63,20 @@ KINDS: dict[str, Kind] = {
         (("training.learning_rate", "lower it (e.g. by 3-10x)"),
          ("training.max_grad_norm", "clip gradients harder"),
          ("algorithm.beta", "a larger KL coefficient holds the policy nearer the reference"))),
+    "update_against_advantage": Kind(
+        "Tokens moved against their advantage",
+        "An update should make the tokens with a positive advantage likelier and those with a negative one less "
+        "likely; when many move the other way, something else steers it: clipping (a clipped token gets no push of "
+        "its own and is carried by the others), the KL term pulling toward the reference, a learning rate too high "
+        "for the batch, or completions that share weights pulling against each other.",
+        (("training.learning_rate", "lower it: a smaller step overshoots less, so tokens move more as their own "
+                                    "advantage asks"),
+         ("algorithm.num_iterations", "fewer updates on one batch (PPO: algorithm.num_ppo_epochs): after the first, "
+                                      "tokens whose ratio left the clip range get no push of their own"),
+         ("algorithm.epsilon", "with several updates a batch, check clip_ratio: a wider clip range (PPO: "
+                               "algorithm.cliprange) leaves fewer tokens clipped, at the price of larger steps"),
+         ("algorithm.beta", "with beta > 0 the KL term pulls tokens back toward the reference, against the advantage "
+                            "where they disagree; a smaller beta (PPO: algorithm.kl_coef) lets the advantage lead"))),
     "entropy_collapse": Kind(
         "Entropy collapse",
         "With little entropy left the policy samples nearly the same completion every time, so groups stop "
@@ -289,6 +305,31 @@ def kl_spike(history: History, cfg: AlarmsConfig) -> Finding | None:
     return None
 
 
+def update_against_advantage(history: History, cfg: AlarmsConfig) -> Finding | None:
+    """update/against_advantage_ratio (the share of the recorded tokens with a nonzero
+    advantage that the update moved the other way, engine/rl/update_effect.py) averaged over
+    `window` steps at or above against_advantage_fraction. Its text and evidence add the
+    mean Δ log p of the tokens with a positive and a negative advantage over the same steps.
+
+    e.g. window 4, against ratio 0.3, 0.5, 0.4, 0.5 -> mean 0.425 >= 0.4: fires.
+    """
+    key = "update/against_advantage_ratio"
+    pairs = history.series(key, cfg.window)
+    if len(pairs) < cfg.window or _mean(pairs) < cfg.against_advantage_fraction:
+        return None
+    saw = (f"{_raw(key, pairs)} was {_mean(pairs):.0%}: the update moved that share of the recorded tokens with a "
+           f"nonzero advantage against it, lowering a token its advantage asked to raise or raising one it asked to "
+           f"lower (alarm at {cfg.against_advantage_fraction:.0%})")
+    series = {key.replace("/", "__"): pairs}
+    for sign, mean_key in (("positive", "update/change_pos_adv_mean"), ("negative", "update/change_neg_adv_mean")):
+        means = [p for p in history.series(mean_key, cfg.window) if p[0] >= pairs[0][0]]
+        if means:
+            saw += (f"; {_raw(mean_key, means)} was {_mean(means):+.3g}: the mean Δ log p of the tokens with a "
+                    f"{sign} advantage")
+            series[mean_key.replace("/", "__")] = means
+    return Finding(pairs[0][0], pairs[-1][0], key, saw, _evidence(**series))
+
+
 def entropy_collapse(history: History, cfg: AlarmsConfig) -> Finding | None:
     first, last = history.series("entropy")[: cfg.window], history.series("entropy", cfg.window)
     if len(first) < cfg.window or len(last) < cfg.window or last[0][0] <= first[-1][0]:
@@ -409,6 +450,7 @@ DETECTORS = {
     "step_reward_no_signal": step_reward_no_signal,
     "steps_not_split": steps_not_split,
     "kl_spike": kl_spike,
+    "update_against_advantage": update_against_advantage,
     "entropy_collapse": entropy_collapse,
     "length_drift": length_drift,
     "reward_hacking": reward_hacking,

@@ -43,6 +43,8 @@ class RolloutStepOutputs:
     advantages: torch.Tensor
     record_rows: list[int]
     row_extras: dict[str, list] = field(default_factory=dict, kw_only=True)
+    # the recorded rows' log-probabilities after the step's update (engine/algorithms/update_effect.py)
+    logprob_after: torch.Tensor | None = field(default=None, kw_only=True)
 
     def samples(self, advantages: torch.Tensor, group_size: int, count: int) -> list[dict]:
         """The first `count` completions as a samples event lists them. `advantages` is

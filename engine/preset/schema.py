@@ -315,6 +315,10 @@ class TrainingConfig(Section):
     logging_steps: int = Field(1, ge=1, le=MAX_COUNT, description="Write a metrics event every N steps.")
     log_completions: int = Field(8, ge=0, le=MAX_REPEATS, description="Sampled completions written as `samples` events per logged step.")
     record_rollouts: int = Field(4, ge=0, le=MAX_REPEATS, description="Rollouts per step saved token by token for the trajectory inspector.")
+    record_update_effect: bool = Field(
+        True, description="After each step's update, one more pass over the recorded rollouts (record_rollouts) gives "
+        "each of their tokens' log-probability under the updated policy: the inspector's change after the update "
+        "(Δ log p) and the update/* metrics. Costs a forward pass over those rows only.")
     max_nonfinite_steps: int = Field(
         5, ge=0, le=MAX_COUNT, description="NaN/inf losses or gradients skip the step; the run stops after this many such steps."
     )

@@ -20,6 +20,7 @@ KIND_COLOURS = {
     "step_reward_no_signal": "#8d5524",
     "steps_not_split": "#283593",
     "kl_spike": "#c2185b",
+    "update_against_advantage": "#558b2f",
     "entropy_collapse": "#6a1b9a",
     "length_drift": "#00838f",
     "reward_hacking": "#d50000",

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from workbench.inspector.records import Trajectory
 
 MARKS = {"clipped"}  # per-token flags: shown as marks and in the tooltip, not in the picker
+AGAINST = ("boxed in red (x in the plot): moved against the update's push (its advantage's sign; "
+           "a pair: chosen up, rejected down)")
 
 
 
@@ -40,8 +42,17 @@ class Quantity:
 QUANTITIES: dict[str, Quantity] = {q.key: q for q in (
     Quantity("advantage", "advantage", "diverging",
              "green: the update pushes the token up; pink: pushes it down"),
+    # The step's update, measured (workbench/inspector/update_effect.py): log p after it - before.
+    Quantity("logprob_change", "change after update (Δ log p)", "diverging",
+             "log p after this step's update − log p before: green = made more likely, pink = less likely; "
+             "AGAINST"),
+    Quantity("prob_change", "probability change (Δ p)", "diverging",
+             "p after this step's update − p before: green = more likely, pink = less likely; near 0 for tokens "
+             "already certain or never likely; " + AGAINST),
     Quantity("logprob", "logprob", "sequential",
              "log-probability under the sampling policy; darker = less likely", loud="low", anchor=0.0),
+    Quantity("logprob_after", "logprob after update", "sequential",
+             "log-probability under the policy after this step's update; darker = less likely", loud="low", anchor=0.0),
     Quantity("ref_logprob", "reference logprob", "sequential",
              "log-probability under the reference model; darker = less likely", loud="low", anchor=0.0),
     Quantity("kl", "KL", "sequential",

@@ -19,6 +19,8 @@ from engine.data import Example, load_splits, preference_pairs
 from engine.data.columns import is_conversation
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.model.rollout import Rollout
+from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
+                                             logprobs_after_update)
 from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
@@ -42,6 +44,7 @@ class DPOStepOutputs:
     r_chosen: list[float]
     r_rejected: list[float]
     ref_recorded: torch.Tensor | None
+    logprob_after: torch.Tensor | None = None  # the recorded rows after the update (update_effect.py)
 
 
 class DPOTrainer(Trainer):
@@ -141,6 +144,10 @@ class DPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ step
 
+    def declaration(self) -> dict:
+        declared = super().declaration()
+        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
+
     def train_step(self) -> StepResult[DPOStepOutputs]:
         algo = self.algo
         self.phase = "update"  # every pass of a DPO step runs in micro-batches of pairs
@@ -200,6 +207,7 @@ class DPOTrainer(Trainer):
         for values in (logps, logit_sums):
             self.world.combine_rows(values, mine_rows)
         grad_norm, ok = self.clip_and_step(loss_total)
+        after = logprobs_after_update(self, rows, num_recorded, group_size=PAIR)  # what the update did
         t2 = time.perf_counter()
         if not ok:
             self.count_skipped_step()
@@ -225,9 +233,13 @@ class DPOTrainer(Trainer):
             metrics["nll_loss"] = nll_total
         metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
         metrics["grad_norm"] = grad_norm
+        # a token's "advantage" in DPO: +1 on the chosen side (pushed up), -1 on the rejected
+        side_sign = torch.tensor([1.0, -1.0], device=self.device).repeat(B)
+        metrics.update(effect_metrics(logps, after, side_sign, mask))
         outputs = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
                                  r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
-                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR))
+                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR),
+                                 logprob_after=after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: DPOStepOutputs) -> None:
@@ -250,6 +262,7 @@ class DPOTrainer(Trainer):
         ref = last.ref_recorded  # per token, for the few recorded rows only
         beta = self.algo.beta
         records = []
+        effect = effect_per_token(last.logps, last.logprob_after)  # the recorded rows' change, if recorded
         for p in range(n_rows // PAIR):
             e = examples[p]
             record = {"step": self.step, "index": p, "group": p, "prompt": e.prompt, "beta": beta,
@@ -262,7 +275,8 @@ class DPOTrainer(Trainer):
                     "completion": e.fields[side],
                     **token_fields(self.tokenizer, rows.completion_ids[r, :n].tolist(),
                                    {"logprob": lp, "ref_logprob": rf, "implicit_reward": beta * (lp - rf),
-                                    "entropy": entropy[r]}, (top[0][r], top[1][r])),
+                                    "entropy": entropy[r], **{k: v[r] for k, v in effect.items()}},
+                                   (top[0][r], top[1][r])),
                     "reward": last.r_chosen[p] if side == "chosen" else last.r_rejected[p],
                 }
             records.append(record)

@@ -26,6 +26,8 @@ from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.algorithms.step_rewards import StepRewards
+from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
+                                             logprobs_after_update)
 from engine.rewards.base import RewardError
 from engine.rl.losses import grpo_loss
 from engine.rl.user_code import resolve
@@ -109,7 +111,7 @@ class GRPOTrainer(Trainer):
             for entry in declared["plots"]:
                 if entry["key"] == "reward":
                     entry["metrics"] = [*entry["metrics"], "baseline/reward_mean"]
-        return declared
+        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
 
     def updates_per_step(self) -> int:
         return self.algo.num_iterations
@@ -266,6 +268,8 @@ class GRPOTrainer(Trainer):
 
         record_rows = list(range(self.num_recorded(len(prompts), G)))
         update = self.update(rollout, advantages, mask, len(record_rows))
+        # the recorded rows under the updated policy: what the update did to each token
+        after = logprobs_after_update(self, rollout, len(record_rows))
         t3 = time.perf_counter()
         if update["skipped"]:
             self.count_skipped_step()
@@ -301,6 +305,7 @@ class GRPOTrainer(Trainer):
             metrics["baseline/reward_mean"] = sum(baseline.totals) / len(baseline.totals)
         if steps:
             metrics.update(steps.metrics(G))
+        metrics.update(effect_metrics(per_token["logprob"], after, advantages, mask))
 
         row_extras = {}
         if component_advantages is not None:
@@ -317,7 +322,7 @@ class GRPOTrainer(Trainer):
                                   # gets reference logprobs for the few recorded rows.
                                   ref_recorded=self.recorded_reference(rollout, len(record_rows))
                                   if update["ref"] is None else None,
-                                  row_extras=row_extras)
+                                  row_extras=row_extras, logprob_after=after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: GRPOStepOutputs) -> None:
@@ -335,7 +340,8 @@ class GRPOTrainer(Trainer):
             self.tokenizer, step=self.step, rows=rows, num_generations=G,
             prompts=last.prompts, completions=last.completions, rollout=rollout,
             per_token={"logprob": per_token["logprob"], "ref_logprob": ref, "entropy": per_token["entropy"],
-                       "advantage": token_advantages, "ratio": per_token["ratio"]},
+                       "advantage": token_advantages, "ratio": per_token["ratio"],
+                       **effect_per_token(per_token["logprob"], last.logprob_after)},
             clipped=per_token["clipped"], top=last.top,
             totals=last.totals, components=last.components, extra=last.row_extras,
         ))

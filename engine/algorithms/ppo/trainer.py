@@ -18,6 +18,8 @@ import torch
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
 from engine.rl.process import step_token_rewards
 from engine.algorithms.step_rewards import StepRewards
+from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
+                                             logprobs_after_update)
 from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import (
     clipped_value_loss,
@@ -191,6 +193,10 @@ class PPOTrainer(Trainer):
         return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
                 "ratio": ratio_all, "clipped": clipped_all}
 
+    def declaration(self) -> dict:
+        declared = super().declaration()
+        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
+
     def train_step(self) -> StepResult[PPOStepOutputs]:
         algo = self.algo
         t0 = time.perf_counter()
@@ -224,6 +230,7 @@ class PPOTrainer(Trainer):
         advantages, returns = gae(token_rewards, old["value"], mask, algo.gamma, algo.lam)
         advantages = masked_whiten(advantages, mask)
         update = self.update(rollout, old, advantages, returns, mask)
+        after = logprobs_after_update(self, rollout, len(record_rows))  # what the update did to each token
         t3 = time.perf_counter()
         if update["skipped"]:
             self.count_skipped_step()
@@ -255,12 +262,13 @@ class PPOTrainer(Trainer):
         metrics["grad_norm"] = update["grad_norm"]
         if steps:
             metrics.update(steps.metrics(algo.num_generations))
+        metrics.update(effect_metrics(old["logprob"], after, advantages, mask))
 
         outputs = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
                                  rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
                                  advantages=advantages, returns=returns, scores=scores.tolist(),
                                  ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows,
-                                 row_extras=steps.row_extras())
+                                 row_extras=steps.row_extras(), logprob_after=after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: PPOStepOutputs) -> None:
@@ -276,7 +284,8 @@ class PPOTrainer(Trainer):
             per_token={"logprob": old["logprob"], "ref_logprob": old["ref_logprob"], "kl": last.kl,
                        "entropy": old["entropy"], "advantage": last.advantages, "value": old["value"],
                        "return": last.returns, "kl_reward": last.non_score,
-                       "reward_per_token": last.token_rewards, "ratio": last.ratio},
+                       "reward_per_token": last.token_rewards, "ratio": last.ratio,
+                       **effect_per_token(old["logprob"], last.logprob_after)},
             clipped=last.clipped, top=old["top"],
             totals=last.totals, components=last.components, extra={"score": last.scores, **last.row_extras},
         ))
