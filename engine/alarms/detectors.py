@@ -308,13 +308,18 @@ def kl_spike(history: History, cfg: AlarmsConfig) -> Finding | None:
 def update_against_advantage(history: History, cfg: AlarmsConfig) -> Finding | None:
     """update/against_advantage_ratio (the share of the recorded tokens with a nonzero
     advantage that the update moved the other way, engine/rl/update_effect.py) averaged over
-    `window` steps at or above against_advantage_fraction. Its text and evidence add the
-    mean Δ log p of the tokens with a positive and a negative advantage over the same steps.
+    the last `window` steps that have it, at or above against_advantage_fraction. Its text
+    and evidence add the mean Δ log p of the tokens with a positive and a negative advantage
+    over the same steps.
 
-    e.g. window 4, against ratio 0.3, 0.5, 0.4, 0.5 -> mean 0.425 >= 0.4: fires.
+    A step has no ratio when none of its few recorded rows had a nonzero advantage (in
+    grpo-sort, 4 rows of one group whose rewards were all equal: 8 of its first 20 steps),
+    so the window counts the steps that have one, not the last `window` steps.
+
+    e.g. window 4, against ratio 0.3, 0.5, (none), 0.4, 0.5 -> mean 0.425 >= 0.4: fires over steps 1-5.
     """
     key = "update/against_advantage_ratio"
-    pairs = history.series(key, cfg.window)
+    pairs = history.series(key)[-cfg.window:]
     if len(pairs) < cfg.window or _mean(pairs) < cfg.against_advantage_fraction:
         return None
     saw = (f"{_raw(key, pairs)} was {_mean(pairs):.0%}: the update moved that share of the recorded tokens with a "
@@ -322,7 +327,7 @@ def update_against_advantage(history: History, cfg: AlarmsConfig) -> Finding | N
            f"lower (alarm at {cfg.against_advantage_fraction:.0%})")
     series = {key.replace("/", "__"): pairs}
     for sign, mean_key in (("positive", "update/change_pos_adv_mean"), ("negative", "update/change_neg_adv_mean")):
-        means = [p for p in history.series(mean_key, cfg.window) if p[0] >= pairs[0][0]]
+        means = [p for p in history.series(mean_key) if p[0] >= pairs[0][0]]
         if means:
             saw += (f"; {_raw(mean_key, means)} was {_mean(means):+.3g}: the mean Δ log p of the tokens with a "
                     f"{sign} advantage")

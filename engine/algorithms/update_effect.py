@@ -20,7 +20,8 @@ __all__ = ["UPDATE_EFFECT_PLOTS", "declare_update_effect", "logprobs_after_updat
 
 UPDATE_EFFECT_PLOTS = (
     plot("update_effect", "Update effect on tokens", "update/against_advantage_ratio", "update/change_top10_share"),
-    plot("update_change", "Δ log p by advantage sign", "update/change_pos_adv_mean", "update/change_neg_adv_mean"),
+    plot("update_change", "Δ log p by advantage sign", "update/change_pos_adv_mean", "update/change_neg_adv_mean",
+         "update/change_abs_mean"),
 )
 UPDATE_EFFECT_TOKENS = ("logprob_after", "logprob_change")
 
@@ -39,10 +40,10 @@ def declare_update_effect(declared: dict) -> dict:
 def logprobs_after_update(trainer, rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:
     """Log-probabilities of the first `rows` rows' completion tokens under the policy as it
     is now (after the step's update), in the same dropout-free mode and temperature as
-    the passes before it: (rows, T), or None when the preset turns it off, nothing is
-    recorded, or this process records nothing (rank 0 writes the records; a sharded
-    model's passes take every process, so then all run it)."""
-    if not (trainer.cfg.record_update_effect and rows and (trainer.world.is_main or trainer.sharded_layers)):
+    the passes before it: (rows, T), or None when the preset turns it off or nothing is
+    recorded. Every process runs it (each holds the whole batch): rank 0 writes the records,
+    and the update/* metrics come out the same on every rank, as every other metric does."""
+    if not (trainer.cfg.record_update_effect and rows):
         return None
     set_update_mode(trainer.model, False)
     recorded = slice(0, rows)

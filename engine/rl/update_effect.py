@@ -11,13 +11,14 @@ The metrics (every step with training.record_update_effect, docs/run-directory.m
   update/change_neg_adv_mean     mean Δ log p of tokens with advantage < 0
   update/against_advantage_ratio share of tokens with advantage != 0 moved the other way (Δ · A < 0)
 Each is None where there is no token to average (or, for the share, no change to share).
+A preference pair's (DPO) tokens have advantage +1 on the chosen side, -1 on the rejected.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["UPDATE_EFFECT_METRICS", "update_effect_metrics", "preference_effect_metrics", "top_share"]
+__all__ = ["UPDATE_EFFECT_METRICS", "update_effect_metrics", "top_share"]
 
 UPDATE_EFFECT_METRICS = (
     "update/change_abs_mean",
@@ -37,14 +38,17 @@ def top_share(magnitudes: torch.Tensor, percent: int = 10) -> float | None:
     ceil(percent/100 * n) largest over the sum of all (n values, all >= 0). None when there
     are no values or they sum to 0 (nothing moved: there is no change to share).
 
-    The count is worked out in integers: 0.1 * 30 is 3.0000000000000004 in floats, whose
-    ceiling would be 4 tokens, not 3. Ties do not matter: whichever of equal values are
+    The count is worked out in integers: in floats 7 / 100 * 100 is 7.000000000000001,
+    whose ceiling would be 8 values, not 7. Ties do not matter: whichever of equal values are
     taken, the sum is the same. When all values are equal the share is ceil(0.1 n) / n
     (0.1 when n is a multiple of 10; 0.2 for 5 values, where the top 10 % is 1 value).
 
-    e.g. [0.4, 0.1, 0.0, 0.2, 0.3], 10 % -> 1 value (ceil(0.5)), 0.4 / 1.0 = 0.4
-         [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1] -> 2 values, 2 / 20 = 0.1
-         [0.0, 0.0] -> None
+    >>> round(top_share(torch.tensor([0.4, 0.1, 0.0, 0.2, 0.3])), 6)  # ceil(0.5) = 1 value: 0.4 / 1.0
+    0.4
+    >>> round(top_share(torch.ones(20)), 6)  # 2 values of 20 alike
+    0.1
+    >>> top_share(torch.zeros(2)) is None
+    True
     """
     n = magnitudes.numel()
     total = magnitudes.sum()
@@ -54,10 +58,16 @@ def top_share(magnitudes: torch.Tensor, percent: int = 10) -> float | None:
     return float(torch.topk(magnitudes.flatten(), k).values.sum() / total)
 
 
+#: A change this small is the rounding of two fp32 passes (log p near 0 moves by ~1.2e-7
+#: when nothing moved it), not a movement: it counts as moving neither way. The window's
+#: inspector uses the same floor (workbench/inspector/update_effect.py).
+NO_MOVEMENT = 1e-6
+
+
 def _effect_of_tokens(change: torch.Tensor, advantage: torch.Tensor) -> dict:
     """The five metrics over flat vectors of the counted tokens' Δ log p and advantage (n,)."""
     pos, neg, signed = advantage > 0, advantage < 0, advantage != 0
-    against = (change * advantage < 0)[signed]
+    against = ((change * advantage < 0) & (change.abs() > NO_MOVEMENT))[signed]
     return {
         "update/change_abs_mean": _mean_or_none(change.abs()),
         "update/change_top10_share": top_share(change.abs()),
@@ -82,7 +92,7 @@ def update_effect_metrics(change: torch.Tensor, advantage: torch.Tensor, mask: t
             mask (N, T) of 0/1 (bool, int or float): the tokens to count
     output: {metric name: float or None} for every name in UPDATE_EFFECT_METRICS
 
-    A token whose change is exactly 0 has not moved against its advantage (Δ · A = 0);
+    A token whose change is within NO_MOVEMENT (1e-6) of 0 has not moved against its advantage;
     a token with advantage 0 asks for no direction and counts in neither the per-sign means
     nor the against ratio (it still counts in the |Δ| metrics).
 
@@ -102,21 +112,3 @@ def update_effect_metrics(change: torch.Tensor, advantage: torch.Tensor, mask: t
                          f"and mask {tuple(mask.shape)} must have one shape (N, T) (advantage may be (N,))")
     return _effect_of_tokens(_counted(change, mask), _counted(advantage, mask))
 
-
-def preference_effect_metrics(chosen_change: torch.Tensor, chosen_mask: torch.Tensor,
-                              rejected_change: torch.Tensor, rejected_mask: torch.Tensor) -> dict:
-    """The update/* metrics of a preference step (DPO): a chosen token's advantage is +1, a
-    rejected token's -1, and both sides' tokens are counted together (the two sides may
-    have different lengths T1, T2).
-
-    input:  chosen_change (N, T1), chosen_mask (N, T1), rejected_change (N, T2), rejected_mask (N, T2)
-    output: as update_effect_metrics
-
-    e.g. chosen [[0.2, -0.1]], rejected [[-0.3, 0.1, 9.0]] with its last token masked out
-         -> against_advantage_ratio: -0.1 (chosen, fell) and 0.1 (rejected, rose) of 4 tokens = 0.5;
-            change_pos_adv_mean (0.2 - 0.1) / 2 = 0.05; change_neg_adv_mean (-0.3 + 0.1) / 2 = -0.1
-    """
-    chosen, rejected = _counted(chosen_change, chosen_mask), _counted(rejected_change, rejected_mask)
-    change = torch.cat([chosen, rejected])
-    advantage = torch.cat([torch.ones_like(chosen), -torch.ones_like(rejected)])
-    return _effect_of_tokens(change, advantage)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.dashboard.markers import AlarmMarker, Mark
-from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec
+from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec, plot_help
 from workbench.dashboard.smoothing import SmoothedSeries
 from workbench.runs.rundata import MetricTable, RunData
 
@@ -175,7 +175,11 @@ class MetricPlot(QFrame):
             self.item.setLabel("left", units=None, text=spec.unit)
         self.item.getAxis("left").enableAutoSIPrefix(False)  # 0.3 nats, not "300 (x0.001)"
         self.item.setMenuEnabled(True)
-        self.title = QLabel(f"<b>{spec.title}</b>")
+        self.help = plot_help(spec, curves)
+        self.title = QLabel(f"<b>{spec.title}</b>" + (" <span style='color:#888'>ⓘ</span>" if self.help else ""))
+        if self.help:  # rich text, so Qt wraps the long lines
+            tip = "<p>" + "</p><p>".join(html.escape(line) for line in self.help.splitlines()) + "</p>"
+            self.title.setToolTip(tip)
         self.readout = QLabel()
         self.readout.setObjectName("readout")
         self.readout.setTextFormat(Qt.RichText)
@@ -203,6 +207,7 @@ class MetricPlot(QFrame):
         self._build(curves)
         self._legend = self._legend_html()
         self.readout.setText(self._legend)
+        self.readout.setToolTip(self.title.toolTip())  # the curves' legend: what each means
         self._hover = pg.SignalProxy(self.widget.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
 
     # ------------------------------------------------------------------ curves

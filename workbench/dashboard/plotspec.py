@@ -24,6 +24,7 @@ class CurveSpec:
     label: str = ""
     source: str = METRICS  # "metrics" events or "eval" events
     std: str | None = None  # metric holding the std, drawn as a +- band
+    help: str = ""  # what the metric means (the plot's tooltip)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class PlotSpec:
     declared_only: bool = False  # shown only when the run's declaration lists the key
     unit: str = ""
     note_when_empty: str = "no values logged (all null)"
+    help: str = ""  # what the plot shows (its tooltip, above each curve's own help)
 
     def resolve(self, names: dict[str, set[str]]) -> list[CurveSpec]:
         """The curves this plot has for a run whose metric names are `names[source]`."""
@@ -98,6 +100,30 @@ CATALOGUE: tuple[PlotSpec, ...] = (
     PlotSpec("dpo_eval", "Held-out preference accuracy", (C("preference_accuracy", "chosen above rejected", EVAL),),
              declared_only=True),
     PlotSpec("dpo_accuracy", "Preference accuracy", (C("rewards/accuracies", "accuracy"),), declared_only=True),
+    # The update's effect (training.record_update_effect): over the recorded rows' tokens,
+    # log p after the step's update minus before (engine/rl/update_effect.py).
+    PlotSpec("update_effect", "Update effect on tokens", (
+        C("update/against_advantage_ratio", "moved against the advantage", help=(
+            "share of the recorded tokens (advantage not 0) whose log-probability moved against the sign of "
+            "their advantage in this step's update: clipping, the KL term and the other completions sharing "
+            "the weights can cause it; DPO: chosen tokens that fell, rejected ones that rose")),
+        C("update/change_top10_share", "top 10 % share of |Δ log p|", help=(
+            "share of the total |Δ log p| carried by the 10 % of recorded tokens that moved most: 0.1 when "
+            "every token moves alike, near 1 when a few decision points carry the update"))),
+        declared_only=True,
+        help="How this step's update moved the recorded tokens' log-probabilities (a share, 0 to 1)"),
+    PlotSpec("update_change", "Δ log p by advantage sign", (
+        C("update/change_pos_adv_mean", "advantage > 0", help=(
+            "mean Δ log p (log p after the update − before) of the recorded tokens with a positive "
+            "advantage: above 0 when the update made them more likely, as it means to")),
+        C("update/change_neg_adv_mean", "advantage < 0", help=(
+            "mean Δ log p of the recorded tokens with a negative advantage: below 0 when the update made "
+            "them less likely, as it means to")),
+        C("update/change_abs_mean", "mean |Δ log p|", help=(
+            "mean |Δ log p| over the recorded tokens: how far the step's update moved a token, either way"))),
+        declared_only=True, unit="Δ log p",
+        help="The mean change of log p in this step's update, for tokens the update pushes up and down "
+             "(DPO: the chosen and rejected sides)"),
 )
 
 # Every step carries these; they are not worth a plot of their own but stay reachable
@@ -112,6 +138,26 @@ class Layout:
 
 
 Declared = "str | dict | list[dict]"
+
+
+def metric_help(metric: str, source: str = METRICS) -> str:
+    """What a metric means, from the catalogue ('' when it says nothing).
+
+    >>> metric_help("update/change_abs_mean")[:11]
+    'mean |Δ log'
+    """
+    return next((c.help for spec in CATALOGUE for c in spec.curves
+                 if c.metric == metric and c.source == source and c.help), "")
+
+
+def plot_help(spec: PlotSpec, curves: list[CurveSpec]) -> str:
+    """A plot's tooltip: what it shows, then each curve's meaning ('' when none is known)."""
+    lines = [spec.help] if spec.help else []
+    for curve in curves:
+        meaning = curve.help or metric_help(curve.metric, curve.source)
+        if meaning:
+            lines.append(f"{curve.label or curve.metric} ({curve.metric}): {meaning}")
+    return "\n".join(lines)
 
 
 def declared_plots(declared) -> list[dict]:

@@ -16,6 +16,7 @@ from workbench.inspector.quantities import QUANTITIES, _num, quantity
 from workbench.run_declaration import GROUP, PAIR, SINGLE
 from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
 from workbench.inspector.steps import badges, mean_score, scores_text, token_step_lines
+from workbench.inspector.update_effect import EFFECT_KEYS, effect_rows, token_marks, trajectory_effect_text
 
 # ===================================================================== summary
 
@@ -100,7 +101,7 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     t = trajectory
     parts = [SummaryPart(f"step {t.step}", heading=True)]
     if t.layout == PAIR:
-        return parts + _pair_parts(t)
+        return parts + _pair_parts(t) + effect_parts(t)
     parts.append(SummaryPart(f"rollout {t.index}"))
     if t.layout == GROUP or t.group != t.index:
         parts.append(SummaryPart(f"group {t.group}"))
@@ -128,7 +129,14 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     clipped = t.sides[0].clipped
     if clipped is not None and np.nansum(clipped) > 0:
         parts.append(SummaryPart(f"{int(np.nansum(clipped))} clipped"))
-    return parts
+    return parts + effect_parts(t)
+
+
+def effect_parts(trajectory: Trajectory) -> list[SummaryPart]:
+    """What this step's update did to each side's tokens (none without Δ log p)."""
+    pair = trajectory.layout == PAIR
+    texts = [(side.name, trajectory_effect_text(trajectory, k)) for k, side in enumerate(trajectory.sides)]
+    return [SummaryPart(f"{name} update:" if pair else "update:", text) for name, text in texts if text]
 
 
 def step_parts(trajectory: Trajectory) -> list[SummaryPart]:
@@ -155,8 +163,8 @@ def summary_html(trajectory: Trajectory) -> str:
 
 def token_numbers(side: Side, i: int) -> list[tuple[str, str]]:
     """(name, value) of every per-token number of token i, known quantities first."""
-    keys = [k for k in QUANTITIES if k in side.numbers]
-    keys += sorted(k for k in side.numbers if k not in keys)
+    keys = [k for k in QUANTITIES if k in side.numbers and k not in EFFECT_KEYS]
+    keys += sorted(k for k in side.numbers if k not in keys and k not in EFFECT_KEYS)
     out = []
     for key in keys:
         value = side.numbers[key][i]
@@ -166,6 +174,10 @@ def token_numbers(side: Side, i: int) -> list[tuple[str, str]]:
             out.append((key, _num(value)))
     if "logprob" in side.numbers and math.isfinite(side.numbers["logprob"][i]):
         out.insert(keys.index("logprob") + 1, ("probability", _num(math.exp(side.numbers["logprob"][i]))))
+    effect = effect_rows(side, i)  # the update's effect together: before -> after, Δ log p, Δ p
+    names = [name for name, _ in out]
+    at = names.index("probability") + 1 if "probability" in names else len(out)
+    out[at:at] = effect
     return out
 
 
@@ -258,11 +270,10 @@ h1 { font-size: 18px; } h2 { font-size: 15px; margin-bottom: 4px; }
 """
 
 
-def _side_html(side: Side, colours: list[str], show_marks: bool, steps=()) -> str:
-    """A side's tokens as spans; `steps` (StepComponent): each step's score after its end
-    token, behind a bar."""
+def _side_html(side: Side, colours: list[str], marks, steps=()) -> str:
+    """A side's tokens as spans; `marks` (1/0 per token, or None) outlines tokens in red;
+    `steps` (StepComponent): each step's score after its end token, behind a bar."""
     out = []
-    clipped = side.clipped
     ends = badges(list(steps), {})
     for i, token in enumerate(side.tokens):
         bg = colours[i]
@@ -273,7 +284,7 @@ def _side_html(side: Side, colours: list[str], show_marks: bool, steps=()) -> st
                 continue
             cls = {MARK: " class='m'", SPECIAL: " class='s'"}.get(kind, "")
             inner.append(f"<span{cls}>{html.escape(text)}</span>" if cls else html.escape(text))
-        mark = " c" if show_marks and clipped is not None and clipped[i] == 1 else ""
+        mark = " c" if marks is not None and marks[i] == 1 else ""
         out.append(f"<span class='k{mark}' data-i='{i}' style='background:{bg};color:{fg}' "
                    f"title='{html.escape(token_title(side, i, steps), quote=True)}'>{''.join(inner)}</span>")
         for text, bg in ends.get(i, []):
@@ -309,10 +320,10 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
               f"{html.escape(q.meaning)}</span></div>")
     prompt = html.escape(trajectory.prompt)
     body = []
-    show_marks = key == "ratio"
-    for side, values in zip(trajectory.sides, trajectory.values(key)):
+    for k, (side, values) in enumerate(zip(trajectory.sides, trajectory.values(key))):
         colours = [scale.hex(v) for v in values.tolist()]
-        text = _side_html(side, colours, show_marks, trajectory.steps if side is trajectory.sides[0] else ())
+        marks = token_marks(trajectory, k, key)  # boxed: clipped (ratio), against the push (change)
+        text = _side_html(side, colours, marks, trajectory.steps if k == 0 else ())
         head = ""
         if trajectory.scored:
             head = (f"<h2>{side.name} · score {_num(side.reward)} · implicit reward "

@@ -32,6 +32,7 @@ from workbench.inspector.quantities import _num
 from workbench.inspector.records import text_display
 from workbench.inspector.steps import badges, chips_html, order_key, step_parity
 from workbench.inspector.text import TokenTextView, token_colours
+from workbench.inspector.update_effect import token_marks, trajectory_effect_text
 
 FLAG_STYLE = ("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #e0c060; border-radius: 4px; "
               "padding: 6px; }")
@@ -82,6 +83,9 @@ class GroupRowWidget(QFrame):
             parts.append("per reward " + ", ".join(
                 (f"<b><u>{html.escape(name)}</u></b>" if name == driver else html.escape(name)) + " "
                 + _chip(value, part_scale) for name, value in row.component_advantages.items()))
+        effect = trajectory_effect_text(row.trajectory, 0) if row.trajectory is not None else ""
+        if effect:
+            parts.append(f"update: {html.escape(effect)}")
         if n is not None:
             parts.append(f"{n} tokens")
             if row.trajectory.record.get("truncated"):
@@ -122,8 +126,8 @@ class GroupRowWidget(QFrame):
         side = self.row.trajectory.sides[0]
         values = side.numbers.get(key, np.full(len(side), np.nan))
         self.view.set_colours(*token_colours(values, scale))
-        clipped = side.clipped
-        self.view.set_marks([bool(c == 1) for c in clipped] if key == "ratio" and clipped is not None else None)
+        marks = token_marks(self.row.trajectory, 0, key)  # clipped (ratio), against the push (change)
+        self.view.set_marks([bool(c == 1) for c in marks] if marks is not None else None)
 
     def mousePressEvent(self, event) -> None:
         if event.button() == Qt.LeftButton:

@@ -6,7 +6,9 @@ Hovering the plot emits `point_hovered(i)` for the token position under the poin
 the hovered and the selected position (a vertical line and a dot on each curve), so the
 text and the plot show the same token. `set_step_ends` draws a dashed vertical line
 after each step's end token of a completion scored step by step, labelled with the
-step's score.
+step's score. Coloured by the update's change, `set_series(companion=...)` draws the
+advantage dashed on a right axis of its own, both axes centred alike, so where the change
+and the push part ways shows at a glance (update_effect.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import QGraphicsItem
 from workbench.inspector.colors import DIVERGING_STOPS
 
 SERIES_COLOURS = {"completion": "#37474f", "chosen": "#2e7d32", "rejected": "#b00020"}
+COMPANION_COLOUR = "#e65100"  # the quantity drawn beside the coloured one (the advantage), on the right axis
 HOVER_COLOUR = "#111111"
 SELECT_COLOUR = "#1565c0"
 STEP_LINE_COLOUR = "#607d8b"
@@ -99,8 +102,74 @@ class QuantityPlot(pg.PlotWidget):
         self.step_lines: list[pg.InfiniteLine] = []  # shown: the first len(step_ends)
         self.step_ends: list[int] = []
         self.legend = None
+        self._build_companion()
         self.scene().sigMouseMoved.connect(self._mouse_moved)
         self.scene().sigMouseClicked.connect(self._mouse_clicked)
+
+    def _build_companion(self) -> None:
+        """A second view on the right axis, x linked to the main one, for a quantity drawn
+        beside the coloured one in its own units (the advantage beside the change)."""
+        item = self.item
+        self.companion_box = pg.ViewBox(enableMenu=False)
+        self.companion_box.setMouseEnabled(False, False)
+        # Under the main view (which has no background): its mouse events stay the main view's.
+        self.companion_box.setZValue(-10)
+        item.scene().addItem(self.companion_box)
+        axis = item.getAxis("right")
+        axis.linkToView(self.companion_box)
+        axis.enableAutoSIPrefix(False)
+        axis.setPen(pg.mkPen(COMPANION_COLOUR))
+        axis.setTextPen(pg.mkPen(COMPANION_COLOUR))
+        self.companion_box.setXLink(item)
+        self.companion = pg.PlotDataItem(connect="finite", pen=pg.mkPen(COMPANION_COLOUR, width=2, style=Qt.DashLine))
+        self.companion_box.addItem(self.companion)
+        self.companion_label = ""
+        item.hideAxis("right")
+        item.getViewBox().sigResized.connect(self._place_companion)
+
+    def _place_companion(self) -> None:
+        box = self.item.getViewBox()
+        self.companion_box.setGeometry(box.sceneBoundingRect())
+        self.companion_box.linkedViewChanged(box, self.companion_box.XAxis)
+
+    def _set_companion(self, companion: tuple[np.ndarray, str, tuple[float, float]] | None) -> None:
+        """Draw (values, label, (low, high)) on the right axis, or nothing (None)."""
+        if companion is None:
+            self.companion.setData([], [])
+            self.companion_label = ""
+            self.item.hideAxis("right")
+            return
+        values, label, (low, high) = companion
+        y = np.asarray(values, dtype=float)
+        self.companion.setData(np.arange(len(y), dtype=float), y)
+        self.companion_label = label
+        self.item.showAxis("right")
+        self.item.setLabel("right", f"{label} (dashed)", color=COMPANION_COLOUR)
+        if not (np.isfinite(low) and np.isfinite(high)) or high <= low:
+            low, high = low - 1.0 if np.isfinite(low) else -1.0, high + 1.0 if np.isfinite(high) else 1.0
+        self.companion_box.setYRange(low, high, padding=0.06)  # the main axis' padding: centres line up
+        self._place_companion()
+
+    def _set_legend(self, names: list[str] | None, label: str) -> None:
+        """Which curve is which, when there is more than one (the sides, the companion);
+        one side's curve is named by its quantity (`label`)."""
+        wanted = len(self.series) > 1 or bool(self.companion_label)
+        if wanted and self.legend is None:
+            # See-through white: readable over a curve (the advantage's dashed line may run along
+            # the top), and the points under it still show.
+            self.legend = self.item.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 150),
+                                              pen=pg.mkPen("#bbbbbb"), labelTextColor="#333333")
+        if self.legend is None:
+            return
+        self.legend.clear()
+        if wanted:
+            if len(self.series) == 1:
+                names = [label]
+            for k in range(len(self.series)):
+                self.legend.addItem(self.curves[k], names[k] if names and k < len(names) else f"series {k}")
+            if self.companion_label:
+                self.legend.addItem(self.companion, f"{self.companion_label} (right axis)")
+        self.legend.setVisible(wanted)
 
     @property
     def length(self) -> int:
@@ -108,13 +177,16 @@ class QuantityPlot(pg.PlotWidget):
 
     def set_series(self, series: list[np.ndarray], label: str, centre: float | None,
                    clipped: list[np.ndarray | None] | None = None, names: list[str] | None = None,
-                   y_range: tuple[float, float] | None = None, colours: list[list] | None = None) -> None:
+                   y_range: tuple[float, float] | None = None, colours: list[list] | None = None,
+                   companion: tuple[np.ndarray, str, tuple[float, float]] | None = None) -> None:
         """One curve per side; `centre` draws a dashed line (diverging quantities) and
         fills towards it (one side: green above, pink below, as the tokens); `clipped`
         marks clipped positions with a red x; `y_range` (the colour scale's ends) fixes
         the y axis, so the plot and the colours read alike and rollouts of a step
         compare at a glance; `colours` (the tokens' backgrounds) colour the points
-        when there are few enough to draw."""
+        when there are few enough to draw; `companion` (values, label, (low, high))
+        draws another quantity dashed on a right axis of its own (the advantage beside
+        the update's change: where the push landed)."""
         self.series = [np.asarray(s, dtype=float) for s in series]
         single = len(self.series) == 1 and centre is not None
         for fill, sign in zip(self.sign_fills, (1, -1)):
@@ -161,12 +233,8 @@ class QuantityPlot(pg.PlotWidget):
                                 brush=points_brush)
         else:
             self.points.setData([], [])
-        if len(self.series) > 1 and self.legend is None:
-            self.legend = self.item.addLegend(offset=(-10, 10))
-            for k in range(len(self.series)):
-                self.legend.addItem(self.curves[k], names[k] if names and k < len(names) else f"series {k}")
-        if self.legend is not None:
-            self.legend.setVisible(len(self.series) > 1)
+        self._set_companion(companion)
+        self._set_legend(names, label)
         if centre is not None:
             self.centre_line.setValue(centre)
             self.centre_line.show()

@@ -45,7 +45,7 @@ QUANTITIES: dict[str, Quantity] = {q.key: q for q in (
     # The step's update, measured (workbench/inspector/update_effect.py): log p after it - before.
     Quantity("logprob_change", "change after update (Δ log p)", "diverging",
              "log p after this step's update − log p before: green = made more likely, pink = less likely; "
-             "AGAINST"),
+             + AGAINST),
     Quantity("prob_change", "probability change (Δ p)", "diverging",
              "p after this step's update − p before: green = more likely, pink = less likely; near 0 for tokens "
              "already certain or never likely; " + AGAINST),

@@ -20,6 +20,7 @@ import numpy as np
 from engine.run import rundir
 from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
 from workbench.inspector.steps import StepComponent, labelled_scores_text, record_steps
+from workbench.inspector.update_effect import derived_numbers
 from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
 
 # Per-token lists that are not numbers to colour by.
@@ -72,6 +73,7 @@ class Side:
                 continue
             if all(v is None or isinstance(v, (int, float)) for v in value):
                 numbers[key] = np.array(value, dtype=float)
+        numbers.update(derived_numbers(numbers))  # Δ p, which the engine leaves to the window
         reward, rewards = raw.get("reward"), raw.get("rewards")
         return cls(name=name, tokens=tokens, token_ids=list(ids), numbers=numbers,
                    top_tokens=raw.get("top_tokens") if isinstance(raw.get("top_tokens"), list) else None,

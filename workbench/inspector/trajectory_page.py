@@ -22,6 +22,7 @@ from workbench.inspector.records import Side, Trajectory
 from workbench.inspector.plot import QuantityPlot
 from workbench.inspector.steps import Reference, badges, plot_marks, step_parity
 from workbench.inspector.text import token_colours
+from workbench.inspector.update_effect import token_marks
 from workbench.inspector.widgets import SidePanel
 
 
@@ -140,8 +141,11 @@ class TrajectoryPage(QSplitter):
         for panel in self.sides:
             panel.view.set_show_prompt(show)
 
-    def colour(self, key: str, scale: Scale | None) -> None:
-        """Colour the tokens and the plot by quantity `key` on `scale` (no key: none)."""
+    def colour(self, key: str, scale: Scale | None, advantage_scale: Scale | None = None) -> None:
+        """Colour the tokens and the plot by quantity `key` on `scale` (no key: none).
+        Coloured by the update's change, the tokens that moved against their push are
+        boxed, and with `advantage_scale` the plot draws the advantage on a right axis
+        of that range (update_effect.wants_advantage says when)."""
         trajectory = self.trajectory
         if trajectory is None:
             return
@@ -152,7 +156,6 @@ class TrajectoryPage(QSplitter):
             return
         values = trajectory.values(key)
         q = quantity(key, values)
-        marks_on = key == "ratio"
         clipped = []
         colours = []
         for k, side in enumerate(trajectory.sides):
@@ -160,12 +163,15 @@ class TrajectoryPage(QSplitter):
             backgrounds, texts = token_colours(values[k], scale)
             colours.append(backgrounds)
             view.set_colours(backgrounds, texts)
-            c = side.clipped
-            clipped.append(c if marks_on else None)
-            view.set_marks([bool(x == 1) for x in c] if marks_on and c is not None else None)
+            c = token_marks(trajectory, k, key)
+            clipped.append(c)
+            view.set_marks([bool(x == 1) for x in c] if c is not None else None)
         y_range = (scale.low, scale.high) if scale is not None else None
+        companion = None
+        if advantage_scale is not None:
+            companion = (trajectory.values("advantage")[0], "advantage", (advantage_scale.low, advantage_scale.high))
         self.plot.set_series(values, q.label, q.centre if q.kind == "diverging" else None, clipped,
-                             [s.name for s in trajectory.sides], y_range, colours)
+                             [s.name for s in trajectory.sides], y_range, colours, companion)
         if self.selected >= 0:
             self.show_details(self.selected)
 

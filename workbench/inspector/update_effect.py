@@ -9,7 +9,8 @@
   unpaired completion +1 if desirable, -1 if not (as the engine's
   `update/against_advantage_ratio` counts it).
 - `against`: the tokens that moved the other way (Δ log p · push < 0), which the
-  inspector boxes in red when it colours by the change.
+  inspector boxes in red when it colours by the change (`token_marks`, also the
+  ratio's clipped tokens); `wants_advantage`: when the plot draws the advantage beside.
 - `effect_rows` and `effect_text`: the words for the tooltip and the summary lines.
 
 >>> numbers = {"logprob": np.log([0.5, 0.2]), "logprob_after": np.log([0.6, 0.1])}
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
 AFTER, CHANGE, PROB_CHANGE = "logprob_after", "logprob_change", "prob_change"
 EFFECT_KEYS = (AFTER, CHANGE, PROB_CHANGE)  # shown together in the tooltip, not one by one
 CHANGE_KEYS = (CHANGE, PROB_CHANGE)  # coloured by one of these: the advantage beside it, the "against" boxes
+# A |Δ log p| this small is the rounding of two fp32 log-softmax passes, not a movement: a
+# near-certain token's log p is computed around 1.0's resolution, 2^-23 = 1.2e-7 (a real run
+# recorded -1.192e-7 for a space at log p -1e-5). Such a token is neither with nor against
+# its push; 1e-6 is 8 such steps.
+ROUNDING = 1e-6
 
 
 def derived_numbers(numbers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -72,13 +78,15 @@ def push_sign(trajectory: Trajectory, side_index: int) -> np.ndarray:
 
 def against(change: np.ndarray, push: np.ndarray) -> np.ndarray:
     """Whether each token moved against its push (Δ log p · push < 0); a null change
-    or push, a zero push or no movement is not against.
+    or push, a zero push or a change within `ROUNDING` of 0 is not against.
 
-    >>> against(np.array([0.2, -0.1, -0.3, np.nan]), np.array([1.0, 1.0, -1.0, 1.0])).tolist()
-    [False, True, False, False]
+    >>> against(np.array([0.2, -0.1, -0.3, np.nan, -1.2e-7]), np.array([1.0, 1.0, -1.0, 1.0, 1.0])).tolist()
+    [False, True, False, False, False]
     """
+    change = np.asarray(change, dtype=float)
     with np.errstate(invalid="ignore"):
-        return np.nan_to_num(np.asarray(change, dtype=float) * np.asarray(push, dtype=float), nan=0.0) < 0
+        moved = np.nan_to_num(np.abs(change), nan=0.0) > ROUNDING
+        return moved & (np.nan_to_num(change * np.asarray(push, dtype=float), nan=0.0) < 0)
 
 
 def against_marks(trajectory: Trajectory, side_index: int) -> np.ndarray | None:
@@ -87,6 +95,16 @@ def against_marks(trajectory: Trajectory, side_index: int) -> np.ndarray | None:
     if change is None:
         return None
     return against(change, push_sign(trajectory, side_index)).astype(float)
+
+
+def token_marks(trajectory: Trajectory, side_index: int, key: str) -> np.ndarray | None:
+    """The tokens boxed in red when colouring by `key` (1/0 per token, None: none): the
+    clipped ones for the ratio, those that moved against their push for a change."""
+    if key == "ratio":
+        return trajectory.sides[side_index].clipped
+    if key in CHANGE_KEYS:
+        return against_marks(trajectory, side_index)
+    return None
 
 
 def has_effect(trajectory: Trajectory) -> bool:

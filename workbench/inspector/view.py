@@ -44,6 +44,7 @@ from workbench.inspector.quantities import group_scale, quantity, step_scale, tr
 from workbench.run_declaration import PAIR, SINGLE
 from workbench.inspector.records import Trajectory
 from workbench.inspector.trajectory_page import TrajectoryPage
+from workbench.inspector.update_effect import wants_advantage
 from workbench.inspector.widgets import ControlBar, Legend, checked_box
 
 TRAJECTORY_PAGE, GROUP_PAGE, HISTORY_PAGE = range(3)
@@ -375,13 +376,14 @@ class InspectorView(QWidget):
         self.nav.scope = self.scope_box.itemData(i)
         self.recolour()
 
-    def current_scale(self) -> Scale | None:
-        trajectory = self.current
-        if trajectory is None or not self.key:
+    def current_scale(self, key: str | None = None) -> Scale | None:
+        """The scale of quantity `key` (default: the one coloured by) over the chosen scope."""
+        trajectory, key = self.current, key or self.key
+        if trajectory is None or not key:
             return None
         if self.scope == SCOPE_ROLLOUT:
-            return trajectory_scale(trajectory, self.key)
-        return step_scale(self.records, self.key, self.step)
+            return trajectory_scale(trajectory, key)
+        return step_scale(self.records, key, self.step)
 
     def recolour(self) -> None:
         """Colour the tokens, the plot and the legend by the chosen quantity."""
@@ -394,7 +396,8 @@ class InspectorView(QWidget):
             self.legend.set_scale("", None, "", "")
             return
         self.scale = scale = self.current_scale()
-        self.trajectory_page.colour(self.key, scale)
+        beside = self.current_scale("advantage") if wants_advantage(self.key, trajectory) else None
+        self.trajectory_page.colour(self.key, scale, beside)
         q = quantity(self.key, trajectory.values(self.key))
         self.legend.set_scale(self.key, scale, q.meaning, q.label)
         if self.pages.currentIndex() == GROUP_PAGE:

@@ -1,0 +1,56 @@
+"""Screenshots of the update's effect (issue 28): a grpo-sort rollout in the inspector coloured
+by its change after the update (Δ log p), the advantage drawn beside it, and the dashboard's
+update plots. The step shown is the recorded one, among the first 100, whose update moved
+the recorded tokens most (update/change_abs_mean).
+
+    .venv/bin/rl-engine run presets/grpo-sort.yaml --run-dir runs/full-grpo-sort
+    QT_QPA_PLATFORM=offscreen .venv/bin/python bench/update_effect_screenshots.py runs/full-grpo-sort docs/screenshots
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from engine.run import rundir  # noqa: E402
+from workbench.inspector import InspectorView  # noqa: E402
+from workbench.runs.rundata import RunData  # noqa: E402
+
+
+def most_moved_step(run: Path, last: int = 100) -> int:
+    """The recorded step among the first `last` with the largest update/change_abs_mean."""
+    recorded = set(rundir.trajectory_steps(run))
+    events = (json.loads(line) for line in (run / "events.jsonl").read_text().splitlines() if line.strip())
+    moved = {e["step"]: e["update/change_abs_mean"] for e in events
+             if e.get("type") == "metrics" and e.get("update/change_abs_mean") is not None}
+    candidates = [s for s in moved if s in recorded and s <= last]
+    if not candidates:
+        raise SystemExit(f"{run}: no recorded step with update/* metrics (training.record_update_effect off?)")
+    return max(candidates, key=moved.get)
+
+
+def main(run: str, out: str) -> None:
+    run_dir, out_dir = Path(run), Path(out)
+    step = most_moved_step(run_dir)
+    app = QApplication.instance() or QApplication([])
+    data = RunData(run_dir)
+    data.poll()
+    view = InspectorView()
+    view.resize(1300, 760)
+    view.show()
+    view.set_run(data)
+    view.open_step(step, index=0)
+    view.set_quantity("logprob_change")
+    for _ in range(5):
+        app.processEvents()
+    view.grab().save(str(out_dir / "inspector-update-effect.png"))
+    print(f"step {step}: {out_dir}/inspector-update-effect.png; {view.summary.text()}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
