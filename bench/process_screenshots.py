@@ -16,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from bench.camera import Camera  # noqa: E402
+
 from engine.run import rundir  # noqa: E402
 from workbench.inspector import GROUP_PAGE, InspectorView  # noqa: E402
 from workbench.runs.rundata import RunData  # noqa: E402
@@ -49,13 +51,10 @@ def main(run: str, out: str) -> None:
     view.set_run(data)
     view.open_step(step, index=index)
     view.select_token(2)
-    for _ in range(5):
-        app.processEvents()
-    view.grab().save(str(out_dir / "inspector-process-steps.png"))
+    camera = Camera(app, out_dir)
+    camera.shot(view, "inspector-process-steps.png")
     view.pages.setCurrentIndex(GROUP_PAGE)
-    for _ in range(5):
-        app.processEvents()
-    view.grab().save(str(out_dir / "inspector-process-group.png"))
+    camera.shot(view, "inspector-process-group.png")
     print(f"step {step}, rollout {index}: {out_dir}/inspector-process-steps.png, inspector-process-group.png")
 
 

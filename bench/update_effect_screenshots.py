@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
+from bench.camera import Camera  # noqa: E402
+
 from engine.run import rundir  # noqa: E402
 from workbench.inspector import InspectorView  # noqa: E402
 from workbench.runs.rundata import RunData  # noqa: E402
@@ -46,9 +48,7 @@ def main(run: str, out: str) -> None:
     view.set_run(data)
     view.open_step(step, index=0)
     view.set_quantity("logprob_change")
-    for _ in range(5):
-        app.processEvents()
-    view.grab().save(str(out_dir / "inspector-update-effect.png"))
+    Camera(app, out_dir).shot(view, "inspector-update-effect.png")
     print(f"step {step}: {out_dir}/inspector-update-effect.png; {view.summary.text()}")
 
 

@@ -17,7 +17,7 @@ from engine.preset.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rl.advantages import estimate_advantages, group_advantages, ppo_token_rewards
 from engine.rl.catalog import ESTIMATORS
-from engine.rl.process import process_advantages, step_tensors, step_token_rewards
+from engine.rl.process import process_advantages, step_tensors
 from engine.run import rundir
 
 
@@ -83,7 +83,8 @@ def test_grpo_process_is_registered_and_declares_what_it_reads():
 
 
 def test_ppo_puts_each_step_reward_on_the_token_ending_it():
-    steps = step_token_rewards({"s": [[(0, 1.0), (2, 0.0)]]}, {"s": 0.5}, torch.tensor([3]), 3)
+    # PPO's step rewards: the step tensors without an outcome step (it goes on the last token apart)
+    steps = StepRewards({"s": [[(0, 1.0), (2, 0.0)]]}, {"s": 0.5}).tensors(torch.tensor([3]), 3, None, "cpu")[0]
     assert steps.tolist() == [[0.5, 0.0, 0.0]]
     rewards, non_score = ppo_token_rewards(torch.tensor([1.0]), torch.tensor([[0.5, 1.0, 0.0]]),
                                            torch.tensor([[1.0, 1.0, 1.0]]), 0.1, steps)

@@ -29,12 +29,28 @@ ROLLOUT_PLOTS = (
 )
 
 
+# What a trainer that records the update's effect adds (engine/algorithms/update_effect.py)
+# when the preset's training.record_update_effect is on.
+UPDATE_EFFECT_PLOTS = (
+    plot("update_effect", "Update effect on tokens", "update/against_advantage_ratio", "update/change_top10_share"),
+    plot("update_change", "Δ log p by advantage sign", "update/change_pos_adv_mean", "update/change_neg_adv_mean",
+         "update/change_abs_mean"),
+)
+UPDATE_EFFECT_TOKENS = ("logprob_after", "logprob_change")
+
+
 class Declares:
     """What a trainer declares (the Trainer base class holds it): each subclass sets
-    its PLOTS and RECORDS; `declaration()` is what run_started carries."""
+    its PLOTS and RECORDS, and RECORDS_UPDATE_EFFECT when it records the update's effect
+    on its recorded rows; `declaration()` is what run_started carries."""
 
     PLOTS: tuple[dict, ...] = ()
     RECORDS: dict = {"layout": "single", "token_values": [], "preferred": ["advantage"]}
+    RECORDS_UPDATE_EFFECT: bool = False
 
     def declaration(self) -> dict:
-        return {"plots": [dict(p) for p in self.PLOTS], "records": dict(self.RECORDS)}
+        plots, records = [dict(p) for p in self.PLOTS], dict(self.RECORDS)
+        if self.RECORDS_UPDATE_EFFECT and self.cfg.record_update_effect:
+            plots += [dict(p) for p in UPDATE_EFFECT_PLOTS]
+            records["token_values"] = [*records.get("token_values", []), *UPDATE_EFFECT_TOKENS]
+        return {"plots": plots, "records": records}

@@ -28,12 +28,17 @@ class StepRewards:
     weights: dict[str, float]
 
     @classmethod
-    def of(cls, steps: dict, completions: list[str], rollout, tokenizer, weights: dict[str, float]) -> "StepRewards":
-        """Each step's end character moved to the token that ends it in its completion.
+    def of(cls, steps: dict, completions: list[str], rollout, tokenizer, reward_components) -> "StepRewards":
+        """Each step's end character moved to the token that ends it in its completion;
+        the weights are the (label, weight, reward) components' (Trainer.reward_components).
 
         e.g. steps {"s": [[(2, 1.0), (4, 0.0)]]} for " 1 3" of tokens [" ", "1", " ", "3", "<eos>"]
              -> {"s": [[(1, 1.0), (4, 0.0)]]} (the last step ends the text: its end token too)
         """
+        weights = {label: weight for label, weight, _ in reward_components}
+        if not steps:  # no step component: nothing to move (every step of a plain preset)
+            return cls({}, weights)
+
         def decode(ids: list[int]) -> str:
             return tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -44,7 +49,7 @@ class StepRewards:
             for ids, text, row_steps in zip(rows, completions, per_row):
                 ends = token_step_ends(decode, ids, [end for end, _ in row_steps], len(text)) if ids else []
                 per_component[label].append([(end, float(score)) for end, (_, score) in zip(ends, row_steps)])
-        return cls(per_component, dict(weights))
+        return cls(per_component, weights)
 
     def __bool__(self) -> bool:
         return bool(self.per_component)

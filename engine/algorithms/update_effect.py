@@ -4,37 +4,18 @@ under the updated policy, so each token has its change, Δ log p = after - befor
 (`training.record_update_effect`, on by default; its cost: bench/update_effect_bench.py).
 
 What the records, metrics and plots carry is in docs/run-directory.md; the metrics'
-maths is engine/rl/update_effect.py.
+maths is engine/rl/update_effect.py; the plots and per-token values a trainer that records it
+declares (RECORDS_UPDATE_EFFECT) are engine/algorithms/declaration.py's.
 """
 
 from __future__ import annotations
 
 import torch
 
-from engine.algorithms.declaration import plot
 from engine.algorithms.policy import set_update_mode
 from engine.rl.update_effect import update_effect_metrics
 
-__all__ = ["UPDATE_EFFECT_PLOTS", "declare_update_effect", "logprobs_after_update", "effect_per_token",
-           "effect_metrics"]
-
-UPDATE_EFFECT_PLOTS = (
-    plot("update_effect", "Update effect on tokens", "update/against_advantage_ratio", "update/change_top10_share"),
-    plot("update_change", "Δ log p by advantage sign", "update/change_pos_adv_mean", "update/change_neg_adv_mean",
-         "update/change_abs_mean"),
-)
-UPDATE_EFFECT_TOKENS = ("logprob_after", "logprob_change")
-
-
-def declare_update_effect(declared: dict) -> dict:
-    """A trainer's declaration (run_started's `plots` and `records`) with the update
-    effect's plots and per-token values added."""
-    declared["plots"] = [*declared["plots"], *(dict(p) for p in UPDATE_EFFECT_PLOTS)]
-    records = dict(declared["records"])
-    records["token_values"] = [*records.get("token_values", []), *UPDATE_EFFECT_TOKENS]
-    declared["records"] = records
-    return declared
-
+__all__ = ["logprobs_after_update", "effect_per_token", "effect_metrics"]
 
 @torch.no_grad()
 def logprobs_after_update(trainer, rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:

@@ -178,41 +178,29 @@ def check_reward_model_options(options: dict) -> None:
             raise ValueError(
                 f"reward {REWARD_MODEL!r} has no option {option!r}; allowed options: {listing}."
             )
+    _check_model(REWARD_MODEL, options, "a sequence-classification model with one label")
+    _check_count(REWARD_MODEL, "batch_size", options.get("batch_size", REWARD_MODEL_OPTIONS["batch_size"]),
+                 allow_none=False)
+    _check_count(REWARD_MODEL, "max_length", options.get("max_length", REWARD_MODEL_OPTIONS["max_length"]),
+                 allow_none=True)
+    _check_dtype(REWARD_MODEL, options)
+
+
+def _check_model(kind: str, options: dict, what: str) -> None:
+    """ValueError unless option ``model`` is given as text (a hub id or a folder of `what`)."""
     model = options.get("model")
     if model is None or (isinstance(model, str) and not model.strip()):
-        raise ValueError(
-            f"reward {REWARD_MODEL!r} needs the option 'model': a Hugging Face hub id or a "
-            "local folder of a sequence-classification model with one label."
-        )
+        raise ValueError(f"reward {kind!r} needs the option 'model': a Hugging Face hub id or a local folder of {what}.")
     if not isinstance(model, str):
-        raise ValueError(
-            f"reward {REWARD_MODEL!r}: option 'model' must be str (a hub id or a folder), "
-            f"got {type(model).__name__} {model!r}."
-        )
-    for option, allow_none in (("batch_size", False), ("max_length", True)):
-        value = options.get(option, REWARD_MODEL_OPTIONS[option])
-        if value is None and allow_none:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            wanted = "an int >= 1" + (" or null" if allow_none else "")
-            raise ValueError(
-                f"reward {REWARD_MODEL!r}: option {option!r} must be {wanted}, "
-                f"got {type(value).__name__} {value!r}."
-            )
-        # Texts scored in one pass / tokens per text: past these no GPU holds the pass.
-        from engine.preset.limits import MAX_BATCH, MAX_TOKENS, short_repr
+        raise ValueError(f"reward {kind!r}: option 'model' must be str (a hub id or a folder), "
+                         f"got {type(model).__name__} {model!r}.")
 
-        most = MAX_BATCH if option == "batch_size" else MAX_TOKENS
-        if value > most:
-            raise ValueError(
-                f"reward {REWARD_MODEL!r}: option {option!r} must be at most {most}, got {short_repr(value)}."
-            )
+
+def _check_dtype(kind: str, options: dict) -> None:
     dtype = options.get("dtype", "auto")
     if dtype not in _REWARD_MODEL_DTYPES:
-        raise ValueError(
-            f"reward {REWARD_MODEL!r}: option 'dtype' must be one of "
-            f"{', '.join(_REWARD_MODEL_DTYPES)}, got {dtype!r}."
-        )
+        raise ValueError(f"reward {kind!r}: option 'dtype' must be one of {', '.join(_REWARD_MODEL_DTYPES)}, "
+                         f"got {dtype!r}.")
 
 
 def _check_count(kind: str, option: str, value: object, allow_none: bool) -> None:
@@ -248,15 +236,7 @@ def check_process_reward_model_options(options: dict) -> None:
             listing = "model (required), " + ", ".join(f"{k}={v!r}" for k, v in defaults.items() if k != "model")
             hint = " (step_delimiter is a field of the entry, beside options)" if option == "step_delimiter" else ""
             raise ValueError(f"reward {kind!r} has no option {option!r}{hint}; allowed options: {listing}.")
-    model = options.get("model")
-    if model is None or (isinstance(model, str) and not model.strip()):
-        raise ValueError(
-            f"reward {kind!r} needs the option 'model': a Hugging Face hub id or a local folder of a "
-            "process reward model (a token-classification model or a causal LM)."
-        )
-    if not isinstance(model, str):
-        raise ValueError(f"reward {kind!r}: option 'model' must be str (a hub id or a folder), "
-                         f"got {type(model).__name__} {model!r}.")
+    _check_model(kind, options, "a process reward model (a token-classification model or a causal LM)")
     step_tag = options.get("step_tag", "")
     if not isinstance(step_tag, str):
         raise ValueError(f"reward {kind!r}: option 'step_tag' must be text (\"\" reads each step's own last "
@@ -289,10 +269,7 @@ def check_process_reward_model_options(options: dict) -> None:
                          "token_classification PRM reads the class given by option label.")
     _check_count(kind, "batch_size", options.get("batch_size", defaults["batch_size"]), allow_none=False)
     _check_count(kind, "max_length", options.get("max_length", defaults["max_length"]), allow_none=True)
-    dtype = options.get("dtype", "auto")
-    if dtype not in _REWARD_MODEL_DTYPES:
-        raise ValueError(f"reward {kind!r}: option 'dtype' must be one of {', '.join(_REWARD_MODEL_DTYPES)}, "
-                         f"got {dtype!r}.")
+    _check_dtype(kind, options)
 
 
 def _check_custom_options(function: str, options: dict) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["step_tensors", "process_advantages", "grpo_process_estimator", "step_token_rewards"]
+__all__ = ["step_tensors", "process_advantages", "grpo_process_estimator"]
 
 
 def step_tensors(step_lists, weights, lengths, num_tokens, outcome=None):
@@ -107,12 +107,3 @@ def grpo_process_estimator(rewards, mask, *, num_generations, scale_rewards, ste
     return process_advantages(step_rewards.to(mask.device), step_ends.to(mask.device), mask, num_generations,
                               scale_rewards)
 
-
-def step_token_rewards(step_lists, weights, lengths, num_tokens):
-    """PPO's per-token step rewards: each step's weighted score on the token that ends it
-    (the outcome score goes on the last token as before, ppo_token_rewards). (B, T) float32.
-
-    e.g. {"s": [[(0, 1.0), (2, 0.0)]]}, {"s": 0.5}, lengths [3], T 3 -> [[0.5, 0, 0]]
-    """
-    values, _ = step_tensors(step_lists, weights, lengths, num_tokens)
-    return values.float()

@@ -19,8 +19,7 @@ from engine.data import Example, load_splits, preference_pairs
 from engine.data.columns import is_conversation
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.model.rollout import Rollout
-from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
-                                             logprobs_after_update)
+from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
 from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
@@ -66,6 +65,7 @@ class DPOTrainer(Trainer):
     RECORDS = {"layout": "pair", "sides": ["chosen", "rejected"],
                "token_values": ["implicit_reward", "logprob", "ref_logprob"],
                "preferred": ["implicit_reward", "advantage"]}
+    RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
         train, held_out = load_splits(self.preset.data, self.cfg.seed, preset_dir)
@@ -143,10 +143,6 @@ class DPOTrainer(Trainer):
         return self.side_logps(ref, rows.completion_mask)
 
     # ------------------------------------------------------------------ step
-
-    def declaration(self) -> dict:
-        declared = super().declaration()
-        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
 
     def train_step(self) -> StepResult[DPOStepOutputs]:
         algo = self.algo

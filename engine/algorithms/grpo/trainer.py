@@ -26,8 +26,7 @@ from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
-                                             logprobs_after_update)
+from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
 from engine.rewards.base import RewardError
 from engine.rl.losses import grpo_loss
 from engine.rl.user_code import resolve
@@ -90,6 +89,7 @@ class GRPOTrainer(Trainer):
     # One record per completion; the completions of a prompt form a group.
     RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],
                "preferred": ["advantage"]}
+    RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def __init__(self, preset, run_dir, stop=None, preset_dir=None, world=None):
         # The user's own loss or estimator (FILE.py:FUNCTION, engine/rl/user_code.py) loaded
@@ -111,7 +111,7 @@ class GRPOTrainer(Trainer):
             for entry in declared["plots"]:
                 if entry["key"] == "reward":
                     entry["metrics"] = [*entry["metrics"], "baseline/reward_mean"]
-        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
+        return declared
 
     def updates_per_step(self) -> int:
         return self.algo.num_iterations
@@ -253,8 +253,7 @@ class GRPOTrainer(Trainer):
         t1 = time.perf_counter()
 
         totals, components, steps = self.score_with_steps(prompts, completions, fields, G)
-        steps = StepRewards.of(steps, completions, rollout, self.tokenizer,
-                               {label: weight for label, weight, _ in self.reward_components})
+        steps = StepRewards.of(steps, completions, rollout, self.tokenizer, self.reward_components)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         mask = rollout.completion_mask
         if self.algo.mask_truncated_completions:

@@ -16,10 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
-from engine.rl.process import step_token_rewards
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update_effect import (declare_update_effect, effect_metrics, effect_per_token,
-                                             logprobs_after_update)
+from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
 from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import (
     clipped_value_loss,
@@ -65,6 +63,7 @@ class PPOTrainer(Trainer):
     RECORDS = {"layout": "single", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio",
                                                     "value", "return", "kl_reward", "reward_per_token"],
                "preferred": ["advantage"]}
+    RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     # ------------------------------------------------------------------ critic
 
@@ -193,10 +192,6 @@ class PPOTrainer(Trainer):
         return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
                 "ratio": ratio_all, "clipped": clipped_all}
 
-    def declaration(self) -> dict:
-        declared = super().declaration()
-        return declare_update_effect(declared) if self.cfg.record_update_effect else declared
-
     def train_step(self) -> StepResult[PPOStepOutputs]:
         algo = self.algo
         t0 = time.perf_counter()
@@ -205,8 +200,7 @@ class PPOTrainer(Trainer):
         t1 = time.perf_counter()
 
         totals, components, steps = self.score_with_steps(prompts, completions, fields, algo.num_generations)
-        steps = StepRewards.of(steps, completions, rollout, self.tokenizer,
-                               {label: weight for label, weight, _ in self.reward_components})
+        steps = StepRewards.of(steps, completions, rollout, self.tokenizer, self.reward_components)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         # With step rewards the score on the last token is the outcome rewards' sum; each step
         # reward goes on the token that ends its step.
@@ -222,8 +216,7 @@ class PPOTrainer(Trainer):
         kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
         token_rewards, non_score = ppo_token_rewards(
             scores, kl, mask, algo.kl_coef,
-            step_token_rewards(steps.per_component, steps.weights, rollout.lengths.cpu(), mask.shape[1]).to(
-                mask.device) if steps else None)
+            steps.tensors(rollout.lengths, mask.shape[1], None, mask.device)[0] if steps else None)
         if algo.whiten_rewards:
             token_rewards = masked_whiten(token_rewards, mask, shift_mean=False)
         old["value"] = old["value"] * mask
