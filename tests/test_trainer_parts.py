@@ -273,7 +273,7 @@ def test_evaluation_scores_the_completions_it_is_given():
     exact = lambda prompts, completions, answer, **_: [float(c == a) for c, a in zip(completions, answer)]  # noqa: E731
     completed = []
 
-    def complete(prompts):
+    def complete(prompts, fields=None):
         completed.append(len(prompts))
         return [f"a{p[1:]}" if p != "p3" else "wrong" for p in prompts]
 

@@ -103,12 +103,28 @@ class Trainer(Declares):
         # Prompts as the model sees them: through its chat template (engine/model/chat.py).
         self.chat = chat_format(preset.model.chat_template, loaded.tokenizer_chat_template,
                                 preset.data.system_prompt, preset_dir)
-        self.train_examples, self.eval_examples = (
-            template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
-            for examples in (train, held_out))
+        # data.environment: multi-turn episodes with tools (engine/algorithms/episodes.py),
+        # the prompts templated with the environment's tools
+        self.episodes = None
+        if preset.data.environment:
+            from engine.algorithms.episodes import EpisodeRunner
+
+            self.episodes = EpisodeRunner(preset, self.chat, self.tokenizer, loaded.eos_token_ids, self.world.size,
+                                          preset_dir)
+            self.train_examples, self.eval_examples = (self.episodes.template(examples, template_examples)
+                                                       for examples in (train, held_out))
+        else:
+            self.train_examples, self.eval_examples = (
+                template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
+                for examples in (train, held_out))
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.stop.check_setup()
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
+        if self.episodes is not None and self.episodes.spec.has_reward:
+            from engine.algorithms.episodes import environment_reward
+
+            # the environment's get_reward(), named after its class with weight 1 (as TRL adds it)
+            self.reward_components.append((self.episodes.spec.reward_label, 1.0, environment_reward(self.episodes.spec)))
         self.stop.check_setup()
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
                            self.algo.max_completion_length, loaded.context_length)
@@ -204,12 +220,18 @@ class Trainer(Declares):
         """Completions of `prompts`, sampled with this process's sampling generator."""
         return self.policy.generate(prompts, self.random_states.sample_generator, greedy=greedy, group_size=group_size)
 
-    def sample_batch(self, prompts: list[str], group_size: int, greedy: bool = False) -> tuple[Rollout, list[str]]:
+    def sample_batch(self, prompts: list[str], group_size: int, greedy: bool = False,
+                     fields: dict[str, list] | None = None) -> tuple[Rollout, list[str]]:
         """The step's rollout over all `prompts` and the completions' text. With several
         processes each samples its share of the prompt groups and the parts are gathered:
         every process gets the whole batch, in the order one process would have it.
         `greedy`: argmax decoding (ReMax's baseline: one completion of each prompt, with
-        `group_size` 1 the same shares of prompts as the sampled groups')."""
+        `group_size` 1 the same shares of prompts as the sampled groups').
+        With data.environment, episodes (each reset with its row of `fields`): the texts
+        are their answers (the model's last turns), the rollout carries the episodes."""
+        if self.episodes is not None:
+            return self.episodes.sample(self.policy, prompts, fields or {}, group_size,
+                                        self.random_states.sample_generator, greedy=greedy)
         rows = self.world.share(len(prompts), group_size)
         rollout = self.generate(prompts[rows], greedy=greedy, group_size=group_size)
         if self.world.distributed:
@@ -385,7 +407,14 @@ class Trainer(Declares):
                                     accuracy_function(self.preset.rewards, self.accuracy_reward),
                                     batch=max(self.cfg.batch_size, MIN_EVAL_BATCH))
 
-    def greedy_completions(self, prompts: list[str]) -> list[str]:
+    def greedy_completions(self, prompts: list[str], fields: dict[str, list] | None = None):
+        """Greedy completions' texts; with data.environment, greedy episodes' answers and
+        what the rewards receive of them (engine/episodes/rollout.episode_fields)."""
+        if self.episodes is not None:
+            from engine.episodes.rollout import episode_fields
+
+            rollout, answers = self.sample_batch(prompts, 1, greedy=True, fields=fields)
+            return answers, episode_fields(rollout.episodes)
         return self.policy.decode_completions(self.generate(prompts, greedy=True))
 
     # ------------------------------------------------------------- checkpoints

@@ -57,6 +57,10 @@ class AlgorithmSection(Section):
     # not on completions the rewards score: as with pairs, the rewards' data columns are not
     # checked against the training data.
     trains_on_unpaired: ClassVar[bool] = False
+    # Trains on multi-turn episodes (data.environment, engine/episodes/): its passes attend to
+    # the tools' tokens and train on the model's. False: the field is refused, with `episodes_reason`.
+    trains_episodes: ClassVar[bool] = False
+    episodes_reason: ClassVar[str] = "it trains on answers given in the data, not on episodes it samples"
 
     @abstractmethod
     def update_batch(self, training) -> UpdateBatch:

@@ -35,7 +35,8 @@ def evaluate_generations(examples: list[Example], complete: Callable[[list[str]]
                          reward_components: list, accuracy, batch: int) -> dict:
     """Greedy decoding on the held-out split: accuracy and mean reward.
 
-    `complete(prompts)`: the greedy completions' text; `accuracy`: the reward whose 1.0
+    `complete(prompts, fields)`: the greedy completions' text (or, for episodes, the texts
+    and the fields their rewards receive besides the data's); `accuracy`: the reward whose 1.0
     counts as correct (None: no accuracy); `batch`: prompts decoded at once. Returns
     {} without examples, else reward, accuracy, num_examples, eval_time, the first
     samples and each reward component's mean (`rewards/NAME/mean`)."""
@@ -47,7 +48,10 @@ def evaluate_generations(examples: list[Example], complete: Callable[[list[str]]
         chunk = examples[i: i + batch]
         prompts = [e.prompt for e in chunk]
         fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
-        completions = complete(prompts)
+        completions = complete(prompts, fields)
+        if isinstance(completions, tuple):  # episodes: their answers and what rewards receive of them
+            completions, extra = completions
+            fields = {**fields, **extra}
         t, c = combine_rewards(reward_components, prompts, completions, fields)
         totals += t
         for k, v in c.items():

@@ -141,6 +141,25 @@ class Policy:
             finished_everywhere=self.finished_everywhere,
         )
 
+    def sample_turn(self, contexts: list[list[int]], generator: torch.Generator, group_size: int,
+                    max_new_tokens: int, greedy: bool = False) -> list[tuple[list[int], list[float]]]:
+        """One turn of each episode (engine/episodes/rollout.py): `contexts` are token ids
+        (the prompt and the episode so far, never re-tokenised), left-padded here; each
+        row's sampled tokens up to and including its end token, and their logprobs."""
+        width = max(len(c) for c in contexts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=self.device)
+        set_update_mode(self.model, False)
+        s = self.sampling
+        out = sample(self.model, ids, mask, max_new_tokens=max_new_tokens,
+                     eos_token_ids=self.loaded.eos_token_ids, pad_token_id=pad,
+                     temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, greedy=greedy,
+                     generator=generator, group_size=group_size, finished_everywhere=self.finished_everywhere)
+        lengths = out.lengths.long().tolist()
+        return [(row[:n], lp[:n]) for row, lp, n in zip(out.completion_ids.tolist(), out.sampling_logprobs.tolist(),
+                                                        lengths)]
+
     def completion_logits(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> TokenLogits:
         """Temperature-scaled logits that predict each completion token, as a TokenLogits
         (b, T, V) computed in chunks (its `hidden`, (b, T, H), is what a value head reads).

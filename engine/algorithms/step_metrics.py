@@ -14,7 +14,7 @@ __all__ = ["rollout_metrics", "timing_metrics"]
 
 def rollout_metrics(rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
     """Metrics of a sampled batch that every online algorithm logs."""
-    lengths = rollout.lengths
+    lengths = rollout.model_lengths  # an episode's tokens the model wrote (as TRL counts them)
     metrics = {
         "reward": float(rewards.mean()),
         "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,

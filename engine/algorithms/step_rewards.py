@@ -38,6 +38,11 @@ class StepRewards:
         weights = {label: weight for label, weight, _ in reward_components}
         if not steps:  # no step component: nothing to move (every step of a plain preset)
             return cls({}, weights)
+        if rollout.episodes is not None:
+            from engine.rewards.base import RewardError
+
+            raise RewardError(f"reward component {next(iter(steps))!r} returned steps, and steps are scored on "
+                              "single completions; with data.environment make it return one number per episode")
 
         def decode(ids: list[int]) -> str:
             return tokenizer.decode(ids, skip_special_tokens=True)

@@ -39,6 +39,9 @@ def join_rollouts(parts: list[Rollout], pad_token_id: int) -> Rollout:
         completion_mask=torch.cat([right(p.completion_mask, 0.0) for p in parts]),
         sampling_logprobs=torch.cat([right(p.sampling_logprobs, 0.0) for p in parts]),
         truncated=torch.cat([p.truncated for p in parts]),
+        # an episode's tool tokens and turns (pad: not a tool token, turn 0)
+        tool_mask=None if parts[0].tool_mask is None else torch.cat([right(p.tool_mask, 0.0) for p in parts]),
+        turns=None if parts[0].turns is None else torch.cat([right(p.turns, 0) for p in parts]),
     )
 
 
@@ -47,8 +50,7 @@ def gather_rollout(world: World, rollout: Rollout, pad_token_id: int) -> Rollout
     `rollout` itself)."""
     if not world.distributed:
         return rollout
-    fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs", "truncated")
-    mine = {f: getattr(rollout, f).cpu() for f in fields}
-    parts = [Rollout(**{f: part[f].to(rollout.prompt_ids.device) for f in fields})
+    mine = {f: None if getattr(rollout, f) is None else getattr(rollout, f).cpu() for f in Rollout.FIELDS}
+    parts = [Rollout(**{f: None if v is None else v.to(rollout.prompt_ids.device) for f, v in part.items()})
              for part in world.gather_objects(mine)]
     return join_rollouts(parts, pad_token_id)

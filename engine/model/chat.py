@@ -44,6 +44,22 @@ def conversation(prompt: str | list[dict], system_prompt: str | None) -> list[di
     return messages
 
 
+def with_observation(prompt: str | list[dict], observation: str) -> list[dict]:
+    """A prompt with an environment's first observation appended to its last user message
+    (what reset() returned, as TRL appends it).
+
+    Example:
+        >>> with_observation("Guess a number.", " It is between 1 and 9.")
+        [{'role': 'user', 'content': 'Guess a number. It is between 1 and 9.'}]
+    """
+    messages = [dict(m) for m in conversation(prompt, None)]
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last is None:
+        return messages + [{"role": "user", "content": observation}]
+    messages[last]["content"] = str(messages[last].get("content", "")) + observation
+    return messages
+
+
 @dataclass(frozen=True)
 class ChatFormat:
     """How a run turns prompts into model input. `template` is the Jinja text in use, or
@@ -52,6 +68,7 @@ class ChatFormat:
     template: str | None
     source: str  # "tokenizer", "none", "no template", or the template file's path
     system_prompt: str | None = None
+    tools: tuple = ()  # the JSON schemas of an episode's tools (engine/episodes/), rendered by the template
 
     def render(self, tokenizer, prompt: str | list[dict]) -> str:
         """The text the model sees for one prompt."""
@@ -62,7 +79,7 @@ class ChatFormat:
                     f"template ({self.source}); set model.chat_template to a template file, or use text prompts")
             return prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
         return tokenizer.apply_chat_template(conversation(prompt, self.system_prompt), chat_template=self.template,
-                                             tokenize=False, add_generation_prompt=True)
+                                             tools=list(self.tools) or None, tokenize=False, add_generation_prompt=True)
 
     def answer(self, tokenizer, prompt: str | list[dict], answer: str | list[dict]) -> str:
         """DPO: the text after the templated prompt for an assistant turn holding `answer`
@@ -152,7 +169,8 @@ class FolderTemplater:
         self.special_tokens = {key: _token_text(config.get(key)) for key in
                                ("bos_token", "eos_token", "pad_token", "unk_token") if config.get(key) is not None}
 
-    def apply_chat_template(self, messages, chat_template=None, tokenize=False, add_generation_prompt=False):
+    def apply_chat_template(self, messages, chat_template=None, tokenize=False, add_generation_prompt=False,
+                            tools=None):
         import jinja2
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -167,4 +185,5 @@ class FolderTemplater:
         env.filters["tojson"] = tojson
         env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
         template = env.from_string(chat_template or self.chat_template)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                               **self.special_tokens)

@@ -81,8 +81,9 @@ def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefi
     rows, as a TokenLogits (b, T, V): computed in chunks as quantities are asked for;
     its `hidden` (b, T, H) is what a value head reads. `shared_prefix=False` runs every
     row in full (needed under gradient checkpointing, which keeps no KV cache)."""
+    # Attention sees every token there, an episode's tool tokens too (present_mask).
     args = (rollout.prompt_ids[rows], rollout.prompt_mask[rows],
-            rollout.completion_ids[rows], rollout.completion_mask[rows])
+            rollout.completion_ids[rows], rollout.present_mask[rows])
     hidden = None
     if shared_prefix and group_size > 1:
         firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -30,15 +31,38 @@ class Rollout:
     completion_mask: torch.Tensor  # (B, T) float: 1 up to and including the first EOS
     sampling_logprobs: torch.Tensor  # (B, T) float32: log p(token) under the sampling policy
     truncated: torch.Tensor  # (B,) bool: no EOS within max_new_tokens
+    # Multi-turn episodes (engine/episodes/) only, else None: `completion_mask` is then the
+    # model's tokens (the trained ones); `tool_mask` marks the tokens a tool or the chat
+    # template wrote between turns (attended to, never trained); `turns` each token's turn.
+    tool_mask: torch.Tensor | None = None  # (B, T) float
+    turns: torch.Tensor | None = None  # (B, T) long
+    episodes: list | None = None  # each row's engine.episodes.rollout.Episode (what it said and did)
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs", "truncated",
+              "tool_mask", "turns")
+
+    @property
+    def present_mask(self) -> torch.Tensor:
+        """The completion's tokens that are there (the model's and, in an episode, the
+        tools'): what a pass attends to. (B, T) float"""
+        return self.completion_mask if self.tool_mask is None else self.completion_mask + self.tool_mask
 
     @property
     def lengths(self) -> torch.Tensor:
+        """Each row's tokens after the prompt (an episode's tool tokens included)."""
+        return self.present_mask.sum(-1)
+
+    @property
+    def model_lengths(self) -> torch.Tensor:
+        """Each row's tokens written by the model: what is trained."""
         return self.completion_mask.sum(-1)
 
     def select(self, index: torch.Tensor) -> "Rollout":
         """The rows `index` (a 1-d long tensor), in that order."""
-        return Rollout(*(getattr(self, f)[index] for f in (
-            "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "sampling_logprobs", "truncated")))
+        picked = Rollout(*(None if getattr(self, f) is None else getattr(self, f)[index] for f in self.FIELDS))
+        if self.episodes is not None:
+            picked.episodes = [self.episodes[i] for i in index.tolist()]
+        return picked
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

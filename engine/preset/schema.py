@@ -163,6 +163,21 @@ class DataConfig(Section):
     num_train: int = Field(5000, ge=1, le=MAX_COUNT, description="Training prompts: generated for a built-in task; "
                            "the most rows used of a data set (a seeded sample when it has more).")
     num_eval: int = Field(200, ge=0, le=MAX_COUNT, description="Held-out prompts for evaluation (built-in task, file or data set).")
+    # Multi-turn episodes (engine/episodes/, docs/episodes.md)
+    environment: Union[str, None] = Field(
+        None, min_length=1,
+        description="Multi-turn episodes with tools: a built-in environment (calculator) or `FILE.py:CLASS` next to "
+        "the preset. One instance per episode: reset(**row) starts it, its public methods are the tools offered "
+        "to the model, an optional get_reward() scores it. null: single completions.",
+    )
+    max_turns: int = Field(4, ge=1, le=64, description="Episodes: the most turns the model writes in one episode.")
+    max_tool_calls: int = Field(8, ge=0, le=256, description="Episodes: the most tool calls in one episode.")
+    tool_timeout: float = Field(10.0, gt=0, le=3600,
+                                description="Episodes: seconds one tool call may take; a slower one answers an error.")
+    tool_call_format: Literal["auto", "hermes", "llama3_json", "pythonic"] = Field(
+        "auto", description="Episodes: how tool calls are written: hermes (<tool_call>{json}</tool_call>: Qwen2.5, "
+        "Hermes), llama3_json (Llama 3.1/3.3), pythonic ([f(a=1)]: Llama 3.2/4); auto reads the chat template.",
+    )
 
     @model_validator(mode="after")
     def _one_source(self):
@@ -363,6 +378,9 @@ class Preset(Section):
             raise ValueError(
                 f"training.micro_batch_size: {train.micro_batch_size} exceeds training.batch_size ({train.batch_size})"
             )
+        if self.data.environment and not algo.trains_episodes:
+            raise ValueError(f"data.environment: {algo.name} does not train on multi-turn episodes "
+                             f"({algo.episodes_reason}); use grpo or ppo, or set data.environment: null")
         from engine.rewards.kinds import is_step_reward_entry
 
         stepped = [i for i, r in enumerate(self.rewards) if is_step_reward_entry(r)]

@@ -161,22 +161,37 @@ def discounted_returns(token_rewards, mask, gamma):
     output: (B, T), 0 where masked
 
     e.g. rewards [[0, 0, 1]], gamma 0.5 -> [[0.25, 0.5, 1]]
+
+    A masked span inside a row (an episode's tool tokens) is skipped, not a reset: the
+    return carries across it undiscounted, as if the model's tokens were contiguous.
+    e.g. rewards [[0, 0, 1]], mask [[1, 0, 1]], gamma 0.5 -> [[0.5, 0, 1]]
     """
     returns = torch.zeros_like(token_rewards)
     running = torch.zeros_like(token_rewards[:, 0])
     rewards = token_rewards * mask
     for t in reversed(range(token_rewards.shape[1])):
-        running = rewards[:, t] + gamma * running * mask[:, t]
+        m = mask[:, t]
+        running = m * (rewards[:, t] + gamma * running) + (1 - m) * running
         returns[:, t] = running
     return returns * mask
+
+
+def last_model_token(mask):
+    """Each row's last position where `mask` is 1 (0 for a row with none). (B, T) -> (B,)
+
+    e.g. [[1, 1, 0], [1, 0, 1], [0, 0, 0]] -> [1, 2, 0]
+    """
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return (mask.bool() * positions).amax(-1)
 
 
 def last_token_rewards(scores, mask):
     """Place each sequence's score on its last real token. (B,), (B, T) -> (B, T)
 
     e.g. scores [2, 3], mask [[1, 1, 0], [1, 1, 1]] -> [[0, 2, 0], [0, 0, 3]]
+         (an episode's: the last token the model wrote, mask [[1, 0, 1, 0]] -> [[0, 0, 2, 0]])
     """
-    last = (mask.sum(-1).long() - 1).clamp(min=0)  # (B,)
+    last = last_model_token(mask)  # (B,)
     out = torch.zeros_like(mask, dtype=scores.dtype)
     out[torch.arange(len(scores)), last] = scores
     return out * mask
@@ -342,17 +357,24 @@ def gae(rewards, values, mask, gamma, lam):
 
     e.g. rewards [[0, 1]], values [[0.5, 0.5]], gamma 1, lam 1
          -> delta [[0, 0.5]] -> A [[0.5, 0.5]], returns [[1, 1]]
+
+    Masked tokens inside a row (an episode's tool tokens: attended, not the model's)
+    are skipped, not a reset: V_{t+1} is the next model token's value and A_{t+1} its
+    advantage, as over the model's tokens alone (verl's multi-turn GAE).
+    e.g. rewards [[0, 0, 1]], values [[0.5, 9, 0.5]], mask [[1, 0, 1]], gamma 1, lam 1
+         -> as rewards [[0, 1]], values [[0.5, 0.5]]: A [[0.5, 0, 0.5]], returns [[1, 0, 1]]
     """
     values = values * mask
     rewards = rewards * mask
     T = rewards.shape[1]
     advantages = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
+    running = torch.zeros_like(rewards[:, 0])  # A of the next model token (0 past the end)
+    next_value = torch.zeros_like(running)  # V of the next model token (0 past the end)
     for t in reversed(range(T)):
-        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(running)
+        m = mask[:, t]
         delta = rewards[:, t] + gamma * next_value - values[:, t]
-        # mask[:, t + 1] == 0 past the end, so nothing flows back from padding.
-        running = delta + gamma * lam * running * (mask[:, t + 1] if t + 1 < T else 0.0)
+        running = m * (delta + gamma * lam * running) + (1 - m) * running
+        next_value = m * values[:, t] + (1 - m) * next_value
         advantages[:, t] = running
     advantages = advantages * mask
     return advantages, (advantages + values) * mask

@@ -51,10 +51,19 @@ def trajectory_records(tokenizer, *, step, rows, num_generations, prompts, compl
         n = int(rollout.lengths[i])
         ids = rollout.completion_ids[i, :n].tolist()
         row_top = None if top is None or i >= top[0].shape[0] else (top[0][i], top[1][i])
+        row_values = {k: v[i] for k, v in per_token.items() if v is not None}
+        episode = {}
+        if rollout.tool_mask is not None:
+            # An episode: a tool's tokens were attended to, not trained; their values are null.
+            tool = rollout.tool_mask[i].bool()
+            row_values = {k: v.float().masked_fill(tool[: v.shape[0]], float("nan")) for k, v in row_values.items()}
+            episode = {"tool_mask": [int(t) for t in rollout.tool_mask[i, :n].tolist()],
+                       "turn": rollout.turns[i, :n].tolist()}
         record = {
             "step": step, "index": i, "group": i // num_generations,
             "prompt": prompts[i], "completion": completions[i],
-            **token_fields(tokenizer, ids, {k: v[i] for k, v in per_token.items()}, row_top),
+            **token_fields(tokenizer, ids, row_values, row_top),
+            **episode,
             "clipped": [int(c) for c in clipped[i, :n].tolist()],
             "reward": totals[i],
             "rewards": {k: v[i] for k, v in components.items()},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,6 +18,7 @@ class GRPOConfig(OnlineAlgorithm):
     """Group Relative Policy Optimization (Shao et al. 2024), with the DAPO, Dr. GRPO, CISPO
     and SAPO loss variants, GSPO's sequence-level ratio, and the RLOO and REINFORCE++ advantage
     estimators. Names follow TRL's GRPOConfig."""
+    trains_episodes: ClassVar[bool] = True  # data.environment (engine/episodes/)
 
     name: Literal["grpo"] = Field("grpo", description="Algorithm.")
     num_generations: int = Field(

@@ -22,6 +22,7 @@ from engine.rl.catalog import (ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATION
                                wants_greedy_baseline)
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import Trainer
+from engine.algorithms.episodes import StepEpisodes
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
@@ -153,8 +154,8 @@ class GRPOTrainer(Trainer):
         """The greedy completions of the step's prompts (one per group) scored by the same
         rewards, with each prompt's data fields."""
         rollout, completions = greedy
-        totals, components = self.score(prompts[::group_size], completions,
-                                        {k: v[::group_size] for k, v in fields.items()}, 1)
+        fields = StepEpisodes(rollout, self.tokenizer).reward_fields({k: v[::group_size] for k, v in fields.items()})
+        totals, components = self.score(prompts[::group_size], completions, fields, 1)
         return GreedyBaseline(completions, totals, components, int(rollout.lengths.sum()))
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
@@ -247,12 +248,14 @@ class GRPOTrainer(Trainer):
         G = self.algo.num_generations
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
-        rollout, completions = self.sample_batch(prompts, G)
+        rollout, completions = self.sample_batch(prompts, G, fields=fields)
         # ReMax: one greedy completion of each prompt (its group's baseline), in the rollout's time
-        greedy = self.sample_batch(prompts[::G], 1, greedy=True) if self.greedy_baseline else None
+        greedy = self.sample_batch(prompts[::G], 1, greedy=True, fields={k: v[::G] for k, v in fields.items()}) \
+            if self.greedy_baseline else None
         t1 = time.perf_counter()
 
-        totals, components, steps = self.score_with_steps(prompts, completions, fields, G)
+        episodes = StepEpisodes(rollout, self.tokenizer)  # data.environment's (empty for single completions)
+        totals, components, steps = self.score_with_steps(prompts, completions, episodes.reward_fields(fields), G)
         steps = StepRewards.of(steps, completions, rollout, self.tokenizer, self.reward_components)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         mask = rollout.completion_mask
@@ -305,15 +308,16 @@ class GRPOTrainer(Trainer):
         if steps:
             metrics.update(steps.metrics(G))
         metrics.update(effect_metrics(per_token["logprob"], after, advantages, mask))
+        metrics.update(episodes.metrics())
 
-        row_extras = {}
+        row_extras = episodes.row_extras()
         if component_advantages is not None:
             row_extras["component_advantages"] = component_rows(list(components), component_advantages)
         if baseline is not None:
             row_extras["baseline"] = baseline.rows(G)
         row_extras.update(steps.row_extras())
 
-        outputs = GRPOStepOutputs(prompts=prompts, completions=completions, totals=totals,
+        outputs = GRPOStepOutputs(prompts=prompts, completions=episodes.shown(completions), totals=totals,
                                   components=components, advantages=advantages, rollout=rollout,
                                   per_token=per_token, top=update["top"], record_rows=record_rows,
                                   ref_all=update["ref"],

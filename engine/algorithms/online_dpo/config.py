@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 from pydantic import Field, field_validator
 
@@ -22,6 +22,7 @@ class OnlineDPOConfig(OnlineAlgorithm):
     feedback"): two completions sampled per prompt, ranked by the preset's rewards, and
     DPO's loss on the pair against the reference (the adapter disabled). Names follow
     TRL's OnlineDPOConfig."""
+    episodes_reason: ClassVar[str] = "it ranks pairs of single completions"
 
     name: Literal["online_dpo"] = Field("online_dpo", description="Algorithm.")
     num_generations: Literal[2] = Field(

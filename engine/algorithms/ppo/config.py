@@ -17,6 +17,7 @@ class PPOConfig(OnlineAlgorithm):
     """Proximal Policy Optimization with a learned critic, token-level rewards (the score
     on the last token, a KL penalty on every token) and GAE. Names follow TRL's PPOConfig.
     The critic is a value head on the policy's LoRA backbone (docs/architecture.md)."""
+    trains_episodes: ClassVar[bool] = True  # data.environment: the critic values the model's tokens
 
     name: Literal["ppo"] = Field("ppo", description="Algorithm.")
     max_completion_length: int = Field(53, ge=1, le=MAX_TOKENS, description="Most tokens generated per completion (TRL: response_length).")

@@ -27,6 +27,7 @@ from engine.rl.losses import (
 from engine.model.rollout import Rollout
 from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
 from engine.algorithms.base import Trainer
+from engine.algorithms.episodes import StepEpisodes
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
@@ -196,10 +197,12 @@ class PPOTrainer(Trainer):
         algo = self.algo
         t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
-        rollout, completions = self.sample_batch(prompts, algo.num_generations)
+        rollout, completions = self.sample_batch(prompts, algo.num_generations, fields=fields)
         t1 = time.perf_counter()
 
-        totals, components, steps = self.score_with_steps(prompts, completions, fields, algo.num_generations)
+        episodes = StepEpisodes(rollout, self.tokenizer)  # data.environment's (empty for single completions)
+        totals, components, steps = self.score_with_steps(prompts, completions, episodes.reward_fields(fields),
+                                                          algo.num_generations)
         steps = StepRewards.of(steps, completions, rollout, self.tokenizer, self.reward_components)
         rewards = torch.tensor(totals, dtype=torch.float32, device=self.device)
         # With step rewards the score on the last token is the outcome rewards' sum; each step
@@ -256,12 +259,14 @@ class PPOTrainer(Trainer):
         if steps:
             metrics.update(steps.metrics(algo.num_generations))
         metrics.update(effect_metrics(old["logprob"], after, advantages, mask))
+        metrics.update(episodes.metrics())
 
-        outputs = PPOStepOutputs(prompts=prompts, completions=completions, totals=totals, components=components,
+        outputs = PPOStepOutputs(prompts=prompts, completions=episodes.shown(completions), totals=totals,
+                                 components=components,
                                  rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
                                  advantages=advantages, returns=returns, scores=scores.tolist(),
                                  ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows,
-                                 row_extras=steps.row_extras(), logprob_after=after)
+                                 row_extras={**steps.row_extras(), **episodes.row_extras()}, logprob_after=after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: PPOStepOutputs) -> None:
