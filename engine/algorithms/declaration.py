@@ -38,6 +38,13 @@ UPDATE_EFFECT_PLOTS = (
 )
 UPDATE_EFFECT_TOKENS = ("logprob_after", "logprob_change")
 
+# What a run of multi-turn episodes adds (data.environment, engine/episodes/)
+EPISODE_PLOTS = (
+    plot("episode_turns", "Turns per episode", "episodes/turns_mean"),
+    plot("tool_calls", "Tool calls per episode", "tools/call_frequency", "tools/failure_frequency"),
+    plot("episode_truncated", "Truncated episodes", "episodes/truncated_ratio"),
+)
+
 
 class Declares:
     """What a trainer declares (the Trainer base class holds it): each subclass sets
@@ -53,4 +60,7 @@ class Declares:
         if self.RECORDS_UPDATE_EFFECT and self.cfg.record_update_effect:
             plots += [dict(p) for p in UPDATE_EFFECT_PLOTS]
             records["token_values"] = [*records.get("token_values", []), *UPDATE_EFFECT_TOKENS]
+        if getattr(self, "episodes", None) is not None:
+            plots += [dict(p) for p in EPISODE_PLOTS]
+            records["episodes"] = True
         return {"plots": plots, "records": records}
