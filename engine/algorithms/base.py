@@ -2,15 +2,13 @@
 testable alone: the policy (model, tokenizer and passes: policy.py), the optimizer part
 (AdamW, schedule, loss scaler: optimization.py), the random states (random_states.py),
 checkpoints (checkpoints.py), the out-of-memory retry (memory.py), the held-out
-evaluation (evaluation.py) and the run's events (run_events.py). The Trainer loads the data and the model, builds the parts,
-and runs the step loop over them; a step returns a `StepResult` (step_result.py) that
-the loop hands to `write_step_outputs`. Each algorithm in engine.algorithms (grpo, ppo,
-dpo) subclasses it and adds a step. This module imports no algorithm:
-engine.algorithms.TRAINERS maps a preset's algorithm name to its class.
-
-The loops stay thin: the math is in engine.rl.losses / engine.rl.advantages, sampling in
-engine.model.rollout, per-token records in engine.run.trajectories and the on-disk contract in
-engine.run.rundir.
+evaluation (evaluation.py), the run's events (run_events.py) and, with data.environment,
+the episodes (episodes.py). The Trainer loads the data and the model, builds the parts and
+runs the step loop; a step's `StepResult` (step_result.py) goes to `write_step_outputs`.
+Each algorithm subclasses it and adds a step; this module imports none of them
+(engine.algorithms.TRAINERS maps a preset's algorithm name to its class). The loops stay
+thin: the maths is in engine.rl, sampling in engine.model.rollout and engine.episodes,
+per-token records in engine.run.trajectories, the on-disk contract in engine.run.rundir.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ from engine.run import rundir
 from engine.alarms import AlarmWatcher
 from engine.algorithms.checkpoints import CheckpointParts, Progress, load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
+from engine.algorithms.episodes import EpisodeRunner, episode_fields
 from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
 from engine.algorithms.step_metrics import timing_metrics
 from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
@@ -103,28 +102,17 @@ class Trainer(Declares):
         # Prompts as the model sees them: through its chat template (engine/model/chat.py).
         self.chat = chat_format(preset.model.chat_template, loaded.tokenizer_chat_template,
                                 preset.data.system_prompt, preset_dir)
-        # data.environment: multi-turn episodes with tools (engine/algorithms/episodes.py),
-        # the prompts templated with the environment's tools
-        self.episodes = None
-        if preset.data.environment:
-            from engine.algorithms.episodes import EpisodeRunner
-
-            self.episodes = EpisodeRunner(preset, self.chat, self.tokenizer, loaded.eos_token_ids, self.world.size,
-                                          preset_dir)
-            self.train_examples, self.eval_examples = (self.episodes.template(examples, template_examples)
-                                                       for examples in (train, held_out))
-        else:
-            self.train_examples, self.eval_examples = (
-                template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
-                for examples in (train, held_out))
+        # data.environment: multi-turn episodes with tools, the prompts templated with them
+        self.episodes = EpisodeRunner.of(preset, self.chat, loaded, self.world.size, preset_dir)
+        self.train_examples, self.eval_examples = (
+            self.episodes.template(examples) if self.episodes else
+            template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
+            for examples in (train, held_out))
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.stop.check_setup()
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
-        if self.episodes is not None and self.episodes.spec.has_reward:
-            from engine.algorithms.episodes import environment_reward
-
-            # the environment's get_reward(), named after its class with weight 1 (as TRL adds it)
-            self.reward_components.append((self.episodes.spec.reward_label, 1.0, environment_reward(self.episodes.spec)))
+        if self.episodes is not None:  # the environment's get_reward(), as TRL adds it
+            self.reward_components += self.episodes.reward_components()
         self.stop.check_setup()
         check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
                            self.algo.max_completion_length, loaded.context_length)
@@ -226,9 +214,8 @@ class Trainer(Declares):
         processes each samples its share of the prompt groups and the parts are gathered:
         every process gets the whole batch, in the order one process would have it.
         `greedy`: argmax decoding (ReMax's baseline: one completion of each prompt, with
-        `group_size` 1 the same shares of prompts as the sampled groups').
-        With data.environment, episodes (each reset with its row of `fields`): the texts
-        are their answers (the model's last turns), the rollout carries the episodes."""
+        `group_size` 1 the same shares of prompts as the sampled groups'). With data.environment:
+        episodes (reset with their rows of `fields`), their answers, the rollout carrying them."""
         if self.episodes is not None:
             return self.episodes.sample(self.policy, prompts, fields or {}, group_size,
                                         self.random_states.sample_generator, greedy=greedy)
@@ -408,11 +395,8 @@ class Trainer(Declares):
                                     batch=max(self.cfg.batch_size, MIN_EVAL_BATCH))
 
     def greedy_completions(self, prompts: list[str], fields: dict[str, list] | None = None):
-        """Greedy completions' texts; with data.environment, greedy episodes' answers and
-        what the rewards receive of them (engine/episodes/rollout.episode_fields)."""
-        if self.episodes is not None:
-            from engine.episodes.rollout import episode_fields
-
+        """Greedy completions' texts; with data.environment, greedy episodes' answers and their fields."""
+        if self.episodes is not None:  # and what the rewards receive of them
             rollout, answers = self.sample_batch(prompts, 1, greedy=True, fields=fields)
             return answers, episode_fields(rollout.episodes)
         return self.policy.decode_completions(self.generate(prompts, greedy=True))

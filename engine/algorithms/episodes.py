@@ -15,15 +15,15 @@ from pathlib import Path
 
 import torch
 
-from engine.episodes.environment import EnvironmentSpec, load_environment
+from engine.episodes.environment import EnvironmentSpec, EpisodeEnvironment, load_environment
 from engine.episodes.rollout import (EpisodeSettings, episode_fields, episode_metrics, episode_rollout, episode_texts,
                                      sample_episodes, timed_progress)
 from engine.episodes.template import tool_support_problem
 from engine.episodes.tool_calls import call_format
-from engine.model.chat import ChatFormat, with_observation
+from engine.model.chat import ChatFormat, template_examples, with_observation
 from engine.model.rollout import Rollout
 
-__all__ = ["EpisodeRunner", "environment_reward", "StepEpisodes"]
+__all__ = ["EpisodeRunner", "environment_reward", "StepEpisodes", "episode_fields"]
 
 
 def environment_reward(spec: EnvironmentSpec):
@@ -33,7 +33,8 @@ def environment_reward(spec: EnvironmentSpec):
     def reward(prompts, completions, environment=None, **fields):
         if environment is None:
             raise ValueError(f"{spec.reward_label}.get_reward: no episodes to score (data.environment is not running)")
-        return [env.get_reward() for env in environment]
+        # through the wrapper's checks: a number, finite (a fault names get_reward and its line)
+        return [EpisodeEnvironment(spec, env).reward() for env in environment]
 
     reward.__name__ = spec.reward_label
     return reward
@@ -61,7 +62,19 @@ class EpisodeRunner:
         self.raw_prompts: dict[str, object] = {}  # templated prompt -> the data's prompt (for reset's observation)
         self.report = None  # called with a line after each turn (the CLI's progress)
 
-    def template(self, examples, template_examples):
+    @classmethod
+    def of(cls, preset, chat: ChatFormat, loaded, world_size: int, preset_dir: Path | None) -> "EpisodeRunner | None":
+        """The runner of a preset with data.environment, else None."""
+        if not preset.data.environment:
+            return None
+        return cls(preset, chat, loaded.tokenizer, loaded.eos_token_ids, world_size, preset_dir)
+
+    def reward_components(self) -> list[tuple]:
+        """The environment's get_reward() as a (label, weight, reward) component: named after
+        its class, weight 1 (as TRL adds it); none without get_reward."""
+        return [(self.spec.reward_label, 1.0, environment_reward(self.spec))] if self.spec.has_reward else []
+
+    def template(self, examples):
         """The examples' prompts templated with the tools; the data's prompts kept."""
         templated = template_examples(examples, self.chat, self.tokenizer)
         self.raw_prompts.update({t.prompt: e.prompt for t, e in zip(templated, examples)})

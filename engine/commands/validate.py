@@ -86,6 +86,12 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     base_dir = Path(preset_path).resolve().parent
     problems = reward_source_problems(preset.rewards, base_dir)
     problems += source_problems(preset.algorithm, base_dir)  # a loss or estimator of the user's: its file
+    if preset.data.environment:  # its file, its class, reset and the tools' signatures (engine/episodes/)
+        from engine.episodes.environment import environment_problem
+
+        problem = environment_problem(preset.data.environment, base_dir)
+        if problem:
+            problems.append(tuple(problem.split(": ", 1)))
     model_problem = model_path_problem(preset.model.name_or_path, base_dir)
     if model_problem:
         problems.append(tuple(model_problem.split(": ", 1)))
