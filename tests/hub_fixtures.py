@@ -150,22 +150,23 @@ def _save_causal_lm(folder: Path, config, tokenizer, eos_ids: list[int], pad_id:
     return folder
 
 
-def make_tiny_chat_model(folder: Path, *, seed: int = 0) -> Path:
+def make_tiny_chat_model(folder: Path, *, seed: int = 0, context: int = 512) -> Path:
     """A tiny Qwen2ForCausalLM shaped like Qwen/Qwen2.5-0.5B-Instruct: tied embeddings,
     grouped-query attention, ChatML specials, the real chat template, eos <|im_end|> for
-    chat, generation stopping on [<|im_end|>, <|endoftext|>], pad <|endoftext|>, no bos."""
+    chat, generation stopping on [<|im_end|>, <|endoftext|>], pad <|endoftext|>, no bos.
+    `context`: its positions (a prompt with tools' schemas needs ~600 of its small vocabulary's tokens)."""
     from transformers import PreTrainedTokenizerFast, Qwen2Config
 
     tok = _train_bpe(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"], model_max_length=512,
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"], model_max_length=context,
         clean_up_tokenization_spaces=False)
     tokenizer.chat_template = QWEN25_CHAT_TEMPLATE
     im_end, eot = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=context,
         tie_word_embeddings=True, bos_token_id=eot, eos_token_id=im_end, pad_token_id=eot)
     return _save_causal_lm(folder, config, tokenizer, [im_end, eot], eot, eot, seed,
                            "Qwen2Tokenizer")
@@ -196,7 +197,7 @@ def make_llama_chat_model(folder: Path, *, seed: int = 0, tokenizer_adds_bos: bo
     bos, eot, eos = tokenizer.convert_tokens_to_ids(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=context,
         tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=eot)
     return _save_causal_lm(folder, config, tokenizer, [eos, eot], eot, bos, seed,
                            "PreTrainedTokenizerFast")

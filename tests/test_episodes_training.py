@@ -39,11 +39,8 @@ CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call
 
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory):
-    folder = make_tiny_chat_model(tmp_path_factory.mktemp("qwen"))
-    # The tools' preamble in Qwen's system turn is ~550 tokens of this small vocabulary: a longer context.
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2048}))
-    return folder
+    # the tools' preamble in Qwen's system turn is ~550 tokens of this small vocabulary: a longer context
+    return make_tiny_chat_model(tmp_path_factory.mktemp("qwen"), context=2048)
 
 
 def preset(tmp_path, model_folder, algorithm="grpo"):

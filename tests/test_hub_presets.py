@@ -34,7 +34,8 @@ def _stand_ins(preset_path, tmp_path, hf_home=None) -> list[str]:
     """The tiny model and a local data set of the preset's format, as --set overrides, or
     (with hf_home) cached under the preset's own hub ids."""
     preset = yaml.safe_load(preset_path.read_text())
-    model = hf.make_tiny_chat_model(tmp_path / "model")
+    # an episode preset's prompts carry the tools' schemas: a longer context
+    model = hf.make_tiny_chat_model(tmp_path / "model", context=2048 if preset["data"].get("environment") else 512)
     if preset["algorithm"]["name"] == "dpo":
         data = hf.make_preference_set(tmp_path / "data", "parquet")
         files = {f"data/{split}-00000-of-00001.parquet": path for split, path in
