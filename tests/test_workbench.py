@@ -70,6 +70,7 @@ SPECIAL = {
     # normalize_then_sum (GDPO) computes the advantages itself: only with the grpo estimator
     "algorithm.multi_objective_aggregation": "sum_then_normalize",
     "alarms.single_step_fraction": 0.8,  # must stay above 0.5 (the share before that counts as split)
+    "data.environment": "calculator",  # multi-turn episodes (a built-in environment)
 }
 
 

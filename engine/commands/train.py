@@ -255,6 +255,8 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]
         on_step, close = progress_callback(preset.training.max_steps, start, quiet)
         trainer.on_alarm = print_alarm
+        if trainer.episodes is not None and on_step is not None:
+            trainer.episodes.report = on_step.within_step  # each turn of a step's episodes on the bar
         try:
             status = trainer.run(on_step=on_step, resume_from=resume_from, fork_of=fork_of)
         finally:

@@ -17,8 +17,11 @@ def progress_callback(max_steps: int, start_step: int, quiet: bool):
 
     def on_step(step, metrics):
         bar.update(step - bar.n)
+        bar.set_description_str("train", refresh=False)
         bar.set_postfix(progress_postfix(metrics), refresh=False)
 
+    # within a step of multi-turn episodes: each turn's line ("turn 2: 5 of 16 episodes still running, 3.1 s")
+    on_step.within_step = lambda line: bar.set_description_str(f"train ({line})")
     return on_step, bar.close
 
 
@@ -33,7 +36,9 @@ def print_alarm(alarm: dict) -> None:
 
 # What the progress bar shows, first found first: GRPO and PPO log `reward`, DPO logs
 # `loss` and `rewards/accuracies` (no reward: it samples nothing while training).
-_POSTFIX = (("reward", "reward"), ("rewards/accuracies", "acc"), ("loss", "loss"))
+# Multi-turn episodes add their turns and tool calls per episode.
+_POSTFIX = (("reward", "reward"), ("rewards/accuracies", "acc"), ("loss", "loss"),
+            ("episodes/turns_mean", "turns"), ("tools/call_frequency", "calls"))
 
 
 def progress_postfix(metrics: dict) -> dict[str, str]:

@@ -124,6 +124,27 @@ CATALOGUE: tuple[PlotSpec, ...] = (
         declared_only=True, unit="Δ log p",
         help="The mean change of log p in this step's update, for tokens the update pushes up and down "
              "(DPO: the chosen and rejected sides)"),
+    # Multi-turn episodes with tools (data.environment; the tools/* names as TRL logs them).
+    PlotSpec("episode_turns", "Turns per episode", (
+        C("episodes/turns_mean", "mean turns", help=(
+            "the model's turns per episode, averaged over the step's episodes: 1 when it answers without "
+            "calling a tool, up to data.max_turns")),), unit="turns"),
+    PlotSpec("tool_calls", "Tool calls per episode", (
+        C("tools/call_frequency", "calls per episode", help="tool calls per episode, averaged over the step"),
+        C("tools/failure_frequency", "failed / calls", help=(
+            "the share of the step's tool calls that failed: a tool that raised or did not return within "
+            "data.tool_timeout, an unknown tool, or a call that could not be parsed"))),
+        help="How often the model calls its tools, and how often the calls fail"),
+    PlotSpec("episode_truncated", "Truncated episodes", (
+        C("episodes/truncated_ratio", "fraction truncated", help=(
+            "share of the step's episodes cut short before the model's final answer: the token budget "
+            "(algorithm.max_completion_length counts the whole episode), data.max_turns or "
+            "data.max_tool_calls ran out")),)),
+    PlotSpec("episode_tokens", "Tokens per episode", (
+        C("episodes/model_tokens_mean", "model (trained)", help="tokens the model wrote per episode: the trained ones"),
+        C("episodes/tool_tokens_mean", "tool / environment (not trained)", help=(
+            "tokens the tools' results and the chat template added between turns, per episode: attended to, "
+            "never trained"))), unit="tokens"),
 )
 
 # Every step carries these; they are not worth a plot of their own but stay reachable

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from workbench.inspector.colors import Scale, text_hex
+from workbench.inspector.episodes import TOOL_HEX, episode_summary
 from workbench.inspector.quantities import QUANTITIES, _num, quantity
 from workbench.run_declaration import GROUP, PAIR, SINGLE
 from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
@@ -124,6 +125,10 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
         parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", f"{adv:+.4g}"))
     parts += rollout_context(t)
     parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
+    if t.episode is not None:
+        tools = int(t.episode.tool_mask.sum())
+        parts.append(SummaryPart("episode", episode_summary(t.episode.raw) or f"{t.episode.turns} turns",
+                                 f"({tools} tool tokens, not trained)" if tools else ""))
     if t.record.get("truncated"):
         parts.append(SummaryPart("truncated (no EOS)", warn=True))
     clipped = t.sides[0].clipped
@@ -219,19 +224,24 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
             for text, p, chosen in alts)
         alt_html = f"<p style='margin:4px 0 0 0'><b>top {len(alts)}</b> (probability)</p><table>{alt_rows}</table>"
     steps = token_step_lines(trajectory.steps, i) if side_index == 0 else []
+    # An episode's token: its turn (and a tool's: not trained, what it answers) before its numbers.
+    turn = trajectory.episode.token_lines(i) if side_index == 0 and trajectory.episode is not None else []
+    turn_html = ("<p style='margin:2px 0'>" + "<br>".join(html.escape(line) for line in turn) + "</p>"
+                 if turn else "")
     steps_html = ("<p style='margin:4px 0 0 0'>" + "<br>".join(html.escape(line) for line in steps) + "</p>"
                   if steps else "")
     # What the whole completion has (each reward's advantage, a greedy baseline) belongs beside it.
     context = "".join(f"<br><span style='color:#555'>{html.escape(part.text())}</span>"
                       for part in rollout_context(trajectory))
     context = f"<p style='margin:4px 0 0 0'><b>the completion</b>{context}</p>" if context else ""
-    return f"<div>{head}<table>{rows}</table>{steps_html}{alt_html}{context}</div>"
+    return f"<div>{head}{turn_html}<table>{rows}</table>{steps_html}{alt_html}{context}</div>"
 
 
-def token_title(side: Side, i: int, steps=()) -> str:
+def token_title(side: Side, i: int, steps=(), episode=None) -> str:
     """The tooltip as plain text (the exported HTML's title attribute); `steps`: the
-    completion's step rewards (StepComponent)."""
+    completion's step rewards (StepComponent); `episode`: its episodes.Episode."""
     lines = [f"token {i}: {token_display(side.tokens[i])}"]
+    lines += episode.token_lines(i) if episode is not None else []
     lines += [f"{name} {value}" for name, value in token_numbers(side, i)]
     lines += token_step_lines(list(steps), i)
     alts = top_alternatives(side, i)
@@ -270,10 +280,13 @@ h1 { font-size: 18px; } h2 { font-size: 15px; margin-bottom: 4px; }
 """
 
 
-def _side_html(side: Side, colours: list[str], marks, steps=()) -> str:
+def _side_html(side: Side, colours: list[str], marks, steps=(), episode=None) -> str:
     """A side's tokens as spans; `marks` (1/0 per token, or None) outlines tokens in red;
-    `steps` (StepComponent): each step's score after its end token, behind a bar."""
+    `steps` (StepComponent): each step's score after its end token, behind a bar;
+    `episode`: its tool tokens grey."""
     out = []
+    if episode is not None:
+        colours = [TOOL_HEX if tool else c for c, tool in zip(colours, episode.tool_mask.tolist())]
     ends = badges(list(steps), {})
     for i, token in enumerate(side.tokens):
         bg = colours[i]
@@ -286,7 +299,7 @@ def _side_html(side: Side, colours: list[str], marks, steps=()) -> str:
             inner.append(f"<span{cls}>{html.escape(text)}</span>" if cls else html.escape(text))
         mark = " c" if marks is not None and marks[i] == 1 else ""
         out.append(f"<span class='k{mark}' data-i='{i}' style='background:{bg};color:{fg}' "
-                   f"title='{html.escape(token_title(side, i, steps), quote=True)}'>{''.join(inner)}</span>")
+                   f"title='{html.escape(token_title(side, i, steps, episode), quote=True)}'>{''.join(inner)}</span>")
         for text, bg in ends.get(i, []):
             out.append(f"<span class='st' style='background:{bg};color:{text_hex(bg)}'>{html.escape(text)}</span>")
         if "\n" in token:
@@ -323,7 +336,8 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
     for k, (side, values) in enumerate(zip(trajectory.sides, trajectory.values(key))):
         colours = [scale.hex(v) for v in values.tolist()]
         marks = token_marks(trajectory, k, key)  # boxed: clipped (ratio), against the push (change)
-        text = _side_html(side, colours, marks, trajectory.steps if k == 0 else ())
+        text = _side_html(side, colours, marks, trajectory.steps if k == 0 else (),
+                          trajectory.episode if k == 0 else None)
         head = ""
         if trajectory.scored:
             head = (f"<h2>{side.name} · score {_num(side.reward)} · implicit reward "

@@ -5,8 +5,9 @@ drives it marked, and a label), the recorded ones coloured token by token like t
 text; a greedy baseline the rewards are measured against, when written, in a row of its
 own at the top; a group whose rewards are all equal (no learning signal) is flagged.
 Completions scored step by step show each step's score (against the group's mean, the
-first wrong step marked) and can be ordered by them. (The Prompt history page is
-history.py.)
+first wrong step marked) and can be ordered by them. A multi-turn episode shows its turns,
+its tool calls with their results and its final reward, its tool tokens grey (episodes.py).
+(The Prompt history page is history.py.)
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.inspector.colors import Scale, diverging_hex, text_hex
+from workbench.inspector.episodes import episode_line_html
 from workbench.inspector.export import tooltip_html
 from workbench.inspector.index import Baseline, Group
 from workbench.inspector.quantities import _num
 from workbench.inspector.records import text_display
 from workbench.inspector.steps import badges, chips_html, order_key, step_parity
-from workbench.inspector.text import TokenTextView, token_colours
+from workbench.inspector.text import TokenTextView
+from workbench.inspector.text_paint import token_colours
 from workbench.inspector.update_effect import token_marks, trajectory_effect_text
 
 FLAG_STYLE = ("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #e0c060; border-radius: 4px; "
@@ -97,6 +100,13 @@ class GroupRowWidget(QFrame):
         if row.steps:
             self.header.setWordWrap(True)  # a long completion has many steps
         layout.addWidget(self.header)
+        self.episode_line: QLabel | None = None
+        if row.episode is not None:
+            self.episode_line = QLabel(episode_line_html(row.episode, row.reward))
+            self.episode_line.setObjectName("group-episode")
+            self.episode_line.setTextFormat(Qt.RichText)
+            self.episode_line.setWordWrap(True)
+            layout.addWidget(self.episode_line)
         self.view: TokenTextView | None = None
         if row.trajectory is not None:
             self.view = TokenTextView(compact=True, max_lines=6)
@@ -104,7 +114,8 @@ class GroupRowWidget(QFrame):
             trajectory = row.trajectory
             steps, n = trajectory.steps, len(trajectory.sides[0])
             self.view.set_content("", trajectory.sides[0].tokens, badges(steps, step_refs or {}) if steps else None,
-                                  step_parity(steps, n))
+                                  step_parity(steps, n),
+                                  trajectory.episode.text_tags() if trajectory.episode is not None else None)
             self.view.tooltip_for = lambda i, t=trajectory: tooltip_html(t, 0, i)
             self.view.token_clicked.connect(lambda _i: self.clicked.emit(self.index))
             self.view.token_double_clicked.connect(lambda _i: self.double_clicked.emit(self.index))
@@ -123,9 +134,10 @@ class GroupRowWidget(QFrame):
     def recolour(self, key: str, scale: Scale) -> None:
         if self.view is None:
             return
-        side = self.row.trajectory.sides[0]
-        values = side.numbers.get(key, np.full(len(side), np.nan))
-        self.view.set_colours(*token_colours(values, scale))
+        trajectory = self.row.trajectory
+        values = trajectory.values(key)[0]  # an episode's tool tokens: null, painted grey
+        self.view.set_colours(*token_colours(values, scale,
+                                             trajectory.episode.tool_mask if trajectory.episode is not None else None))
         marks = token_marks(self.row.trajectory, 0, key)  # clipped (ratio), against the push (change)
         self.view.set_marks([bool(c == 1) for c in marks] if marks is not None else None)
 

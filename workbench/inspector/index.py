@@ -194,6 +194,7 @@ class GroupRow:
     component_advantages: dict = field(default_factory=dict)  # {reward name: its own advantage}, when written
     label: bool | None = None  # an unpaired completion: desirable (True) or not
     steps: dict = field(default_factory=dict)  # {step reward: [score of each step]}, when written
+    episode: dict | None = None  # a multi-turn episode's `episode` mapping (turns, tool calls), when written
 
 
 @dataclass
@@ -326,7 +327,8 @@ def build_group(records: list[Trajectory], samples: list[dict], step: int, group
                                advantage=_float(sample.get("advantage")),
                                completion=str(sample.get("completion", "")),
                                component_advantages=_numbers(sample.get("component_advantages")),
-                               label=_flag(sample.get("label")), steps=step_scores(sample.get("steps")))
+                               label=_flag(sample.get("label")), steps=step_scores(sample.get("steps")),
+                               episode=_mapping(sample.get("episode")))
     for record in records:
         if record.group != group or record.layout == PAIR:
             continue
@@ -339,7 +341,8 @@ def build_group(records: list[Trajectory], samples: list[dict], step: int, group
                                       trajectory=record,
                                       component_advantages=_numbers(record.record.get("component_advantages")),
                                       label=record.desirable,
-                                      steps={c.label: list(c.scores) for c in record.steps})
+                                      steps={c.label: list(c.scores) for c in record.steps},
+                                      episode=_mapping(record.record.get("episode")))
     return Group(step=step, group=group, prompt=prompt, rows=[rows[i] for i in sorted(rows)], size=size,
                  baseline=baseline, weights=dict(weights or {}))
 
@@ -350,6 +353,10 @@ def _float(value: Any) -> float | None:
 
 def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
+
+
+def _mapping(value: Any) -> dict | None:
+    return value if isinstance(value, dict) else None
 
 
 def _numbers(value: Any) -> dict:
@@ -429,7 +436,7 @@ def step_samples(run, step: int | None) -> list[dict]:
         out.append({"index": s.index, "group": s.group, "prompt": s.prompt, "completion": s.completion,
                     "reward": s.reward, "rewards": s.rewards, "advantage": s.advantage,
                     "component_advantages": s.component_advantages, "baseline": s.baseline, "label": s.label,
-                    "steps": s.steps})
+                    "steps": s.steps, "episode": s.episode})
     return out
 
 

@@ -8,7 +8,8 @@ text and the plot show the same token. `set_step_ends` draws a dashed vertical l
 after each step's end token of a completion scored step by step, labelled with the
 step's score. Coloured by the update's change, `set_series(companion=...)` draws the
 advantage dashed on a right axis of its own, both axes centred alike, so where the change
-and the push part ways shows at a glance (update_effect.py).
+and the push part ways shows at a glance (update_effect.py). `set_tool_spans` shades an
+episode's tool replies (light grey, their values null: no curve there).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QGraphicsItem
 
 from workbench.inspector.colors import DIVERGING_STOPS
+from workbench.inspector.episodes import TOOL_SPAN_HEX
 
 SERIES_COLOURS = {"completion": "#37474f", "chosen": "#2e7d32", "rejected": "#b00020"}
 COMPANION_COLOUR = "#e65100"  # the quantity drawn beside the coloured one (the advantage), on the right axis
@@ -101,6 +103,8 @@ class QuantityPlot(pg.PlotWidget):
         self.selected = -1
         self.step_lines: list[pg.InfiniteLine] = []  # shown: the first len(step_ends)
         self.step_ends: list[int] = []
+        self.tool_regions: list[pg.LinearRegionItem] = []  # shown: the first len(tool_spans)
+        self.tool_spans: list[tuple[int, int]] = []
         self.legend = None
         self._build_companion()
         self.scene().sigMouseMoved.connect(self._mouse_moved)
@@ -285,6 +289,27 @@ class QuantityPlot(pg.PlotWidget):
             else:
                 line.hide()
                 line.label.hide()
+
+    def set_tool_spans(self, spans: list[tuple[int, int]]) -> None:
+        """A light grey region under each of an episode's tool spans ((first, last)
+        token, inclusive: episodes.tool_spans); [] removes them."""
+        self.tool_spans = list(spans)
+        while len(self.tool_regions) < len(spans):
+            brush = QColor(TOOL_SPAN_HEX)
+            brush.setAlpha(60)
+            edge = QColor(TOOL_SPAN_HEX)
+            edge.setAlpha(120)
+            region = pg.LinearRegionItem(movable=False, brush=brush, pen=pg.mkPen(edge, width=1))
+            region.setZValue(-6)  # under the fills and the curves
+            self.item.addItem(region, ignoreBounds=True)
+            self.tool_regions.append(region)
+        for k, region in enumerate(self.tool_regions):
+            if k < len(spans):
+                first, last = spans[k]
+                region.setRegion((first - 0.5, last + 0.5))
+                region.show()
+            else:
+                region.hide()
 
     # ------------------------------------------------------------------ markers
 

@@ -18,13 +18,15 @@ from functools import cached_property
 import numpy as np
 
 from engine.run import rundir
+from workbench.inspector.episodes import Episode, record_episode
 from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
 from workbench.inspector.steps import StepComponent, labelled_scores_text, record_steps
 from workbench.inspector.update_effect import derived_numbers
 from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
 
-# Per-token lists that are not numbers to colour by.
-_NOT_NUMBERS = {"tokens", "token_ids", "top_ids", "top_tokens", "top_probs"}
+# Per-token lists that are not numbers to colour by (an episode's tool flags and turns:
+# Trajectory.episode).
+_NOT_NUMBERS = {"tokens", "token_ids", "top_ids", "top_tokens", "top_probs", "tool_mask", "turn"}
 
 
 # ======================================================================= records
@@ -153,6 +155,11 @@ class Trajectory:
         `steps`, and for a pair)."""
         return record_steps(self.record, len(self.sides[0])) if self.layout != PAIR else []
 
+    @cached_property
+    def episode(self) -> Episode | None:
+        """A multi-turn episode's tool tokens, turns and calls (None: not an episode, or a pair)."""
+        return record_episode(self.record, len(self.sides[0])) if self.layout != PAIR else None
+
     @property
     def desirable(self) -> bool | None:
         """An unpaired completion's `label`: True desirable (the update pushes it up),
@@ -199,8 +206,13 @@ class Trajectory:
         return known + sorted(keys - set(known))
 
     def values(self, key: str) -> list[np.ndarray]:
-        """The quantity on each side (NaN where a side lacks it)."""
-        return [side.numbers.get(key, np.full(len(side), np.nan)) for side in self.sides]
+        """The quantity on each side (NaN where a side lacks it, and on an episode's tool
+        tokens: not trained, they are in no scale and no curve)."""
+        out = [side.numbers.get(key, np.full(len(side), np.nan)) for side in self.sides]
+        episode = self.episode
+        if episode is not None and episode.has_tool_tokens:
+            out[0] = np.where(episode.tool_mask, np.nan, out[0])
+        return out
 
     def label(self) -> str:
         """One line for the rollout picker."""
@@ -226,6 +238,8 @@ class Trajectory:
             mean = self.layout == SINGLE or self.advantage_range is not None
             parts.append(f"{'mean adv' if mean else 'adv'} {adv:+.3g}")
         parts.append(f"{len(self.sides[0])} tok")
+        if self.episode is not None:
+            parts.append(f"{self.episode.turns} turn{'' if self.episode.turns == 1 else 's'}")
         if self.record.get("truncated"):
             parts.append("truncated")
         return " · ".join(parts)

@@ -15,19 +15,26 @@ A completion scored step by step (a process reward) gets, after each step's end 
 a bar and a badge with the step's score (a box of its own in the flow, so nothing is
 drawn over the text), and a thin underline that alternates shade from one step to the
 next; a record without steps is laid out exactly as before.
+
+A multi-turn episode (workbench/inspector/episodes.py) is drawn in turn blocks: each
+turn starts a line with a `turn k` tag (a rule above it from the second turn on), each
+tool reply starts a line with a tag naming the tools it answers, and the tool tokens
+are grey whatever the quantity (text_paint.token_colours' `tool_mask`). The colours, badges
+and tags are painted by text_paint.py.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetricsF, QPainter, QPen
 from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolTip
 
-from workbench.inspector.colors import Scale, lut_indices, text_hex
+from workbench.inspector.colors import text_hex
+from workbench.inspector.episodes import TURN
 from workbench.inspector.records import BREAK, MARK, SPECIAL, prompt_segments, token_segments
+from workbench.inspector.text_paint import Fonts, paint_badge, paint_rules, paint_tag
 
 PROMPT_COLOUR = QColor("#8a8a8a")
 HOVER_PEN = QColor("#111111")
@@ -36,30 +43,9 @@ MARK_PEN = QColor("#d50000")
 PAD_X = 2.0  # inside a token box, each side
 GAP = 1.0  # between token boxes: the boundary shows even between equal colours
 MARGIN = 8.0
-STEP_BAR = QColor("#37474f")  # the boundary after a step's end token
 STEP_UNDERLINES = (QColor("#607d8b"), QColor("#cfd8dc"))  # alternate steps' underlines
 BADGE = "badge"  # a step's score drawn after its end token (a box kind of its own)
-
-
-_LUTS: dict[tuple[str, str], tuple[list[QColor], list[QColor]]] = {}
-
-
-def lut_colours(scale: Scale) -> tuple[list[QColor], list[QColor]]:
-    """The scale's lookup table as QColors: backgrounds, and the readable text colour
-    on each (made once per map: the table depends on the map, not on the numbers)."""
-    key = (scale.kind, scale.stops if scale.kind == "sequential" else "")
-    hit = _LUTS.get(key)
-    if hit is None:
-        table = scale.table()
-        hit = _LUTS[key] = ([QColor(h) for h in table], [QColor(text_hex(h)) for h in table])
-    return hit
-
-
-def token_colours(values: np.ndarray, scale: Scale) -> tuple[list[QColor], list[QColor]]:
-    """Background and text colour of every token (a numpy mapping and two lookups)."""
-    backgrounds, texts = lut_colours(scale)
-    idx = lut_indices(values, scale).tolist()
-    return [backgrounds[i] for i in idx], [texts[i] for i in idx]
+TAG = "tag"  # an episode's turn or tool tag drawn before a token (a box kind of its own)
 
 
 def inspector_font(point_size: float = 11.0) -> QFont:
@@ -107,6 +93,7 @@ class TokenTextView(QAbstractScrollArea):
         # token's step parity for the underline (-1: in no step).
         self.step_badges: dict[int, list[tuple[str, QColor, QColor]]] = {}
         self.step_parity: list[int] | None = None
+        self.tags: dict[int, tuple[str, str]] = {}  # an episode's: {token: (text, TURN or TOOL)} drawn before it
         self.hovered = -1
         self.selected = -1
         # Layout: one entry per drawn box (a token, a piece of a token cut by a newline,
@@ -116,6 +103,8 @@ class TokenTextView(QAbstractScrollArea):
         self._box_w: list[float] = []
         self._box_token: list[int] = []  # -1: prompt text; a badge's box: its step's end token
         self._box_badge: dict[int, tuple[str, QColor, QColor]] = {}  # box -> the step badge it draws
+        self._box_tag: dict[int, tuple[str, str]] = {}  # box -> the episode tag it draws
+        self._rule_lines: list[int] = []  # lines with a rule above them (a turn after the first)
         self._box_parts: list[list[tuple[float, str, str]]] = []  # (dx, text, kind)
         self._line_start: list[int] = [0]  # first box of each line
         self._token_boxes: dict[int, list[int]] = {}
@@ -135,10 +124,12 @@ class TokenTextView(QAbstractScrollArea):
         self._widths.clear()
 
     def set_content(self, prompt: str, tokens: list[str], step_badges: dict[int, list[tuple[str, str]]] | None = None,
-                    step_parity: list[int] | None = None) -> None:
+                    step_parity: list[int] | None = None, tags: dict[int, tuple[str, str]] | None = None) -> None:
         """The prompt and the tokens; `step_badges` {end token: [(text, background hex)]}
         and `step_parity` (each token's step, 0/1 alternating, -1 none) for a completion
-        scored step by step (workbench/inspector/steps.py)."""
+        scored step by step (workbench/inspector/steps.py); `tags` {token: (text, kind)}
+        for an episode's turns and tool replies (episodes.Episode.text_tags)."""
+        self.tags = dict(tags or {})
         self.prompt = prompt
         self.tokens = list(tokens)
         self._segments = [token_segments(t) for t in self.tokens]
@@ -210,11 +201,13 @@ class TokenTextView(QAbstractScrollArea):
         line_start = [0]
         token_boxes: dict[int, list[int]] = {}
         box_badge: dict[int, tuple[str, QColor, QColor]] = {}
+        box_tag: dict[int, tuple[str, str]] = {}
+        rule_lines: list[int] = []
         line, x = 0, MARGIN
         measure = self._width
-        step_badges = self.step_badges
+        step_badges, tags = self.step_badges, self.tags
 
-        def place(w: float, token: int, box_parts: list, badge: tuple | None = None) -> None:
+        def place(w: float, token: int, box_parts: list, badge: tuple | None = None, tag: tuple | None = None) -> None:
             nonlocal line, x
             if x + w > right and x > MARGIN:
                 line += 1
@@ -227,6 +220,8 @@ class TokenTextView(QAbstractScrollArea):
             parts.append(box_parts)
             if badge is not None:
                 box_badge[len(lines) - 1] = badge
+            elif tag is not None:
+                box_tag[len(lines) - 1] = tag
             elif token >= 0:
                 token_boxes.setdefault(token, []).append(len(lines) - 1)
             x += w + GAP
@@ -246,6 +241,13 @@ class TokenTextView(QAbstractScrollArea):
                 place(w, -1, [(0.0, text, kind)])
             x += 4.0  # a little air between prompt and completion
         for i, segments in enumerate(self._segments):
+            tag = tags.get(i) if tags else None
+            if tag is not None:  # an episode's turn or tool reply begins: a line of its own
+                if x > MARGIN:
+                    new_line()
+                if tag[1] == TURN and i > 0:
+                    rule_lines.append(line)
+                place(measure(tag[0], True) + 6.0, i, [(3.0, tag[0], TAG)], tag=tag)
             # The token's pieces (a newline ends one), each with whether a line break follows.
             pieces: list[tuple[list, float, bool]] = []
             box: list[tuple[float, str, str]] = []
@@ -268,7 +270,7 @@ class TokenTextView(QAbstractScrollArea):
                 if breaks:
                     new_line()
         self._box_line, self._box_x, self._box_w, self._box_token, self._box_parts = lines, xs, ws, toks, parts
-        self._box_badge = box_badge
+        self._box_badge, self._box_tag, self._rule_lines = box_badge, box_tag, rule_lines
         self._line_start = line_start
         self._token_boxes = token_boxes
         self._update_scroll()
@@ -279,12 +281,15 @@ class TokenTextView(QAbstractScrollArea):
             self.content_height_changed.emit(height)
 
     def drawn_boxes(self) -> list[tuple[str, int, str]]:
-        """The completion's boxes in reading order: ("token", i, "") for a token's box
-        and ("badge", end token, text) for a step's score after its end token."""
+        """The completion's boxes in reading order: ("token", i, "") for a token's box,
+        ("badge", end token, text) for a step's score after its end token and ("tag", i,
+        text) for an episode's tag before token i."""
         out = []
         for box, token in enumerate(self._box_token):
             if box in self._box_badge:
                 out.append(("badge", token, self._box_badge[box][0]))
+            elif box in self._box_tag:
+                out.append(("tag", token, self._box_tag[box][0]))
             elif token >= 0:
                 out.append(("token", token, ""))
         return out
@@ -382,15 +387,21 @@ class TokenTextView(QAbstractScrollArea):
         tag_h = self._tag_fm.height()
         bgs, fgs = self.background, self.foreground
         marks = self.marks
-        box_badge, parity = self._box_badge, self.step_parity
+        box_badge, box_tag, parity = self._box_badge, self._box_tag, self.step_parity
         painter.setFont(font)
+        paint_rules(painter, [self._line_top(line) for line in self._rule_lines if first <= line <= last],
+                    MARGIN, self.viewport().width() - MARGIN)
+        fonts = Fonts(font, tag_font, self._tag_fm)
         for box in range(start, end):
             token = self._box_token[box]
             x = self._box_x[box]
             top = self._line_top(self._box_line[box])
             badge = box_badge.get(box) if box_badge else None
             if badge is not None:
-                self._paint_badge(painter, badge, x, top, self._box_w[box])
+                paint_badge(painter, badge, x, top, self._box_w[box], self.line_height, fonts)
+                continue
+            if box_tag and box in box_tag:
+                paint_tag(painter, box_tag[box], x, top, self._box_w[box], self.line_height, fonts)
                 continue
             if parity is not None and 0 <= token < len(parity) and parity[token] >= 0:
                 painter.fillRect(QRectF(x, top + self.line_height - 2, self._box_w[box] + GAP, 2),
@@ -435,23 +446,6 @@ class TokenTextView(QAbstractScrollArea):
             for box in self._token_boxes.get(token, []):
                 painter.drawRect(self.box_rect(box).adjusted(-1, -1, 1, 1))
         painter.end()
-
-    def _paint_badge(self, painter: QPainter, badge: tuple[str, QColor, QColor], x: float, top: float,
-                     w: float) -> None:
-        """A step's boundary (a bar the line's height) and its score on the score's colour."""
-        text, bg, fg = badge
-        painter.setPen(QPen(STEP_BAR, 2))
-        painter.drawLine(QPointF(x + 1, top + 1), QPointF(x + 1, top + self.line_height - 1))
-        tag_h = self._tag_fm.height()
-        pill = QRectF(x + 3, top + (self.line_height - tag_h) / 2 - 1, w - 3, tag_h + 2)
-        painter.setBrush(bg)
-        painter.setPen(QPen(STEP_BAR, 0.8))
-        painter.drawRoundedRect(pill, 4, 4)
-        painter.setBrush(Qt.NoBrush)
-        painter.setFont(self._tag_font)
-        painter.setPen(fg)
-        painter.drawText(QPointF(x + 7, top + (self.line_height - tag_h) / 2 + self._tag_fm.ascent()), text)
-        painter.setFont(self.font())
 
     # ------------------------------------------------------------------- events
 

@@ -5,7 +5,9 @@ each token on the colour of its value; under it the quantity against token posit
 linked both ways (hover or click a token and the plot marks it; hover or click the plot
 and the token is marked and scrolled to); the selected token's numbers beside the plot.
 A completion scored step by step shows each step's score after its end token (coloured
-against its group's mean), underlines steps in turn and marks the step ends in the plot."""
+against its group's mean), underlines steps in turn and marks the step ends in the plot.
+A multi-turn episode is drawn in turn blocks, its tool tokens grey and shaded in the plot
+(episodes.py)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ from workbench.inspector.export import tooltip_html
 from workbench.inspector.quantities import _num, quantity
 from workbench.run_declaration import PAIR
 from workbench.inspector.records import Side, Trajectory
+from workbench.inspector.episodes import tool_spans
 from workbench.inspector.plot import QuantityPlot
 from workbench.inspector.steps import Reference, badges, plot_marks, step_parity
-from workbench.inspector.text import token_colours
+from workbench.inspector.text_paint import token_colours
 from workbench.inspector.update_effect import token_marks
 from workbench.inspector.widgets import SidePanel
 
@@ -109,6 +112,7 @@ class TrajectoryPage(QSplitter):
         self.sides[1].hide()
         self.plot.set_series([], "", None)
         self.plot.set_step_ends([])
+        self.plot.set_tool_spans([])
         self.details.setText("")
 
     def show_trajectory(self, trajectory: Trajectory, show_prompt: bool,
@@ -119,7 +123,7 @@ class TrajectoryPage(QSplitter):
         self.trajectory = trajectory
         pair = trajectory.layout == PAIR
         self.sides[1].setVisible(pair)
-        steps = trajectory.steps
+        steps, episode = trajectory.steps, trajectory.episode
         for k, panel in enumerate(self.sides):
             if k < len(trajectory.sides):
                 side = trajectory.sides[k]
@@ -127,11 +131,13 @@ class TrajectoryPage(QSplitter):
                 stepped = k == 0 and bool(steps)
                 panel.view.set_content(trajectory.prompt, side.tokens,
                                        badges(steps, step_references or {}) if stepped else None,
-                                       step_parity(steps, len(side)) if stepped else None)
+                                       step_parity(steps, len(side)) if stepped else None,
+                                       episode.text_tags() if k == 0 and episode is not None else None)
                 header = side_header(trajectory, side)
                 panel.header.setText(header)
                 panel.header.setVisible(bool(header))
         self.plot.set_step_ends(plot_marks(steps))
+        self.plot.set_tool_spans(tool_spans(episode.tool_mask) if episode is not None else [])
         self.fit_text_pane()
         self.selected = -1
         self.plot.mark(-1)
@@ -160,7 +166,8 @@ class TrajectoryPage(QSplitter):
         colours = []
         for k, side in enumerate(trajectory.sides):
             view = self.sides[k].view
-            backgrounds, texts = token_colours(values[k], scale)
+            tools = trajectory.episode.tool_mask if k == 0 and trajectory.episode is not None else None
+            backgrounds, texts = token_colours(values[k], scale, tools)
             colours.append(backgrounds)
             view.set_colours(backgrounds, texts)
             c = token_marks(trajectory, k, key)

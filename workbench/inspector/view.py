@@ -399,7 +399,8 @@ class InspectorView(QWidget):
         beside = self.current_scale("advantage") if wants_advantage(self.key, trajectory) else None
         self.trajectory_page.colour(self.key, scale, beside)
         q = quantity(self.key, trajectory.values(self.key))
-        self.legend.set_scale(self.key, scale, q.meaning, q.label)
+        self.legend.set_scale(self.key, scale, q.meaning, q.label,
+                              trajectory.episode is not None and trajectory.episode.has_tool_tokens)
         if self.pages.currentIndex() == GROUP_PAGE:
             self._update_group()
 

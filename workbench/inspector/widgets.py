@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.inspector.colors import NULL_HEX, Scale
+from workbench.inspector.episodes import TOOL_HEX, TOOL_LEGEND
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP
 from workbench.inspector.text import TokenTextView
 
@@ -86,15 +87,18 @@ class Legend(QWidget):
         layout.addWidget(self.bar)
         layout.addWidget(self.text, 1)
 
-    def set_scale(self, key: str, scale: Scale | None, meaning: str, label: str) -> None:
+    def set_scale(self, key: str, scale: Scale | None, meaning: str, label: str, tool: bool = False) -> None:
+        """`tool`: the record is an episode with tool tokens, drawn grey (their own entry)."""
         self.name.setText(f"<b>{html.escape(label)}</b>")
         self.bar.set_scale(scale)
         if scale is None:
             self.text.setText("")
             return
+        tools = (f" · <span style='background:{TOOL_HEX}'>&nbsp;&nbsp;&nbsp;</span> {html.escape(TOOL_LEGEND)}"
+                 if tool else "")
         self.text.setText(
             f"{html.escape(meaning)}<br><span style='color:#555'>scale: {html.escape(scale.how)} · "
-            f"<span style='background:{NULL_HEX}'>&nbsp;&nbsp;&nbsp;</span> null</span>")
+            f"<span style='background:{NULL_HEX}'>&nbsp;&nbsp;&nbsp;</span> null{tools}</span>")
 
     def plain_text(self) -> str:
         from PySide6.QtGui import QTextDocument

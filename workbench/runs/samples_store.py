@@ -12,6 +12,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from engine.run import rundir
+from workbench.inspector.episodes import conversation_html, turns_of
 from workbench.inspector.steps import mean_score, scores_text, step_scores
 from workbench.runs.metric_table import MetricTable, _is_number
 
@@ -33,13 +34,15 @@ class Sample:
     # normalised one by one); the greedy completion of the prompt that the reward is
     # measured against, {"completion", "reward", "rewards"}; whether an unpaired
     # completion is desirable; whether a pair's two scores tied; a pair's rejected text;
-    # a step reward's score of each step, {reward label: [score, ...]}.
+    # a step reward's score of each step, {reward label: [score, ...]}; a multi-turn
+    # episode's {turns, truncated, reward_source, tool_calls, messages} (episodes.py).
     component_advantages: dict = field(default_factory=dict)
     baseline: dict | None = None
     label: bool | None = None
     tie: bool | None = None
     rejected: str | None = None
     steps: dict = field(default_factory=dict)
+    episode: dict | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -71,8 +74,9 @@ def _steps_mean(value: Any) -> float | None:
 
 
 # The number columns of the optional keys (numbers(name)), when a row has them: a flag
-# is 1/0 so the table sorts by it; the steps column sorts by the mean of every step score.
-LABEL, BASELINE, TIE, STEPS = "label", "baseline/reward", "tie", "steps"
+# is 1/0 so the table sorts by it; the steps column sorts by the mean of every step score,
+# the episode column by the episode's turns.
+LABEL, BASELINE, TIE, STEPS, EPISODE = "label", "baseline/reward", "tie", "steps", "episode"
 COMPONENT_ADVANTAGE = "component_advantages/"
 
 
@@ -170,7 +174,8 @@ class SampleStore:
         values = {LABEL: [_flag(r.get("label")) for r in raws], TIE: [_flag(r.get("tie")) for r in raws],
                   BASELINE: [r["baseline"].get("reward") if isinstance(r.get("baseline"), dict) else None
                              for r in raws],
-                  STEPS: [_steps_mean(r.get("steps")) for r in raws]}
+                  STEPS: [_steps_mean(r.get("steps")) for r in raws],
+                  EPISODE: [turns_of(r["episode"]) if isinstance(r.get("episode"), dict) else None for r in raws]}
         for name, column in values.items():
             if name in self.optional_seen or any(v is not None for v in column):
                 self.optional_seen.add(name)
@@ -195,7 +200,8 @@ class SampleStore:
         return self.advantage_components_seen
 
     def has(self, name: str) -> bool:
-        """Whether some row has the optional key of column `name` (LABEL, BASELINE, TIE)."""
+        """Whether some row has the optional key of column `name` (LABEL, BASELINE, TIE,
+        STEPS, EPISODE)."""
         self._materialize()
         return name in self.optional_seen
 
@@ -205,6 +211,7 @@ class SampleStore:
         rewards = raw.get("rewards")
         index, group = raw.get("index"), raw.get("group")
         parts, baseline, rejected = raw.get("component_advantages"), raw.get("baseline"), raw.get("rejected")
+        episode = raw.get("episode")
         return Sample(step=self._step[i], index=int(index) if _is_number(index) else 0,
                       group=int(group) if _is_number(group) else 0,
                       prompt=str(raw.get("prompt", "")), completion=str(raw.get("completion", "")),
@@ -213,7 +220,8 @@ class SampleStore:
                       component_advantages=dict(parts) if isinstance(parts, dict) else {},
                       baseline=dict(baseline) if isinstance(baseline, dict) else None,
                       label=_flag(raw.get("label")), tie=_flag(raw.get("tie")),
-                      rejected=rejected if isinstance(rejected, str) else None, steps=step_scores(raw.get("steps")))
+                      rejected=rejected if isinstance(rejected, str) else None, steps=step_scores(raw.get("steps")),
+                      episode=dict(episode) if isinstance(episode, dict) else None)
 
     def text(self, i: int, name: str) -> str:
         """The prompt or completion of row i, without building the whole Sample."""
@@ -226,7 +234,7 @@ class SampleStore:
 
     def numbers(self, name: str) -> np.ndarray:
         """`step`, `index`, `reward`, `advantage`, `rewards/<component>`,
-        `component_advantages/<reward>`, LABEL, BASELINE, TIE or STEPS for every row."""
+        `component_advantages/<reward>`, LABEL, BASELINE, TIE, STEPS or EPISODE for every row."""
         self._materialize()
         if name == "step":
             return self._numbers.steps
@@ -320,7 +328,12 @@ def sample_html(sample: Sample) -> str:
                      + (f" (mean {_fmt(mean)})" if math.isfinite(mean) else ""))
     pre = "white-space:pre-wrap; background:#f6f8fa; padding:4px; font-family:monospace"
     parts.append(f"<p><b>Prompt</b></p><pre style='{pre}'>{html.escape(sample.prompt)}</pre>")
-    parts.append(f"<p><b>Completion</b></p><pre style='{pre}'>{html.escape(sample.completion)}</pre>")
+    if sample.episode is not None:  # the conversation first, then its tokens' text as decoded
+        parts.append(conversation_html(sample.episode))
+        parts.append(f"<p><b>Episode text</b> (model and tool tokens, as decoded)</p>"
+                     f"<pre style='{pre}'>{html.escape(sample.completion)}</pre>")
+    else:
+        parts.append(f"<p><b>Completion</b></p><pre style='{pre}'>{html.escape(sample.completion)}</pre>")
     if sample.rejected is not None:
         parts.append(f"<p><b>Rejected</b></p><pre style='{pre}'>{html.escape(sample.rejected)}</pre>")
     if sample.baseline is not None:

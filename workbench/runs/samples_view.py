@@ -1,6 +1,7 @@
 """The samples table: generations streaming in from `samples` events, newest first,
 filtered by text and step range, sortable by any column, with the whole text of the
-selected one in a detail pane.
+selected one in a detail pane. A multi-turn episode's row has an episode column (turns,
+each tool's calls, failed calls); its tooltip and the detail pane hold the conversation.
 
 The model keeps an index array of the rows shown (numpy), so filtering and sorting
 100,000 samples is a few milliseconds, and new samples re-lay the table out without
@@ -30,9 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.runs.rundata import RunData, Sample, SampleStore
+from workbench.inspector.episodes import conversation_text, episode_summary
 from workbench.inspector.steps import labelled_scores_text, steps_tooltip
-from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, LABEL, STEPS, TIE, _fmt, baseline_text,
-                                          flag_text, sample_html)
+from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, EPISODE, LABEL, STEPS, TIE, _fmt,
+                                          baseline_text, flag_text, sample_html)
 
 STEP, PROMPT, COMPLETION, REWARD = "step", "prompt", "completion", "reward"
 ADVANTAGE = "advantage"
@@ -43,7 +45,7 @@ _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _POSITIVE = QColor(220, 245, 225)
 _NEGATIVE = QColor(250, 225, 225)
 # Headers of the columns some algorithms' rows add (docs/run-directory.md, `samples`).
-_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie", STEPS: "steps"}
+_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie", STEPS: "steps", EPISODE: "episode"}
 _HEADER_TIPS = {
     LABEL: "desirable: the update pushes this completion up; undesirable: down (unpaired preference data)",
     BASELINE: "the reward of the greedy completion of the same prompt, the baseline the reward is measured "
@@ -52,7 +54,10 @@ _HEADER_TIPS = {
     STEPS: "each step's score from the step rewards, in order (several rewards: each after its label); "
            "sorts by the mean of the scores; hover a cell for the list",
     ADVANTAGE: "the advantage the update used (green: pushed up, pink: pushed down)",
+    EPISODE: "the multi-turn episode: the model's turns, each tool's calls (×count) and the failed calls; "
+             "hover a cell for the whole conversation; sorts by the number of turns",
 }
+_LEFT_COLUMNS = (LABEL, STEPS, EPISODE)  # words: aligned left, as the texts
 
 
 def one_line(text: str) -> str:
@@ -93,11 +98,12 @@ class SamplesModel(QAbstractTableModel):
 
     def _column_names(self) -> list[str]:
         """The columns: step, prompt, completion, total reward, each component,
-        advantage, and those of the keys a run's rows have (label beside the
+        advantage, and those of the keys a run's rows have (the episode and label beside the
         completion, the greedy baseline beside the reward, step scores after the
         components, each reward's advantage after the advantage, tie last)."""
         store = self.store
-        return [STEP, PROMPT, COMPLETION, *([LABEL] if store.has(LABEL) else []), REWARD,
+        return [STEP, PROMPT, COMPLETION, *([EPISODE] if store.has(EPISODE) else []),
+                *([LABEL] if store.has(LABEL) else []), REWARD,
                 *([BASELINE] if store.has(BASELINE) else []), *[f"rewards/{c}" for c in store.components],
                 *([STEPS] if store.has(STEPS) else []), ADVANTAGE, *[COMPONENT_ADVANTAGE + c for c in store.advantage_components],
                 *([TIE] if store.has(TIE) else [])]
@@ -236,14 +242,18 @@ class SamplesModel(QAbstractTableModel):
                 return ""
             if name == STEPS:
                 return labelled_scores_text(sample.steps) if sample.steps else ""
+            if name == EPISODE:
+                return episode_summary(sample.episode)
             return _fmt(self._number(sample, name))
         if role == Qt.ToolTipRole:
+            if sample.episode is not None and name in (COMPLETION, EPISODE):  # the conversation, not the raw text
+                return conversation_text(sample.episode)
             if name in TEXT_COLUMNS:
                 return getattr(sample, name)
             if name == STEPS:
                 return steps_tooltip(sample.steps) if sample.steps else None
             return baseline_text(sample.baseline) if name == BASELINE else None
-        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name not in (LABEL, STEPS):
+        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name not in _LEFT_COLUMNS:
             return _RIGHT
         if role == Qt.BackgroundRole:
             return self._background(sample, name)
@@ -425,6 +435,8 @@ class SamplesView(QWidget):
         for column, name in enumerate(self.model.columns):
             if name in TEXT_COLUMNS:
                 header.resizeSection(column, 320)
+            elif name == EPISODE:
+                header.resizeSection(column, 250)
             else:
                 title = str(self.model.headerData(column, Qt.Horizontal))
                 header.resizeSection(column, max(60 if name == "step" else 80, metrics.horizontalAdvance(title) + 24))
