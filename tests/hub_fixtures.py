@@ -197,7 +197,7 @@ def make_llama_chat_model(folder: Path, *, seed: int = 0, tokenizer_adds_bos: bo
     bos, eot, eos = tokenizer.convert_tokens_to_ids(["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"])
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=context,
+        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=512,
         tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=eot)
     return _save_causal_lm(folder, config, tokenizer, [eos, eot], eot, bos, seed,
                            "PreTrainedTokenizerFast")
