@@ -1,4 +1,5 @@
-"""Recipe for the built-in tiny model shipped in ``assets/tiny-model``.
+"""Recipe for the built-in tiny model shipped in ``assets/tiny-model`` (its tools
+variant, ``assets/tiny-tools-model``, is :mod:`engine.builtin_model.tools`).
 
 The app must run RL with no download, so it ships a very small GPT-2 style
 model with a character-level tokenizer.  It is trained from scratch here by
@@ -28,6 +29,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -51,9 +53,9 @@ __all__ = [
     "greedy_accuracy",
     "sampled_pass_at_k",
     "train_builtin_model",
+    "run_sft",
     "evaluate_builtin_model",
     "save_builtin_model",
-    "main",
 ]
 
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -376,6 +378,34 @@ def train_builtin_model(
         for name, examples in train.items()
     }
     rng = random.Random(f"sft:{config.seed}")
+
+    def batch_loss() -> torch.Tensor:
+        return model(**_collate(_sample_batch(encoded, config, rng), tokenizer.pad_token_id)).loss
+
+    run_sft(model, config, batch_loss, show_progress=show_progress)
+    return model, tokenizer
+
+
+def run_sft(
+    model: GPT2LMHeadModel,
+    config: RecipeConfig,
+    batch_loss: Callable[[], torch.Tensor],
+    *,
+    show_progress: bool = True,
+) -> None:
+    """Train ``model`` for ``config.steps`` steps, each on the loss ``batch_loss``
+    computes for a freshly drawn batch; AdamW, warm-up then cosine (`_learning_rate`),
+    clipping at 1.0. Leaves the model in eval mode. Both variants share it (tools.py
+    draws episodes).
+
+    Example:
+        >>> cfg = RecipeConfig(n_layer=1, n_embd=32, n_head=2, steps=1)
+        >>> model = build_model(cfg, build_tokenizer())
+        >>> batch = _collate([([5, 6, 2], [-100, 6, 2])], 0)
+        >>> run_sft(model, cfg, lambda: model(**batch).loss, show_progress=False)
+        >>> model.training
+        False
+    """
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -384,8 +414,7 @@ def train_builtin_model(
     for step in progress:
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(step, config)
-        batch = _collate(_sample_batch(encoded, config, rng), tokenizer.pad_token_id)
-        loss = model(**batch).loss
+        loss = batch_loss()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -393,7 +422,6 @@ def train_builtin_model(
         if step % 10 == 0:
             progress.set_postfix(loss=f"{loss.item():.3f}")
     model.eval()
-    return model, tokenizer
 
 
 def evaluate_builtin_model(
@@ -417,37 +445,3 @@ def evaluate_builtin_model(
             for name in TASK_NAMES
         },
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m engine.builtin_model --out assets/tiny-model``."""
-    defaults = RecipeConfig()
-    parser = argparse.ArgumentParser(description="Rebuild the built-in tiny model.")
-    parser.add_argument("--out", type=Path, default=builtin_model_path(), help="output directory")
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--steps", type=int, default=defaults.steps, help="SFT steps (sets competence)")
-    parser.add_argument(
-        "--sort-fraction",
-        type=float,
-        default=defaults.sort_fraction,
-        help="share of sort examples per batch (sets sort competence)",
-    )
-    args = parser.parse_args(argv)
-    config = RecipeConfig(seed=args.seed, steps=args.steps, sort_fraction=args.sort_fraction)
-    started = time.perf_counter()
-    model, tokenizer = train_builtin_model(config)
-    trained_in = time.perf_counter() - started
-    print("evaluating on the held-out eval split...", flush=True)
-    metrics = evaluate_builtin_model(model, tokenizer, config)
-    save_builtin_model(args.out, model, tokenizer, config, metrics)
-    parameters = sum(p.numel() for p in model.parameters())
-    print(f"saved {parameters:,}-parameter model to {args.out} (trained in {trained_in:.0f}s)")
-    for name in TASK_NAMES:
-        print(
-            f"held-out greedy accuracy {name}: {metrics['greedy_accuracy'][name]:.1%} "
-            f"(sampled pass@8 {metrics['sampled_pass_at_8'][name]:.1%})"
-        )
-
-
-if __name__ == "__main__":
-    main()

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from engine.run import rundir
 from engine.run.failures import NoSuchCheckpoint, checkpoint_step, failure_message, named_checkpoint
-from engine.preset.schema import BUILTIN_MODEL, load_preset
+from engine.preset.schema import load_preset
 from engine.preset.errors import PresetError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
@@ -172,7 +172,7 @@ def _settings(preset, checkpoint: Path) -> list[tuple[str, str]]:
     return [
         ("algorithm", f"{preset.algorithm.name}: " + ", ".join(f"{k} {v}" for k, v in algo.items())),
         ("base model", f"`{preset.model.name_or_path}`" + (" (RL Workbench's built-in model)"
-                                                          if preset.model.name_or_path == BUILTIN_MODEL else "")),
+                                                          if preset.model.name_or_path.startswith("builtin:") else "")),
         ("chat template", str(preset.model.chat_template)),
         ("LoRA", f"r {lora.r}, alpha {lora.alpha}, dropout {lora.dropout}, targets {targets}"),
         ("data", f"{source}; {data.num_train} training prompts, {data.num_eval} held out"),
@@ -222,7 +222,7 @@ def model_card(preset, run_dir: Path, checkpoint: Path, events: list[dict], merg
                   f"{shown or 'no scores'}.", ""]
     if not metrics and not evaluation:
         lines += ["No metrics were logged up to this checkpoint.", ""]
-    base = preset.model.name_or_path if preset.model.name_or_path != BUILTIN_MODEL else "BASE_MODEL_FOLDER"
+    base = preset.model.name_or_path if not preset.model.name_or_path.startswith("builtin:") else "BASE_MODEL_FOLDER"
     lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer"]
     if merged:
         lines += ['model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")',

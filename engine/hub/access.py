@@ -47,13 +47,13 @@ def hub_ids_of(preset, base_dir=None) -> list[str]:
     """The hub ids a preset loads (model, data set): names that are no local path. A
     model path that looks local but is missing is no hub id either (the hub would only
     say it is not one; engine.preset.paths.model_path_problem says what is wrong)."""
-    from engine.preset.schema import BUILTIN_MODEL
     from engine.preset.paths import local_or_hub_id
     from engine.rewards.paths import looks_like_local_path
 
     ids = []
     model = preset.model.name_or_path
-    if model != BUILTIN_MODEL and not looks_like_local_path(model) and local_or_hub_id(model, base_dir) == model:
+    # The built-in names (builtin:tiny, builtin:tiny-tools) are folders in assets/, no hub ids.
+    if not model.startswith("builtin:") and not looks_like_local_path(model) and local_or_hub_id(model, base_dir) == model:
         ids.append(model)
     if preset.data.dataset is not None and isinstance(local_or_hub_id(preset.data.dataset, base_dir), str):
         ids.append(preset.data.dataset)

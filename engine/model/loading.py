@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from engine.model.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
-from engine.preset.schema import BUILTIN_MODEL, ModelConfig
+from engine.preset.schema import ModelConfig
 from engine.preset.limits import context_problem
 from engine.preset.paths import model_path_problem
 
@@ -67,22 +67,23 @@ class LoadedModel:
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """`builtin:tiny` -> the shipped folder; anything else is passed on unchanged (a hub id
-    or a local folder, which transformers tells apart). A local path that is missing, a
-    loop or not a model folder is refused here: transformers would take it for a hub id
-    and answer with the hub's rules for ids."""
-    if name_or_path == BUILTIN_MODEL:
-        from engine.builtin_model.recipe import builtin_model_path
+    """`builtin:tiny` / `builtin:tiny-tools` -> the shipped folder; anything else is passed
+    on unchanged (a hub id or a local folder, which transformers tells apart). A local path
+    that is missing, a loop or not a model folder is refused here: transformers would take
+    it for a hub id and answer with the hub's rules for ids."""
+    from engine.builtin_model import BUILTIN_MODELS, builtin_model_folder, rebuild_command
 
-        path = builtin_model_path()
+    path = builtin_model_folder(name_or_path)
+    if path is not None:
         if not (path / "config.json").exists():
             raise ModelLoadError(
-                f"the built-in model is missing from {path}; rebuild it with "
-                "`python -m engine.builtin_model --out assets/tiny-model`"
+                f"the built-in model {name_or_path} is missing from {path}; rebuild it with "
+                f"`{rebuild_command(name_or_path)}`"
             )
         return str(path)
     if name_or_path.startswith("builtin:"):
-        raise ModelLoadError(f"model.name_or_path: unknown built-in model {name_or_path!r}; the built-in one is {BUILTIN_MODEL!r}")
+        raise ModelLoadError(f"model.name_or_path: unknown built-in model {name_or_path!r}; the built-in ones are "
+                             f"{', '.join(BUILTIN_MODELS)}")
     problem = model_path_problem(name_or_path)
     if problem is not None:
         raise ModelLoadError(problem)

@@ -22,15 +22,13 @@ from engine.distributed.launch import world_size_problems
 from engine.hub.access import download_hint
 from engine.hub.cache import cached_snapshot
 from engine.preset.input_checks import context_problem, prompt_location, reward_field_problems
-from engine.preset.schema import BUILTIN_MODEL, Preset
+from engine.builtin_model import BUILTIN_MODELS, builtin_model_folder, rebuild_command  # torch-free
+from engine.preset.schema import Preset
 from engine.preset.paths import local_or_hub_id, model_path_problem, resolve_data_path
 from engine.run.reporting import missing_reporter
 from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# engine.builtin_model.recipe says where the built-in model lives, but importing it loads
-# torch; the location is part of the repository layout (docs/architecture.md).
-BUILTIN_MODEL_DIR = REPO_ROOT / "assets" / "tiny-model"
 
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
@@ -52,8 +50,8 @@ class CheckResult:
 def model_folder(name_or_path: str) -> Path | None:
     """The local folder of a model: the built-in one, a folder, or a hub id's snapshot in
     the local Hugging Face cache; None for a hub id that is not here."""
-    if name_or_path == BUILTIN_MODEL:
-        return BUILTIN_MODEL_DIR
+    if name_or_path in BUILTIN_MODELS:
+        return builtin_model_folder(name_or_path)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return path
@@ -216,7 +214,8 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
     folder = model_folder(name)
     if folder is None:
         if name.startswith("builtin:"):
-            result.problems.append(("model.name_or_path", f"unknown built-in model {name!r}; the built-in one is {BUILTIN_MODEL!r}"))
+            result.problems.append(("model.name_or_path", f"unknown built-in model {name!r}; the built-in ones are "
+                                    f"{', '.join(BUILTIN_MODELS)}"))
         elif looks_like_local_path(name):
             result.problems.append(("model.name_or_path", f"folder {name} does not exist"))
         else:
@@ -224,9 +223,9 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
                                  f"{name!r} is a Hugging Face hub id, not on disk here: the context-length "
                                  "check is skipped (the engine checks it once the model is loaded)"))
         return result
-    if name == BUILTIN_MODEL and not (folder / "config.json").exists():
+    if name in BUILTIN_MODELS and not (folder / "config.json").exists():
         result.problems.append(("model.name_or_path", f"the built-in model is missing from {folder}; rebuild it "
-                                "with `python -m engine.builtin_model --out assets/tiny-model`"))
+                                f"with `{rebuild_command(name)}`"))
         return result
     try:
         info = read_model_info(folder)

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.builtin_model import BUILTIN_MODELS
 from engine.preset.schema import BUILTIN_MODEL
 from workbench.setup import schema
 from workbench.setup.schema import FieldSpec, format_value
@@ -341,7 +342,8 @@ class ModelEditor(PathEditor):
         super().__init__(spec, folder=True, parent=parent)
         self.line.setPlaceholderText("builtin:tiny, a Hugging Face id (org/name), or a folder")
         self.builtin = QPushButton("Built-in", self)
-        self.builtin.setToolTip(f"Use {BUILTIN_MODEL}: the small model shipped with RL Workbench (runs offline on a CPU)")
+        self.builtin.setToolTip(f"Use {BUILTIN_MODEL}: the small model shipped with RL Workbench (runs offline on a CPU); "
+                                "type builtin:tiny-tools for its variant trained to call the calculator tool")
         self.builtin.clicked.connect(self._use_builtin)
         # The buttons on a line of their own under the text: beside it they left the
         # name about 65 px ("Qwen/Qwen") at the default window size.
@@ -362,7 +364,7 @@ def describe_model_source(name: str) -> str:
     """The line under the model field saying what kind of source it is."""
     from workbench.setup.checks import looks_like_local_path, model_folder, read_model_info
 
-    if name == BUILTIN_MODEL:
+    if name in BUILTIN_MODELS:
         kind = "built-in model"
     elif Path(name).expanduser().is_dir():
         kind = "local folder"
