@@ -305,3 +305,21 @@ def test_a_change_within_rounding_is_not_a_movement_against():
     advantage = torch.tensor([[1.0, 1.0, 1.0, -1.0]])
     metrics = update_effect_metrics(change, advantage, torch.ones(1, 4))
     assert metrics["update/against_advantage_ratio"] == pytest.approx(2 / 4)  # -0.2 and 2e-6, not -1.2e-7
+
+
+def test_a_sure_token_pushed_up_is_not_counted_against():
+    """A token already above p 0.99 with a positive advantage has no room to rise; its drift
+    down is left out of the against share. Worked: four tokens, advantages +1, +1, -1, +1;
+    log p before -0.001 (sure), -0.5, -0.001 (sure, but pushed down: counts), -0.2;
+    changes -0.0005, -0.1, +0.0004, +0.05.
+    Counted: tokens 2, 3, 4; against: token 2 (-0.1 at A +1) and token 3 (+0.0004 at A -1): 2 / 3.
+    Without `before` token 1 counts too: 3 / 4."""
+    change = torch.tensor([[-0.0005, -0.1, 0.0004, 0.05]])
+    advantage = torch.tensor([[1.0, 1.0, -1.0, 1.0]])
+    before = torch.tensor([[-0.001, -0.5, -0.001, -0.2]])
+    mask = torch.ones(1, 4)
+    with_before = update_effect_metrics(change, advantage, mask, before)
+    assert with_before["update/against_advantage_ratio"] == pytest.approx(2 / 3)
+    assert update_effect_metrics(change, advantage, mask)["update/against_advantage_ratio"] == pytest.approx(3 / 4)
+    # the other metrics count every token
+    assert with_before["update/change_pos_adv_mean"] == pytest.approx((-0.0005 - 0.1 + 0.05) / 3)

@@ -55,5 +55,6 @@ def effect_metrics(before: torch.Tensor, after: torch.Tensor | None, advantage: 
     advantage = advantage[:n]
     if advantage.dim() == 1:
         advantage = advantage[:, None].expand_as(after)
-    change = after - before[:n].to(after.dtype)
-    return update_effect_metrics(change, advantage.to(change.dtype), mask[:n])
+    before = before[:n].to(after.dtype)
+    change = after - before
+    return update_effect_metrics(change, advantage.to(change.dtype), mask[:n], before)

@@ -22,7 +22,12 @@ def progress_callback(max_steps: int, start_step: int, quiet: bool):
 
     # within a step of multi-turn episodes: each turn's line ("turn 2: 5 of 16 episodes still running, 3.1 s")
     on_step.within_step = lambda line: bar.set_description_str(f"train ({line})")
-    return on_step, bar.close
+
+    def close():
+        bar.set_description_str("train", refresh=False)  # not the last evaluation's turn line
+        bar.close()
+
+    return on_step, close
 
 
 def print_alarm(alarm: dict) -> None:

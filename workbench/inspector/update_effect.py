@@ -39,6 +39,9 @@ CHANGE_KEYS = (CHANGE, PROB_CHANGE)  # coloured by one of these: the advantage b
 # recorded -1.192e-7 for a space at log p -1e-5). Such a token is neither with nor against
 # its push; 1e-6 is 8 such steps.
 ROUNDING = 1e-6
+# A token already sure (p > 0.99 before the update) with a positive push has no room to rise:
+# its drift is not against it (engine/rl/update_effect.SURE_LOGPROB, the metric's same bound).
+SURE_LOGPROB = -0.01005
 
 
 def derived_numbers(numbers: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -76,17 +79,24 @@ def push_sign(trajectory: Trajectory, side_index: int) -> np.ndarray:
     return np.full(n, np.nan)
 
 
-def against(change: np.ndarray, push: np.ndarray) -> np.ndarray:
+def against(change: np.ndarray, push: np.ndarray, before: np.ndarray | None = None) -> np.ndarray:
     """Whether each token moved against its push (Δ log p · push < 0); a null change
-    or push, a zero push or a change within `ROUNDING` of 0 is not against.
+    or push, a zero push or a change within `ROUNDING` of 0 is not against, nor (given
+    `before`, the log p before the update) a token pushed up that was already above 0.99.
 
     >>> against(np.array([0.2, -0.1, -0.3, np.nan, -1.2e-7]), np.array([1.0, 1.0, -1.0, 1.0, 1.0])).tolist()
     [False, True, False, False, False]
+    >>> against(np.array([-0.001, -0.001]), np.array([1.0, -1.0]), np.array([-0.001, -0.001])).tolist()
+    [False, False]
     """
     change = np.asarray(change, dtype=float)
+    push = np.asarray(push, dtype=float)
     with np.errstate(invalid="ignore"):
         moved = np.nan_to_num(np.abs(change), nan=0.0) > ROUNDING
-        return moved & (np.nan_to_num(change * np.asarray(push, dtype=float), nan=0.0) < 0)
+        result = moved & (np.nan_to_num(change * push, nan=0.0) < 0)
+        if before is not None:
+            result &= ~((push > 0) & (np.nan_to_num(np.asarray(before, dtype=float), nan=-np.inf) > SURE_LOGPROB))
+        return result
 
 
 def against_marks(trajectory: Trajectory, side_index: int) -> np.ndarray | None:
@@ -94,7 +104,8 @@ def against_marks(trajectory: Trajectory, side_index: int) -> np.ndarray | None:
     change = trajectory.sides[side_index].numbers.get(CHANGE)
     if change is None:
         return None
-    return against(change, push_sign(trajectory, side_index)).astype(float)
+    before = trajectory.sides[side_index].numbers.get("logprob")
+    return against(change, push_sign(trajectory, side_index), before).astype(float)
 
 
 def token_marks(trajectory: Trajectory, side_index: int, key: str) -> np.ndarray | None:
