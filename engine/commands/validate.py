@@ -65,6 +65,16 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     tokenizer = load_tokenizer(path, preset.model.trust_remote_code)
     fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), preset.data.system_prompt,
                       base_dir)
+    if preset.data.environment:  # the prompts as the run templates them: with the tools' schemas
+        from dataclasses import replace
+
+        from engine.episodes.environment import load_environment
+        from engine.episodes.template import tool_support_problem
+
+        problem = tool_support_problem(tokenizer, fmt.template)
+        if problem:
+            raise ValueError(problem)
+        fmt = replace(fmt, tools=tuple(load_environment(preset.data.environment, base_dir).schemas))
     pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
     examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
     config = AutoConfig.from_pretrained(path, trust_remote_code=preset.model.trust_remote_code)

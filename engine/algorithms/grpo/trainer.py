@@ -156,7 +156,7 @@ class GRPOTrainer(Trainer):
         rollout, completions = greedy
         fields = StepEpisodes(rollout, self.tokenizer).reward_fields({k: v[::group_size] for k, v in fields.items()})
         totals, components = self.score(prompts[::group_size], completions, fields, 1)
-        return GreedyBaseline(completions, totals, components, int(rollout.lengths.sum()))
+        return GreedyBaseline(completions, totals, components, int(rollout.model_lengths.sum()))
 
     def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
         """num_iterations clipped policy-gradient updates on one rollout batch.
@@ -300,7 +300,7 @@ class GRPOTrainer(Trainer):
         })
         # and whatever other metrics the loss type's surrogate declares (engine.rl.catalog.Surrogate)
         metrics.update({key: value for key, value in info.items() if key != "kl"})
-        generated = int(rollout.lengths.sum()) + (baseline.tokens if baseline is not None else 0)
+        generated = int(rollout.model_lengths.sum()) + (baseline.tokens if baseline is not None else 0)
         metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, generated))
         metrics["grad_norm"] = update["grad_norm"]
         if baseline is not None:

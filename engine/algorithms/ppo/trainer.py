@@ -254,7 +254,7 @@ class PPOTrainer(Trainer):
             "kl": float(masked_mean(kl, mask)),
             "entropy": float(masked_mean(old["entropy"], mask)),
         })
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
+        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.model_lengths.sum())))
         metrics["grad_norm"] = update["grad_norm"]
         if steps:
             metrics.update(steps.metrics(algo.num_generations))
