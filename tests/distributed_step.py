@@ -40,7 +40,7 @@ def one_step(preset_path: str | Path, sets: list[str], run_dir: str | Path, worl
     if preset.algorithm.name != "dpo":
         # The same rollout on every rank and in one process: all of the step's prompts,
         # sampled with one seed (what the gradient comparison needs fed alike).
-        def fixed_rollout(prompts, group_size):
+        def fixed_rollout(prompts, group_size, greedy=False, fields=None):
             trainer.random_states.sample_generator = torch.Generator().manual_seed(1234)
             rollout = trainer.generate(prompts, group_size=group_size)
             return rollout, trainer.policy.decode_completions(rollout)

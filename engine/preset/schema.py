@@ -172,7 +172,7 @@ class DataConfig(Section):
     )
     max_turns: int = Field(4, ge=1, le=64, description="Episodes: the most turns the model writes in one episode.")
     max_tool_calls: int = Field(8, ge=0, le=256, description="Episodes: the most tool calls in one episode.")
-    tool_timeout: float = Field(10.0, gt=0, le=3600,
+    tool_timeout: Float = Field(10.0, gt=0, le=3600,
                                 description="Episodes: seconds one tool call may take; a slower one answers an error.")
     tool_call_format: Literal["auto", "hermes", "llama3_json", "pythonic"] = Field(
         "auto", description="Episodes: how tool calls are written: hermes (<tool_call>{json}</tool_call>: Qwen2.5, "
