@@ -147,3 +147,11 @@ def test_episodes_are_refused_for_dpo():
                           "data": {"task": None, "path": "p.jsonl", "environment": "calculator"},
                           "training": {"batch_size": 4}})
     assert "data.environment" in str(info.value) and "grpo or ppo" in str(info.value)
+
+
+def test_episodes_run_in_one_process(tmp_path, model_folder):
+    from engine.distributed.launch import world_size_problems
+
+    problems = world_size_problems(preset(tmp_path, model_folder), 2)
+    assert any(p.startswith("data.environment:") and "one process" in p for p in problems)
+    assert world_size_problems(preset(tmp_path, model_folder), 1) == []

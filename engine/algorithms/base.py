@@ -103,7 +103,7 @@ class Trainer(Declares):
         self.chat = chat_format(preset.model.chat_template, loaded.tokenizer_chat_template,
                                 preset.data.system_prompt, preset_dir)
         # data.environment: multi-turn episodes with tools, the prompts templated with them
-        self.episodes = EpisodeRunner.of(preset, self.chat, loaded, self.world.size, preset_dir)
+        self.episodes = EpisodeRunner.of(preset, self.chat, loaded, preset_dir)
         self.train_examples, self.eval_examples = (
             self.episodes.template(examples) if self.episodes else
             template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)

@@ -43,12 +43,8 @@ def environment_reward(spec: EnvironmentSpec):
 class EpisodeRunner:
     """Runs a step's episodes. Built by the trainer when the preset sets data.environment."""
 
-    def __init__(self, preset, chat: ChatFormat, tokenizer, end_token_ids: list[int], world_size: int,
-                 preset_dir: Path | None):
-        data = preset.data
-        if world_size > 1:
-            raise ValueError("data.environment: episodes run in one process for now; start the run without "
-                             "torchrun (or set data.environment: null)")
+    def __init__(self, preset, chat: ChatFormat, tokenizer, end_token_ids: list[int], preset_dir: Path | None):
+        data = preset.data  # one process only: engine/distributed/launch.world_size_problems refuses more
         self.spec = load_environment(data.environment, preset_dir)
         problem = tool_support_problem(tokenizer, chat.template)
         if problem:
@@ -63,11 +59,11 @@ class EpisodeRunner:
         self.report = None  # called with a line after each turn (the CLI's progress)
 
     @classmethod
-    def of(cls, preset, chat: ChatFormat, loaded, world_size: int, preset_dir: Path | None) -> "EpisodeRunner | None":
+    def of(cls, preset, chat: ChatFormat, loaded, preset_dir: Path | None) -> "EpisodeRunner | None":
         """The runner of a preset with data.environment, else None."""
         if not preset.data.environment:
             return None
-        return cls(preset, chat, loaded.tokenizer, loaded.eos_token_ids, world_size, preset_dir)
+        return cls(preset, chat, loaded.tokenizer, loaded.eos_token_ids, preset_dir)
 
     def reward_components(self) -> list[tuple]:
         """The environment's get_reward() as a (label, weight, reward) component: named after

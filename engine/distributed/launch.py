@@ -88,6 +88,9 @@ def world_size_problems(preset, size: int) -> list[str]:
     if cfg.fsdp and preset.model.dtype == "float16":
         problems.append("training.fsdp: fp16 needs loss scaling, which the engine does not do on shards; "
                         "use model.dtype: bfloat16 (or auto)")
+    if preset.data.environment:
+        problems.append(f"data.environment: multi-turn episodes run in one process for now; drop --nproc-per-node "
+                        f"{size} (or set data.environment: null)")
     if cfg.micro_batch_size == "auto":
         problems.append(f"training.micro_batch_size: `auto` works in one process only (an out-of-memory on one "
                         f"process would change the step on that one alone); give a number for --nproc-per-node {size}")
