@@ -69,7 +69,8 @@ class ModelConfig(Section):
         BUILTIN_MODEL,
         min_length=1,
         description="Hugging Face hub id, local folder, or `builtin:tiny` (the small "
-        "character-level model shipped in assets/, runs offline on a CPU).",
+        "character-level model shipped in assets/, runs offline on a CPU) or `builtin:tiny-tools` (its "
+        "variant with a chat template for calculator episodes).",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weight dtype; `auto` is bf16 on CUDA and fp32 on CPU."
