@@ -1,6 +1,6 @@
-"""Screenshots of the live window, shared by `inspector_screenshots.py` and
-`workbench_screenshots.py`: let Qt's event loop run until the window has settled, then
-grab a widget into a PNG."""
+"""Screenshots of the live window, shared by the bench's screenshot scripts: let Qt's event
+loop run until the window has settled, then grab a widget into a PNG; `open_inspector`, the
+inspector on one recorded rollout of a run."""
 
 from __future__ import annotations
 
@@ -25,3 +25,22 @@ class Camera:
         path = self.out / name
         widget.grab().save(str(path), "PNG", 0)
         print(f"{path}: {path.stat().st_size // 1024} KB")
+
+
+def open_inspector(run_dir: Path, step: int, index: int, size: tuple[int, int] = (1300, 760)):
+    """(app, view): the QApplication and an InspectorView shown at `size` on `run_dir`'s
+    recorded rollout `index` of `step` (imports Qt and the workbench when called)."""
+    from PySide6.QtWidgets import QApplication
+
+    from workbench.inspector import InspectorView
+    from workbench.runs.rundata import RunData
+
+    app = QApplication.instance() or QApplication([])
+    view = InspectorView()
+    view.resize(*size)
+    view.show()
+    data = RunData(run_dir)
+    data.poll()
+    view.set_run(data)
+    view.open_step(step, index=index)
+    return app, view

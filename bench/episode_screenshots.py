@@ -1,6 +1,6 @@
 """Screenshots of a multi-turn episode (issue 26): a grpo-calculator-tools episode in the
 inspector (turn blocks, the model's tokens by advantage, the tool's reply greyed and its span
-shaded in the plot) and its Group page. The step shown is the first recorded one, from step 5
+shaded in the plot). The step shown is the first recorded one, from step 5
 on, whose first episode called the tool.
 
     .venv/bin/rl-engine run presets/grpo-calculator-tools.yaml --run-dir runs/full-grpo-calculator-tools
@@ -14,13 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from bench.camera import Camera  # noqa: E402
+from bench.camera import Camera, open_inspector  # noqa: E402
 
 from engine.run import rundir  # noqa: E402
-from workbench.inspector import InspectorView  # noqa: E402
-from workbench.runs.rundata import RunData  # noqa: E402
 
 
 def episode_step(run: Path, first: int = 5) -> tuple[int, int]:
@@ -39,14 +35,7 @@ def episode_step(run: Path, first: int = 5) -> tuple[int, int]:
 def main(run: str, out: str) -> None:
     run_dir, out_dir = Path(run), Path(out)
     step, index = episode_step(run_dir)
-    app = QApplication.instance() or QApplication([])
-    data = RunData(run_dir)
-    data.poll()
-    view = InspectorView()
-    view.resize(1300, 700)
-    view.show()
-    view.set_run(data)
-    view.open_step(step, index=index)
+    app, view = open_inspector(run_dir, step, index, size=(1300, 700))
     view.set_quantity("advantage")
     camera = Camera(app, out_dir)
     camera.shot(view, "inspector-episode.png")

@@ -14,13 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from bench.camera import Camera  # noqa: E402
+from bench.camera import Camera, open_inspector  # noqa: E402
 
 from engine.run import rundir  # noqa: E402
-from workbench.inspector import GROUP_PAGE, InspectorView  # noqa: E402
-from workbench.runs.rundata import RunData  # noqa: E402
+from workbench.inspector import GROUP_PAGE  # noqa: E402
 
 
 def right_then_wrong(run: Path, first_step: int = 100) -> tuple[int, int]:
@@ -42,14 +39,7 @@ def right_then_wrong(run: Path, first_step: int = 100) -> tuple[int, int]:
 def main(run: str, out: str) -> None:
     run_dir, out_dir = Path(run), Path(out)
     step, index = right_then_wrong(run_dir)
-    app = QApplication.instance() or QApplication([])
-    view = InspectorView()
-    view.resize(1300, 760)
-    view.show()
-    data = RunData(run_dir)
-    data.poll()
-    view.set_run(data)
-    view.open_step(step, index=index)
+    app, view = open_inspector(run_dir, step, index)
     view.select_token(2)
     camera = Camera(app, out_dir)
     camera.shot(view, "inspector-process-steps.png")

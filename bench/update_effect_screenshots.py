@@ -15,13 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
-
-from bench.camera import Camera  # noqa: E402
+from bench.camera import Camera, open_inspector  # noqa: E402
 
 from engine.run import rundir  # noqa: E402
-from workbench.inspector import InspectorView  # noqa: E402
-from workbench.runs.rundata import RunData  # noqa: E402
 
 
 def most_moved_step(run: Path, last: int = 100) -> int:
@@ -39,14 +35,7 @@ def most_moved_step(run: Path, last: int = 100) -> int:
 def main(run: str, out: str) -> None:
     run_dir, out_dir = Path(run), Path(out)
     step = most_moved_step(run_dir)
-    app = QApplication.instance() or QApplication([])
-    data = RunData(run_dir)
-    data.poll()
-    view = InspectorView()
-    view.resize(1300, 760)
-    view.show()
-    view.set_run(data)
-    view.open_step(step, index=0)
+    app, view = open_inspector(run_dir, step, 0)
     view.set_quantity("logprob_change")
     Camera(app, out_dir).shot(view, "inspector-update-effect.png")
     print(f"step {step}: {out_dir}/inspector-update-effect.png; {view.summary.text()}")

@@ -125,21 +125,26 @@ class Policy:
         ids = [row[:-1] if row and row[-1] in eos else row for row in ids]
         return self.tokenizer.batch_decode(ids, skip_special_tokens=True)
 
-    def generate(self, prompts: list[str], generator: torch.Generator, greedy: bool = False,
-                 group_size: int = 1) -> Rollout:
-        """Completions of `prompts` (each row's prompt repeated `group_size` times in a
-        row), sampled with `generator`, dropout off."""
-        ids, mask = self.encode_prompts(prompts)
+    def _sample(self, ids: torch.Tensor, mask: torch.Tensor, generator: torch.Generator, greedy: bool,
+                group_size: int, max_new_tokens: int) -> Rollout:
+        """Left-padded prompt rows sampled with the preset's settings, dropout off."""
         set_update_mode(self.model, False)
         s = self.sampling
         return sample(
             self.model, ids, mask,
-            max_new_tokens=s.max_tokens,
+            max_new_tokens=max_new_tokens,
             eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
             temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
             greedy=greedy, generator=generator, group_size=group_size,
             finished_everywhere=self.finished_everywhere,
         )
+
+    def generate(self, prompts: list[str], generator: torch.Generator, greedy: bool = False,
+                 group_size: int = 1) -> Rollout:
+        """Completions of `prompts` (each row's prompt repeated `group_size` times in a
+        row), sampled with `generator`, dropout off."""
+        ids, mask = self.encode_prompts(prompts)
+        return self._sample(ids, mask, generator, greedy, group_size, self.sampling.max_tokens)
 
     def sample_turn(self, contexts: list[list[int]], generator: torch.Generator, group_size: int,
                     max_new_tokens: int, greedy: bool = False) -> list[tuple[list[int], list[float]]]:
@@ -150,12 +155,7 @@ class Policy:
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(c)) + c for c in contexts], device=self.device)
         mask = torch.tensor([[0] * (width - len(c)) + [1] * len(c) for c in contexts], device=self.device)
-        set_update_mode(self.model, False)
-        s = self.sampling
-        out = sample(self.model, ids, mask, max_new_tokens=max_new_tokens,
-                     eos_token_ids=self.loaded.eos_token_ids, pad_token_id=pad,
-                     temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, greedy=greedy,
-                     generator=generator, group_size=group_size, finished_everywhere=self.finished_everywhere)
+        out = self._sample(ids, mask, generator, greedy, group_size, max_new_tokens)
         lengths = out.lengths.long().tolist()
         return [(row[:n], lp[:n]) for row, lp, n in zip(out.completion_ids.tolist(), out.sampling_logprobs.tolist(),
                                                         lengths)]

@@ -51,7 +51,7 @@ def trajectory_records(tokenizer, *, step, rows, num_generations, prompts, compl
         n = int(rollout.lengths[i])
         ids = rollout.completion_ids[i, :n].tolist()
         row_top = None if top is None or i >= top[0].shape[0] else (top[0][i], top[1][i])
-        row_values = {k: v[i] for k, v in per_token.items() if v is not None}
+        row_values = {k: v[i] for k, v in per_token.items()}
         episode = {}
         if rollout.tool_mask is not None:
             # An episode: a tool's tokens were attended to, not trained; their values are null.
