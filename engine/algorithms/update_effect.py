@@ -18,6 +18,7 @@ from engine.rl.update_effect import update_effect_metrics
 __all__ = ["logprobs_after_update", "effect_per_token", "effect_metrics"]
 
 @torch.no_grad()
+@torch.no_grad()  # a look, not a pass to train on: no graph (and, with DDP, not through its wrapper)
 def logprobs_after_update(trainer, rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:
     """Log-probabilities of the first `rows` rows' completion tokens under the policy as it
     is now (after the step's update), in the same dropout-free mode and temperature as

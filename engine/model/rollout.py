@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 
+from engine.model.kv_cache import preallocate
 from engine.rl.losses import completion_mask
 
 
@@ -108,18 +109,19 @@ def returned_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
-def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse):
+def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse, room: int = 0):
     """Run each distinct prompt once and expand the result to every row.
 
     `firsts` index the rows holding each distinct prompt, `inverse` maps every row to
     its prompt. Returns the logits predicting the first completion token (b, 1, V), the
-    KV cache expanded to the b rows, and the rows' position ids (b, P).
+    KV cache expanded to the b rows with room for `room` more tokens (kv_cache.py), and
+    the rows' position ids (b, P).
     """
     mask = prompt_mask[firsts].long()
     positions = positions_from_mask(mask)
     out = model(input_ids=prompt_ids[firsts], attention_mask=mask, position_ids=positions,
                 use_cache=True, logits_to_keep=1)
-    cache = returned_cache(out)
+    cache = preallocate(returned_cache(out), room)
     cache.reorder_cache(inverse)  # (u, ...) -> (b, ...)
     return out.logits[inverse], cache, positions[inverse]
 
@@ -158,7 +160,7 @@ def sample(
     rows = torch.arange(batch, device=device)
     cache_kw = cache_keyword(model)
     logits, cache, positions = encode_prompts_once(
-        model, prompt_ids, attention, firsts=rows[::group_size], inverse=rows // group_size)
+        model, prompt_ids, attention, firsts=rows[::group_size], inverse=rows // group_size, room=max_new_tokens - 1)
     next_pos = positions[:, -1:] + 1  # (B, 1)
     logits = logits[:, -1, :]
     # Rows still generating. Finished rows are dropped from the batch (and the cache) as
