@@ -321,6 +321,56 @@ def read_our_run(run_dir: Path, warmup: int, steps: int) -> dict:
     }
 
 
+# Where our step's time goes: the phases our engine times (metrics `timing/*`, seconds), in
+# the order a step runs them; `update` is what is left of timing/update without the passes
+# inside it, `writing` what is left of the timed window outside the step timer.
+BREAKDOWN = ("sampling", "rewards", "reference passes", "update", "after-update look", "writing events, samples, records")
+
+
+def step_breakdown(timed: list[dict], window: float) -> dict[str, float]:
+    """Milliseconds per step, mean over the timed steps, of each part of BREAKDOWN.
+
+    e.g. one step: timing/rollout 0.05, timing/reward 0.001, timing/update 0.07 of which
+    timing/reference 0.006 and timing/after_update 0.008, step_time 0.121, window 0.125
+    -> sampling 50, rewards 1, reference passes 6, update 56, after-update look 8, writing 4
+    """
+    def mean(key: str) -> float:
+        return statistics.fmean(m.get(key) or 0.0 for m in timed) * 1e3
+
+    inside = mean("timing/reference") + mean("timing/after_update")
+    return dict(zip(BREAKDOWN, (mean("timing/rollout"), mean("timing/reward"), mean("timing/reference"),
+                                mean("timing/update") - inside, mean("timing/after_update"),
+                                window / len(timed) * 1e3 - mean("step_time"))))
+
+
+def breakdown_line(parts: dict[str, float]) -> str:
+    total = sum(parts.values())
+    return "; ".join(f"{name} {ms:.1f} ms ({ms / total:.0%})" for name, ms in parts.items())
+
+
+def launch_latency(preset: Path, work: Path, env: dict, repeats: int = 2, timeout: float = 300) -> dict:
+    """Seconds from starting `python -m engine run PRESET` (one step, no evaluation or
+    checkpoint) to its run_started event and to its first metrics event: the wait a user
+    has after pressing Run. Medians of `repeats` launches, one after the other."""
+    started, first = [], []
+    work.mkdir(parents=True, exist_ok=True)
+    for index in range(repeats):
+        run_dir = work / f"latency-{index}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd = [sys.executable, "-m", "engine", "run", str(preset), "--run-dir", str(run_dir), "--quiet",
+               "--set", "training.max_steps=1", "--set", "training.eval_steps=0", "--set", "training.save_steps=0"]
+        launched = time.time()
+        rc, _, _ = run_child(cmd, work / f"latency-{index}.log", env, timeout)
+        if rc != 0:
+            raise RuntimeError(f"launch latency: the engine exited with {rc}; log {work / f'latency-{index}.log'}")
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines() if line.strip()]
+        started.append(next(e["time"] for e in events if e["type"] == "run_started") - launched)
+        first.append(next(e["time"] for e in events if e["type"] == "metrics") - launched)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    return {"run_started_s": statistics.median(started), "first_metrics_s": statistics.median(first),
+            "runs": [{"run_started_s": a, "first_metrics_s": b} for a, b in zip(started, first)]}
+
+
 def mean_of(rows: list[dict], key: str) -> float | None:
     values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
     return statistics.fmean(values) if values else None

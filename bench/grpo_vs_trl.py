@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     add_run_options, alternate_sides, child_env, compare_sides, fmt_table as _fmt_table, make_clock, parameter_count,
     prepare_model, print_child_result, read_child_result, ROOT, run_child, run_our_side, tail, vmhwm_mb,
-    parse_timed_args,
+    parse_timed_args, step_breakdown, breakdown_line, launch_latency, RUNS_DIR,
 )
 
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
@@ -103,6 +103,7 @@ def run_ours(args, model_path: Path, work: Path, env: dict) -> dict:
     result["lora_targets"] = started["model"]["lora_targets"]
     result["trainable_parameters"] = started["model"]["trainable_parameters"]
     result["timing_split"] = {k: statistics.fmean(m[f"timing/{k}"] for m in timed) for k in ("rollout", "reward", "update")}
+    result["breakdown_ms"] = step_breakdown(timed, window)
     if not args.keep_runs:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result
@@ -288,6 +289,8 @@ def parse_args(argv=None):
     p.add_argument("--max-completion-length", type=int, default=16, help="tokens per completion at most (default 16)")
     p.add_argument("--learning-rate", type=float, default=2e-3, help="AdamW learning rate (default 2e-3, as the preset)")
     p.add_argument("--num-train", type=int, default=2000, help="training prompts of the sort task (default 2000)")
+    p.add_argument("--no-latency", action="store_true",
+                   help="skip the launch-latency measurement (two one-step runs of presets/grpo-sort.yaml)")
     add_run_options(p)
     args = parse_timed_args(p, argv)
     if args.batch_size % args.num_generations:
@@ -334,6 +337,17 @@ def main(argv=None) -> int:
         print(f"(timed window outside each side's own step timer: ours "
               f"{1 - result['ours']['in_step_fraction']:.1%} -- events, samples, trajectory records; TRL "
               f"{1 - result['trl']['in_step_fraction']:.1%} -- clipping, optimizer step, logging)", flush=True)
+        parts = {k: statistics.fmean(r["breakdown_ms"][k] for r in result["ours"]["runs"])
+                 for k in result["ours"]["runs"][0]["breakdown_ms"]}
+        result["ours"]["breakdown_ms"] = parts
+        print(f"ours, where a step goes (mean of the timed steps): {breakdown_line(parts)}", flush=True)
+    if not args.no_latency:
+        preset = ROOT / "presets" / "grpo-sort.yaml"
+        latency = launch_latency(preset, RUNS_DIR / "grpo-latency", child_env(args.threads))
+        report["launch_latency"] = {"preset": "presets/grpo-sort.yaml", **latency}
+        print(f"\nlaunch latency, presets/grpo-sort.yaml (`python -m engine run`, median of "
+              f"{len(latency['runs'])}): run_started after {latency['run_started_s']:.2f} s, "
+              f"first metrics after {latency['first_metrics_s']:.2f} s")
     if "tiny" in sizes and "10x" in sizes:
         print(f"\nparameters: tiny {sizes['tiny']:,}, 10x {sizes['10x']:,} ({sizes['10x'] / sizes['tiny']:.1f}x)")
     try:

@@ -68,6 +68,17 @@ def test_a_few_steps_change_the_adapter_only(tmp_path):
     assert all(torch.equal(before[n], named[n]) for n in base), "a base weight changed"
 
 
+def test_a_step_times_its_reference_and_after_update_passes_inside_its_update(tmp_path):
+    """timing/reference (beta 0: the recorded rows' reference pass) and timing/after_update
+    are parts of timing/update, which the bench's breakdown subtracts them from."""
+    trainer = make_trainer(tmp_path, max_steps=1)
+    trainer.policy.clock.take()
+    metrics = trainer.train_step().metrics
+    assert metrics["timing/reference"] > 0 and metrics["timing/after_update"] > 0
+    assert metrics["timing/reference"] + metrics["timing/after_update"] < metrics["timing/update"]
+    assert trainer.policy.clock.take() == {}  # taken with the step's metrics
+
+
 def test_event_stream_and_trajectories(tmp_path):
     trainer = make_trainer(tmp_path)
     trainer.run()

@@ -20,7 +20,7 @@ from engine.algorithms.memory import MemoryFields, MicroBatchSize, OutOfMemory, 
 from engine.algorithms.optimization import Optimization, adamw_settings
 from engine.algorithms.random_states import RandomStates
 from engine.algorithms.run_events import RunEvents
-from engine.algorithms.step_metrics import timing_metrics
+from engine.algorithms.step_metrics import PassClock, timing_metrics
 from engine.algorithms.step_result import RolloutStepOutputs
 from engine.alarms import AlarmWatcher
 from engine.data import Example
@@ -290,6 +290,17 @@ def test_timing_metrics_from_the_steps_clock():
     assert metrics["step_time"] == 2.0 and metrics["timing/reward"] == 0.5
     assert metrics["throughput/tokens_per_second"] == 50.0 and metrics["throughput/rollout_tokens_per_second"] == 60.0
     assert "loss_scale" not in metrics and metrics["skipped_steps"] == 1
+
+
+def test_pass_clock_adds_up_named_passes_and_starts_again_when_taken(monkeypatch):
+    ticks = iter([10.0, 10.5, 20.0, 20.25, 30.0, 31.0])
+    monkeypatch.setattr("engine.algorithms.step_metrics.time.perf_counter", lambda: next(ticks))
+    clock = PassClock()
+    for name in ("reference", "reference", "after_update"):
+        with clock.timed(name):
+            pass
+    assert clock.take() == {"timing/reference": 0.75, "timing/after_update": 1.0}
+    assert clock.take() == {}
 
 
 def test_rollout_outputs_as_samples_show_a_per_token_advantage_by_its_first_token():

@@ -325,7 +325,7 @@ class Trainer(Declares):
                               self.policy.checkpointing)
 
         def attempt() -> StepResult:
-            self.phase = "rollout"
+            self.phase, _ = "rollout", self.policy.clock.take()  # passes before the step (a cache) are not its
             return self.train_step()
 
         def halved(old: int, new: int) -> None:
@@ -361,8 +361,9 @@ class Trainer(Declares):
     def timing_metrics(self, times: list[float], samples: int, tokens: int, generated: int | None = None) -> dict:
         """times: perf_counter at the start, after the rollout, after rewards, at the end
         (step_metrics.timing_metrics, with the learning rate and the skipped steps)."""
-        return timing_metrics(times, samples, tokens, generated, learning_rate=self.optimization.learning_rate,
-                              skipped_steps=self.nonfinite_steps, loss_scale=self.optimization.loss_scale)
+        return {**timing_metrics(times, samples, tokens, generated, learning_rate=self.optimization.learning_rate,
+                                 skipped_steps=self.nonfinite_steps, loss_scale=self.optimization.loss_scale),
+                **self.policy.clock.take()}  # timing/reference, timing/after_update: parts of the phases
 
     def emit_samples(self, samples: list[dict]) -> None:
         if samples:

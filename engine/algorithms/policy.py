@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from engine.algorithms.step_metrics import PassClock
 from engine.model.forward import completion_logits
 from engine.model.loading import LoadedModel, reference_mode
 from engine.model.merged_lora import merged_lora
@@ -90,6 +91,7 @@ class Policy:
         self.group_size = group_size
         self.ddp = None
         self.finished_everywhere: Callable[[bool], bool] | None = None
+        self.clock = PassClock()  # the reference passes' time (and the after-update look's), per step
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -180,6 +182,6 @@ class Policy:
     def reference_logprobs(self, rollout: Rollout, rows: slice, group_size: int | None = None) -> torch.Tensor:
         """The reference's logprobs of the completion tokens of `rows`: the same model
         with its adapter disabled."""
-        with reference_mode(self.model):
+        with self.clock.timed("reference"), reference_mode(self.model):
             logits = self.completion_logits(rollout, rows, group_size=group_size)
             return logits.logprobs(rollout.completion_ids[rows])

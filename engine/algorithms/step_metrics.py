@@ -5,11 +5,14 @@ batch (engine/distributed), so these are the whole batch's; rank 0's clock times
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 import torch
 
 from engine.model.rollout import Rollout
 
-__all__ = ["rollout_metrics", "timing_metrics"]
+__all__ = ["PassClock", "rollout_metrics", "timing_metrics"]
 
 
 def rollout_metrics(rollout: Rollout, rewards: torch.Tensor, components: dict) -> dict:
@@ -57,3 +60,33 @@ def timing_metrics(times: list[float], samples: int, tokens: int, generated: int
     if generated is not None:
         metrics["throughput/rollout_tokens_per_second"] = generated / max(t1 - t0, 1e-9)
     return metrics
+
+
+class PassClock:
+    """Seconds a step spends in named passes that sit inside its phases (the reference
+    passes, the after-update look at the recorded rows), so that a reader of the timings
+    sees what is left of `timing/update` and `timing/rollout` without them.
+
+    >>> clock = PassClock()
+    >>> with clock.timed("reference"): pass
+    >>> sorted(clock.take())
+    ['timing/reference']
+    >>> clock.take()
+    {}
+    """
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def timed(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+
+    def take(self) -> dict[str, float]:
+        """The timings so far as `timing/NAME` metrics; the clock starts again from zero."""
+        taken, self.seconds = {f"timing/{name}": value for name, value in self.seconds.items()}, {}
+        return taken

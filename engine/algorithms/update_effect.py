@@ -17,7 +17,6 @@ from engine.rl.update_effect import update_effect_metrics
 
 __all__ = ["logprobs_after_update", "effect_per_token", "effect_metrics"]
 
-@torch.no_grad()
 @torch.no_grad()  # a look, not a pass to train on: no graph (and, with DDP, not through its wrapper)
 def logprobs_after_update(trainer, rollout, rows: int, group_size: int | None = None) -> torch.Tensor | None:
     """Log-probabilities of the first `rows` rows' completion tokens under the policy as it
@@ -27,10 +26,11 @@ def logprobs_after_update(trainer, rollout, rows: int, group_size: int | None = 
     and the update/* metrics come out the same on every rank, as every other metric does."""
     if not (trainer.cfg.record_update_effect and rows):
         return None
-    set_update_mode(trainer.model, False)
-    recorded = slice(0, rows)
-    logits = trainer.completion_logits(rollout, recorded, group_size)
-    return logits.logprobs(rollout.completion_ids[recorded]).detach()
+    with trainer.policy.clock.timed("after_update"):
+        set_update_mode(trainer.model, False)
+        recorded = slice(0, rows)
+        logits = trainer.completion_logits(rollout, recorded, group_size)
+        return logits.logprobs(rollout.completion_ids[recorded]).detach()
 
 
 def effect_per_token(before: torch.Tensor, after: torch.Tensor | None) -> dict:

@@ -35,7 +35,8 @@ if DynamicLayer is not None:
         """One attention layer's keys and values in buffers with room for `room` more
         tokens; `keys` and `values` are views of the filled columns, as DynamicLayer's are
         whole tensors, so everything that reads a layer (mask sizes, sequence length)
-        reads it unchanged. Past the room, the buffers double."""
+        reads it unchanged. Past the room, the buffers double. Every method that
+        changes a layer is overridden to act on the buffers."""
 
         def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int):
             super().__init__()
@@ -65,6 +66,25 @@ if DynamicLayer is not None:
 
         def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
             self.batch_select_indices(beam_idx.to(self._keys.device))
+
+        def reset(self) -> None:
+            self.length = 0
+            self._view()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._keys = self._keys.repeat_interleave(repeats, dim=0)
+            self._values = self._values.repeat_interleave(repeats, dim=0)
+            self._view()
+
+        def offload(self) -> None:
+            self._keys, self._values = self._keys.to("cpu", non_blocking=True), self._values.to("cpu", non_blocking=True)
+            self._view()
+
+        def prefetch(self) -> None:
+            if self._keys.device != self.device:
+                self._keys = self._keys.to(self.device, non_blocking=True)
+                self._values = self._values.to(self.device, non_blocking=True)
+                self._view()
 
         def crop(self, tokens_to_remove: int) -> None:
             if tokens_to_remove < 0:  # DynamicLayer's convention: a negative count

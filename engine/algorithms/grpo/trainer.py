@@ -272,6 +272,9 @@ class GRPOTrainer(Trainer):
         update = self.update(rollout, advantages, mask, len(record_rows))
         # the recorded rows under the updated policy: what the update did to each token
         after = logprobs_after_update(self, rollout, len(record_rows))
+        # beta 0 skips the reference pass; the inspector still gets reference logprobs for
+        # the few recorded rows.
+        ref_recorded = self.recorded_reference(rollout, len(record_rows)) if update["ref"] is None else None
         t3 = time.perf_counter()
         if update["skipped"]:
             self.count_skipped_step()
@@ -320,11 +323,7 @@ class GRPOTrainer(Trainer):
         outputs = GRPOStepOutputs(prompts=prompts, completions=episodes.shown(completions), totals=totals,
                                   components=components, advantages=advantages, rollout=rollout,
                                   per_token=per_token, top=update["top"], record_rows=record_rows,
-                                  ref_all=update["ref"],
-                                  # beta 0 skips the reference pass; the inspector still
-                                  # gets reference logprobs for the few recorded rows.
-                                  ref_recorded=self.recorded_reference(rollout, len(record_rows))
-                                  if update["ref"] is None else None,
+                                  ref_all=update["ref"], ref_recorded=ref_recorded,
                                   row_extras=row_extras, logprob_after=after)
         return StepResult(metrics, outputs)
 
