@@ -470,13 +470,16 @@ def made_rollout(V, prompts, group, P, T, seed=0) -> Rollout:
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
 @pytest.mark.parametrize("prompts,group,P,rows,shared", [
-    (1, 4, 10, slice(0, 4), False),  # 3 rows x 10 positions saved: one pass
-    (8, 8, 10, slice(0, 64), True),  # 56 x 10 = 560 saved
-    (8, 8, 10, slice(4, 60), True),  # groups cut at both ends: (56 - 8) x 10 = 480
-    (1, 9, 32, slice(0, 9), True),  # 8 x 32 = 256: the threshold, taken
-    (1, 8, 32, slice(0, 8), False),  # 7 x 32 = 224: just under it
+    # Every pass that has rows sharing a prompt takes the shared prefix, the recorded rows'
+    # small passes too: the after-update look is compared with the update's own pass, and a
+    # plain pass there rounds differently (a 1.5e-5 change in update/change_top10_share
+    # between 1 and 2 processes, tests/test_distributed.py, when small passes went plain).
+    (1, 4, 10, slice(0, 4), True),
+    (8, 8, 10, slice(0, 64), True),
+    (8, 8, 10, slice(4, 60), True),  # groups cut at both ends
+    (4, 1, 10, slice(0, 4), False),  # no two rows share a prompt: one plain pass
 ])
-def test_shared_prefix_pass_only_where_it_saves_enough(kind, prompts, group, P, rows, shared, folders, monkeypatch):
+def test_shared_prefix_pass_wherever_rows_share_a_prompt(kind, prompts, group, P, rows, shared, folders, monkeypatch):
     loaded = adapted(folders, kind)
     model = loaded.model
     V = model.get_output_embeddings().weight.shape[0]

@@ -75,12 +75,6 @@ def shared_prefix_completion_hidden(model, prompt_ids, prompt_mask, completion_i
     return torch.cat([first, out.last_hidden_state], dim=1)
 
 
-# A shared-prefix pass takes two calls of the model instead of one; below this many prompt
-# positions saved, the second call's fixed cost (on a small model, most of a call) is the
-# larger (the recorded rows' passes: 4 rows of one short prompt).
-MIN_SHARED_PREFIX_SAVING = 256
-
-
 def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefix: bool = True,
                       temperature: float = 1.0) -> TokenLogits:
     """The temperature-scaled logits predicting the completion tokens of `rollout`'s
@@ -93,8 +87,7 @@ def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefi
     hidden = None
     if shared_prefix and group_size > 1:
         firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)
-        saved = (rows.stop - rows.start - len(firsts)) * rollout.prompt_ids.shape[1]
-        if saved >= MIN_SHARED_PREFIX_SAVING:
+        if len(firsts) < rows.stop - rows.start:
             hidden = shared_prefix_completion_hidden(model, *args, firsts - rows.start, inverse)
     if hidden is None:
         hidden = plain_completion_hidden(model, *args)

@@ -127,7 +127,12 @@ class DPOTrainer(Trainer):
             for j, e in enumerate(part):
                 self.reference_cache[self._key(e)] = (sums[2 * j], sums[2 * j + 1], lengths[2 * j], lengths[2 * j + 1])
 
-    def reference_side_logps(self, examples: list[Example], rows: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    def reference_side_logps(self, examples: list[Example], rows: Rollout
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The reference's summed (or length-averaged) logps of each pair's chosen and
+        rejected answer (B each), and its per-token logprobs of every row (2B, T) when a
+        pass computed them (None from the precomputed cache): the recorded rows' share is
+        what the inspector shows, with no second pass over them."""
         if self.algo.precompute_ref_log_probs and all(self._key(e) in self.reference_cache for e in examples):
             cached = [self.reference_cache[self._key(e)] for e in examples]
             chosen = torch.tensor([c[0] for c in cached], device=self.device)
@@ -135,12 +140,12 @@ class DPOTrainer(Trainer):
             if length_averaged(self.algo.loss_type):
                 chosen = chosen / torch.tensor([c[2] for c in cached], device=self.device)
                 rejected = rejected / torch.tensor([c[3] for c in cached], device=self.device)
-            return chosen, rejected
+            return chosen, rejected, None
         ref = torch.zeros_like(rows.completion_mask)
         for mb in self.pair_micro_batches(len(examples)):
             ref[mb] = self.reference_logprobs(rows, mb, group_size=PAIR)
         self.world.combine_rows(ref, self.pair_share(len(examples))[1])  # each row from the process that ran it
-        return self.side_logps(ref, rows.completion_mask)
+        return (*self.side_logps(ref, rows.completion_mask), ref)
 
     # ------------------------------------------------------------------ step
 
@@ -153,7 +158,7 @@ class DPOTrainer(Trainer):
         examples = self.stream.take(self.cfg.batch_size)
         rows = self.pair_rows(examples)
         mask = rows.completion_mask
-        ref_chosen, ref_rejected = self.reference_side_logps(examples, rows)
+        ref_chosen, ref_rejected, ref_tokens = self.reference_side_logps(examples, rows)
         t1 = time.perf_counter()
 
         set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)  # no ratio in DPO: see set_update_mode
@@ -234,7 +239,8 @@ class DPOTrainer(Trainer):
         metrics.update(effect_metrics(logps, after, side_sign, mask))
         outputs = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
                                  r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
-                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR),
+                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR)
+                                 if ref_tokens is None else ref_tokens[:num_recorded],
                                  logprob_after=after)
         return StepResult(metrics, outputs)
 
