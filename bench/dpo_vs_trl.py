@@ -360,7 +360,7 @@ def main(argv=None) -> int:
         print(f"   {result['params']:,} parameters; LoRA r={FIXED['lora_r']} on {', '.join(result['lora_targets'])} "
               f"({result['trl']['trainable_parameters']:,} trainable); TRL {result['trl_version']}")
         print(table([result["ours"], result["trl"]]))
-        print(f"ratio pairs/s (ours/TRL): {result['ratio_samples_per_s']:.2f}x   (target >= 1.0x)")
+        print(f"ratio pairs/s (ours/TRL): {result['ratio_samples_per_s']:.2f}x   (target >= 1.5x)")
         print(f"ratio peak memory (ours/TRL): {result['ratio_peak_memory']:.2f}x   (target <= 1.0x)")
         if result["ours"]["in_step_fraction"] is not None:
             print(f"(ours: {1 - result['ours']['in_step_fraction']:.1%} of the timed window is outside its step "

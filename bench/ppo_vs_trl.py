@@ -380,7 +380,7 @@ def main(argv=None) -> int:
         print(f"   trained: ours {result['ours']['trainable_parameters']:,} LoRA + {head:,} value head; TRL "
               f"{result['trl_lora_parameters']:,} LoRA + {result['trl_value_model_parameters']:,} value model")
         print(table([result["ours"], result["trl"]]))
-        print(f"ratio samples/s (ours/TRL): {result['ratio_samples_per_s']:.2f}x   (target >= 1.5x)")
+        print(f"ratio samples/s (ours/TRL): {result['ratio_samples_per_s']:.2f}x   (target >= 1.9x)")
         print(f"ratio peak memory (ours/TRL): {result['ratio_peak_memory']:.2f}x   (target <= 1.0x)")
         if result["ours"]["in_step_fraction"] is not None:
             print(f"(ours: {1 - result['ours']['in_step_fraction']:.1%} of the timed window is outside its step "

@@ -180,16 +180,20 @@ def sample(
         completion_ids[active, t] = token
         logprobs[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
         steps = t + 1
-        done = torch.isin(token, eos)  # (A,)
-        finished = bool(done.all()) or t == max_new_tokens - 1
+        # Rows that have written an end token; they stay in the batch (their later tokens
+        # are masked) until an eighth of it has ended, then leave it together.
+        ended = ended | torch.isin(token, eos) if t else torch.isin(token, eos)  # (A,)
+        count = int(ended.sum())  # the step's one host sync
+        finished = count == len(active) or t == max_new_tokens - 1
         if finished_everywhere is None and finished:
             break
         if finished_everywhere is not None and finished_everywhere(finished):
             break
-        if not finished and int(done.sum()) * 8 >= len(active):  # compact once enough rows have finished
-            keep = (~done).nonzero().squeeze(-1)
+        if not finished and count * 8 >= len(active):
+            keep = (~ended).nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
             active, token, attention, next_pos = active[keep], token[keep], attention[keep], next_pos[keep]
+            ended = ended[keep]
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=-1)
         out = model(input_ids=token[:, None], attention_mask=attention, position_ids=next_pos,
                     use_cache=True, **{cache_kw: cache})
