@@ -5,7 +5,7 @@ Python as eight elementwise ops over the MLP's widest tensor, each a pass over m
 forward and backward; transformers ships the same formula as one fused kernel,
 `gelu_pytorch_tanh`, and documents the two as equivalent up to rounding. Swapping one for
 the other at load time is what Liger-style kernel patching does in TRL, for one op.
-The largest difference we measured, on the built-in model's logprobs, is under 1e-5.
+tests/test_fast_paths.py checks that a GPT-2's logits agree to 1e-5 after the swap.
 """
 
 from __future__ import annotations

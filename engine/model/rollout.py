@@ -168,6 +168,7 @@ def sample(
     active = torch.arange(batch, device=device)
     completion_ids = torch.full((batch, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     logprobs = torch.zeros(batch, max_new_tokens, device=device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
         scaled = logits.float() / (1.0 if greedy else temperature)  # (A, V)
@@ -182,7 +183,7 @@ def sample(
         steps = t + 1
         # Rows that have written an end token; they stay in the batch (their later tokens
         # are masked) until an eighth of it has ended, then leave it together.
-        ended = ended | torch.isin(token, eos) if t else torch.isin(token, eos)  # (A,)
+        ended |= torch.isin(token, eos)  # (A,)
         count = int(ended.sum())  # the step's one host sync
         finished = count == len(active) or t == max_new_tokens - 1
         if finished_everywhere is None and finished:
