@@ -158,12 +158,13 @@ def saved_per_token(s: ModelShape, r: int) -> float:
     Attention, about 7 h: the input of each norm and its output (which the LoRA A of the
     next projections keeps), q, k, v and the output that SDPA keeps, the merged heads
     that o_proj's LoRA keeps. MLP: SwiGLU keeps gate, up, silu(gate) and their product
-    (4 I); GPT-2's tanh GELU, written as element-wise ops, keeps about 4 I and c_proj's
-    LoRA its output (5 I). And r for each LoRA A output. Counted in the model's dtype;
-    a 16-bit model keeps fp32 copies besides (fp32_copies_per_token).
+    (4 I); GPT-2's GELU, one fused kernel since engine/model/activations.py swaps
+    `gelu_new` for it, keeps its input and c_proj's LoRA its output (2 I; transformers'
+    eight-op `gelu_new` kept about 5 I). And r for each LoRA A output. Counted in the
+    model's dtype; a 16-bit model keeps fp32 copies besides (fp32_copies_per_token).
     """
     if s.gpt2:
-        return 7 * s.hidden + 5 * s.intermediate + 4 * r
+        return 7 * s.hidden + 2 * s.intermediate + 4 * r
     return 5 * s.hidden + 2 * s.kv_dim + 4 * s.intermediate + 7 * r
 
 
