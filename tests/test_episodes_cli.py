@@ -11,9 +11,7 @@ import pytest
 from conftest import ROOT
 from engine.run import rundir
 from engine_runs import cli
-from workbench.runs.rundata import RunData
-from workbench.runs.samples_view import SamplesView
-from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)
+from window_fixtures import inspector, open_run, open_samples  # noqa: F401 (fixtures)
 
 PRESET = ROOT / "presets" / "examples" / "grpo-calculator-file-env.yaml"
 SETS = ["training.max_steps=2", "training.batch_size=16", "training.record_rollouts=16", "training.eval_steps=0",
@@ -57,14 +55,7 @@ def test_the_window_shows_the_episodes(run_dir, inspector, qtbot):  # noqa: F811
     assert inspector.current.episode is not None
     assert "episode" in inspector.summary.text() and "not trained" in inspector.summary.text()
 
-    run = RunData(run_dir)
-    run.poll()
-    samples = SamplesView()
-    qtbot.addWidget(samples)
-    samples.resize(1300, 600)
-    samples.show()
-    samples.set_run(run)
-    qtbot.waitUntil(lambda: samples.model.rowCount() > 0, timeout=3000)
+    samples = open_samples(qtbot, run_dir)
     column = samples.model.columns.index("episode")
     summaries = [samples.model.data(samples.model.index(r, column)) for r in range(samples.model.rowCount())]
     assert any("calculate" in s for s in summaries) and all("turn" in s for s in summaries)

@@ -18,7 +18,7 @@ from workbench.dashboard import Dashboard
 from workbench.dashboard.plotspec import choose_plots, expected_names
 from workbench.inspector.episodes import conversation, conversation_text, episode_summary
 from workbench.runs.rundata import RunData
-from workbench.runs.samples_view import SamplesView
+from window_fixtures import open_samples
 from workbench_helpers import write_run
 
 FAILED_RESULT = "{'error': 'division by zero'}"
@@ -50,15 +50,7 @@ def samples(qtbot, tmp_path):
     with open(run_dir / rundir.EVENTS_FILE, "a", encoding="utf-8") as f:
         f.write(json.dumps({"type": "samples", "step": 2, "time": time.time(),
                             "samples": [failed_episode_sample()]}) + "\n")
-    run = RunData(run_dir)
-    run.poll()
-    view = SamplesView()
-    qtbot.addWidget(view)
-    view.resize(1300, 600)
-    view.show()
-    view.set_run(run)
-    qtbot.waitUntil(lambda: view.model.rowCount() == 3, timeout=3000)
-    return view
+    return open_samples(qtbot, run_dir, rows=lambda count: count == 3)
 
 
 def cell(view, row: int, column: str, role=Qt.DisplayRole):
@@ -112,13 +104,7 @@ def test_the_filter_typed_and_the_sort_by_turns(samples, qtbot):
 
 
 def test_a_run_without_episodes_has_its_columns_as_before(qtbot, tmp_path):
-    run = RunData(write_run(tmp_path, "plain", steps=2))
-    run.poll()
-    view = SamplesView()
-    qtbot.addWidget(view)
-    view.show()
-    view.set_run(run)
-    qtbot.waitUntil(lambda: view.model.rowCount() == 8, timeout=3000)
+    view = open_samples(qtbot, write_run(tmp_path, "plain", steps=2), rows=lambda count: count == 8)
     assert view.model.columns == ["step", "prompt", "completion", "reward", "rewards/exact_match", "advantage"]
     assert view.model.sample(0).episode is None
     view.select_row(0)

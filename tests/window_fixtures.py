@@ -18,6 +18,7 @@ from workbench import runs
 from workbench.inspector import InspectorView
 from workbench.runs.rundata import RunData
 from workbench.runs.launcher import AttachedEngine, EngineProcess
+from workbench.runs.samples_view import SamplesView
 from workbench.main_window import DISCARD, STOP_RUN, MainWindow
 from workbench.settings import Settings
 from workbench.setup.document import PresetDocument
@@ -158,3 +159,14 @@ def open_run(view: InspectorView, run_dir) -> RunData:
     run.poll()
     view.set_run(run)
     return run
+
+
+def open_samples(qtbot, run_dir, rows=lambda count: count > 0, width: int = 1300) -> SamplesView:
+    """A shown samples table on the run in `run_dir`, once `rows(row count)` holds."""
+    view = SamplesView()
+    qtbot.addWidget(view)
+    view.resize(width, 600)
+    view.show()
+    open_run(view, run_dir)
+    qtbot.waitUntil(lambda: rows(view.model.rowCount()), timeout=3000)
+    return view

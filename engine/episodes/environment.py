@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.episodes.builtin import Calculator
-from engine.rewards.custom import _import, _not_found, fault_line, find_reward_file
+from engine.rewards.custom import fault_line, import_user_file
 from engine.rl.registry import split_file_name
 
 __all__ = ["ENVIRONMENTS", "EnvironmentProblem", "EnvironmentError", "EnvironmentSpec", "EpisodeEnvironment",
@@ -133,10 +133,7 @@ def _find_class(value: str, base_dir: Path | None) -> tuple[type, Path | None]:
         raise EnvironmentProblem(f"{FIELD}: {value!r} is neither a built-in environment ("
                                  f"{', '.join(ENVIRONMENTS)}) nor FILE.py:CLASS (a class in a Python file)")
     file, name = parts
-    path = find_reward_file(file, base_dir)
-    if path is None:
-        raise EnvironmentProblem(f"{FIELD}: {_not_found(file, base_dir)}")
-    module = _import(path, FIELD, EnvironmentProblem)
+    module, path = import_user_file(file, base_dir, FIELD, EnvironmentProblem)
     if not hasattr(module, name):
         classes = [n for n, v in vars(module).items()
                    if inspect.isclass(v) and not n.startswith("_") and v.__module__ == module.__name__]

@@ -328,6 +328,18 @@ def function_options(name: str, base_dir=None) -> dict[str, Any]:
 _MODULES: dict[str, tuple[int, ModuleType]] = {}
 
 
+def import_user_file(file: str, base_dir: str | Path | None, where: str,
+                     error: type[Exception] = RewardError) -> tuple[ModuleType, Path]:
+    """The user's Python file ``file`` (found as find_reward_file finds it) imported, and
+    its path; ``error`` prefixed with ``where`` when it is missing or fails to import.
+    What a ``FILE.py:NAME`` field loads before it looks up NAME (a function, an
+    environment's class)."""
+    path = find_reward_file(file, base_dir)
+    if path is None:
+        raise error(f"{where}: {_not_found(file, base_dir)}")
+    return _import(path, where, error), path
+
+
 def _import(path: Path, where: str, error: type[Exception] = RewardError) -> ModuleType:
     """Import the file at ``path`` (cached while the file is unchanged); ``error`` for a
     file that cannot be imported or fails while importing."""
@@ -396,10 +408,7 @@ def load_user_function(name: str, *, base_dir=None, where: str | None = None, wh
     if parts is None:
         raise error(f"{where}: {name!r} is not FILE.py:FUNCTION")
     file, function = parts
-    path = find_reward_file(file, base_dir)
-    if path is None:
-        raise error(f"{where}: {_not_found(file, base_dir)}")
-    module = _import(path, where, error)
+    module, path = import_user_file(file, base_dir, where, error)
     if not hasattr(module, function):
         raise error(f"{where}: {_no_function(function, path, _defined_in(module))}")
     fn = getattr(module, function)
