@@ -470,5 +470,13 @@ class FieldRow(QWidget):
         self.error.setVisible(bool(messages))
 
     def show_notes(self, messages: list[str]) -> None:
+        self.note.setMinimumHeight(0)
         self.note.setText("\n".join(m for m in messages if m))
         self.note.setVisible(any(messages))
+
+    def show_checking(self) -> None:
+        """A note about the preset as it was is out of date while the checks run: it
+        reads "checking…" in the height it had (rows below keep their place)."""
+        if self.note.isVisible():
+            self.note.setMinimumHeight(self.note.height())
+            self.note.setText("checking…")

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEventLoop, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QFrame,
@@ -57,6 +57,7 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training", "alarms": "Alarms"}
 SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
+CHECKING = "⏳ Checking"
 
 
 def _monospace() -> QFont:
@@ -82,7 +83,8 @@ class SetupPanel(QWidget):
         self._timer.setSingleShot(True)
         self._timer.setInterval(150)
         self._timer.timeout.connect(self._validate)
-        self._generation = 0
+        self._generation = 0  # validations started
+        self._checked = 0  # the newest of them whose pre-launch checks answered
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prelaunch-checks")
 
         # The problems, in an area of fixed height (scrolled when they are many): the
@@ -294,14 +296,21 @@ class SetupPanel(QWidget):
         self._timer.start()
 
     def validate_now(self) -> list[tuple[str, str]]:
-        """Validate the document now, pre-launch checks included, waiting for them (Run
-        does); show problems and notes; return the problems."""
-        return self._validate(background=False)
+        """Validate the document now, pre-launch checks included, and return the problems
+        (Run does). The checks run on the worker thread as after an edit, and this waits
+        for them in a local event loop: the window keeps painting and shows "Checking…"
+        meanwhile (a check on a big data set takes seconds)."""
+        self._validate()
+        while self._checked < self._generation:  # an edit made while waiting is checked too
+            if self._timer.isActive():
+                self._validate()
+            QCoreApplication.processEvents(QEventLoop.AllEvents | QEventLoop.WaitForMoreEvents, 50)
+        return self.problems
 
-    def _validate(self, background: bool = True) -> list[tuple[str, str]]:
+    def _validate(self) -> list[tuple[str, str]]:
         # The schema check takes a millisecond and runs here. The pre-launch checks
-        # generate the data (seconds for 100,000 prompts) and count tokens: after an
-        # edit they run on a worker thread, so typing never waits on them.
+        # generate the data (seconds for 100,000 prompts) and count tokens: they run on a
+        # worker thread, so neither typing nor Run ever waits on them with a frozen window.
         self._timer.stop()
         self._generation += 1
         preset, problems = self.doc.validate()
@@ -309,11 +318,13 @@ class SetupPanel(QWidget):
         data, seed, base_dir = copy.deepcopy(self.doc.get("data") or {}), self.doc.get("training.seed"), self.doc.base_dir
         model = copy.deepcopy(self.doc.get("model") or {})
         job = partial(_check_job, preset, problems, data, seed, base_dir, model, launch, self.launch.process_count())
-        if not background:
-            return self._finish(self._generation, *job())
         problems = problems + launch
         if problems:
             self._show(problems, self._kept_notes(problems))  # the schema's verdict at once; the preview follows
+        else:
+            # Nothing found yet, but the checks have not answered: never "Ready" on the
+            # previous preset's notes (context, memory) while they run.
+            self._show_checking()
         generation = self._generation
         # Through workbench.setup.background: no garbage collection on the worker (it would
         # free Qt objects there and hang the window), and no callback to a deleted panel.
@@ -321,6 +332,7 @@ class SetupPanel(QWidget):
         return problems
 
     def _on_checked(self, generation: int, future) -> None:
+        self._checked = max(self._checked, generation)
         if generation != self._generation:
             return  # the preset changed meanwhile; a newer check is coming
         try:
@@ -339,6 +351,25 @@ class SetupPanel(QWidget):
         self._show_preview(*preview)
         self.validated.emit(list(problems))
         return problems
+
+    @property
+    def checking(self) -> bool:
+        """Whether the pre-launch checks of the document as it is have not answered yet."""
+        return self._checked < self._generation or self._timer.isActive()
+
+    def _show_checking(self) -> None:
+        """The checking state: the notes of the last check (about the preset as it was)
+        give way to "checking…" in the space they took, so no row moves under the pointer,
+        and the summary says the checks are running."""
+        self.notes = []
+        rows = list(self.rows().values()) + [self.algorithm.row, self.rewards.list_row] + \
+            list(self.rewards.all_rows().values())
+        for row in rows:
+            row.show_problems([])
+            row.show_checking()
+        self.launch.show_problems([])
+        self.summary.setText(f"<span style='color:#5f6368'>{CHECKING} the data, the prompts' lengths against the "
+                             "model's context, and memory…</span>")
 
     def _kept_notes(self, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """While the preset has problems the pre-launch checks cannot run: their last
