@@ -130,8 +130,12 @@ def test_answer_pattern_is_checked_when_the_preset_loads():
 
 
 def test_exactly_one_source():
-    with pytest.raises(PresetError, match=r"set exactly one data source.*\(set: task, dataset\)"):
-        preset_from_dict({"data": {"dataset": "openai/gsm8k"}})  # the task defaults to sort
+    # A data set given and `task` left out: no task (the default task is for no source given).
+    assert preset_from_dict({"data": {"dataset": "openai/gsm8k"}}).data.task is None
+    with pytest.raises(PresetError, match=r"set exactly one data source: `task` \('sort'\) and `dataset` are both set"):
+        preset_from_dict({"data": {"task": "sort", "dataset": "openai/gsm8k"}})
+    with pytest.raises(PresetError, match=r"set exactly one data source.*\(set: path, dataset\)"):
+        preset_from_dict({"data": {"path": "p.jsonl", "dataset": "openai/gsm8k"}})
     with pytest.raises(PresetError, match="`subset` applies to `dataset` only"):
         preset_from_dict({"data": {"subset": "main"}})
 

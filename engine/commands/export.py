@@ -418,9 +418,11 @@ def run_export(args) -> int:
         progress.stage(STAGES["run"][0])
         events = rundir.read_events(run_dir)
         if needs_model:
-            from engine.hub.access import go_offline_if_unreachable, hub_ids_of
+            from engine.hub.access import go_offline_if_unreachable, hub_ids_of, quiet_progress_bars
 
             go_offline_if_unreachable(hub_ids_of(preset, run_dir))  # before the hub libraries load
+            if args.quiet:  # transformers' "Loading weights" and "Writing model shards" bars too
+                quiet_progress_bars()
         if "--adapter" in outs:
             export_adapter(preset, run_dir, checkpoint, outs["--adapter"], events, progress)
             print(f"adapter ({checkpoint.name}): {outs['--adapter']}  "

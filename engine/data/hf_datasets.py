@@ -11,6 +11,7 @@ Torch-free (`datasets` is imported when a set is opened).
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import random
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 from engine.data.columns import Columns, missing_columns_message, row_to_example
 from engine.data.examples import Example
 from engine.hub.access import download_hint, hub_offline
-from engine.preset.paths import local_or_hub_id
+from engine.preset.paths import link_problem, local_or_hub_id
 
 __all__ = ["load_dataset_splits", "open_split", "sample_rows"]
 
@@ -62,13 +63,40 @@ def _not_one_of(field: str, value, kind: str, names, where: str) -> str:
     return f"{field}: {value!r} is not one of its {kind} ({listed}) ({where}); set {field} to one of them"
 
 
+@contextlib.contextmanager
+def _without_datasets_bars():
+    """`datasets`' own progress bars off while a set is opened: "Generating train
+    split", "Loading dataset from disk", "Resolving data files" are noise on the
+    engine's stderr (its log says what is opened, and a big set's rows get the engine's
+    own bar). A hub download's bars are huggingface_hub's, not these, and still show."""
+    import datasets
+
+    if datasets.are_progress_bars_disabled():  # already off (HF_DATASETS_DISABLE_PROGRESS_BARS=1, say)
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
+
+
 def open_split(source: Path | str, subset: str | None, split: str, split_field: str = "data.split"):
     """The `datasets.Dataset` of one split (`split_field` names the preset field that
     chose it, for errors). ValueError naming the field to change on failure."""
+    with _without_datasets_bars():
+        return _open_split(source, subset, split, split_field)
+
+
+def _open_split(source: Path | str, subset: str | None, split: str, split_field: str):
     import datasets
 
     if isinstance(source, Path):
         where = f"data.dataset: {source}"
+        link = link_problem(source)
+        if link is not None:  # datasets would take the link's name for a builder or a hub id
+            raise ValueError(f"{where} is {link}; point the link at the data set's file or folder, or give "
+                             "the file's or folder's own path")
         if source.is_dir() and ((source / "dataset_dict.json").exists() or (source / "state.json").exists()):
             return _pick_split(datasets.load_from_disk(str(source)), split, split_field, where)
         if source.is_file():

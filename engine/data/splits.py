@@ -14,7 +14,7 @@ from engine.data.files import load_prompt_file
 from engine.data.hf_datasets import load_dataset_splits
 from engine.data.tasks import ACCURACY_REWARD, make_task
 from engine.preset.schema import DataConfig
-from engine.preset.paths import resolve_data_path
+from engine.preset.paths import link_problem, resolve_data_path
 
 __all__ = ["load_splits", "accuracy_reward_name", "PromptStream"]
 
@@ -31,6 +31,9 @@ def load_splits(cfg: DataConfig, seed: int, base_dir: Path | None = None) -> tup
     if cfg.dataset is not None:
         return load_dataset_splits(cfg, seed, base_dir)
     path = resolve_data_path(cfg.path, base_dir)
+    link = link_problem(path)
+    if link is not None:
+        raise ValueError(f"data.path: {path} is {link}; point the link at the prompt file, or give the file's own path")
     examples = load_prompt_file(path, columns=Columns.from_config(cfg))
     order = list(range(len(examples)))
     random.Random(seed).shuffle(order)

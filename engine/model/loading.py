@@ -181,9 +181,28 @@ def tokenizer_chat_template(tokenizer) -> str | None:
     return template or None
 
 
+class _NoLengthWarning(logging.Filter):
+    """Drops transformers' "Token indices sequence length is longer than the specified
+    maximum sequence length" warning: a stray line on stderr, said of any long text
+    tokenized whole (a data set's row, a reward model's input), where the engine makes
+    its own context check and says which prompt and what to change (check_context_fits)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Token indices sequence length is longer than")
+
+
+def quiet_tokenizer_warnings() -> None:
+    """Install :class:`_NoLengthWarning` on the logger transformers warns from (once;
+    every tokenizer of the process, a reward model's too, warns through it)."""
+    logger = logging.getLogger("transformers.tokenization_utils_base")
+    if not any(isinstance(f, _NoLengthWarning) for f in logger.filters):
+        logger.addFilter(_NoLengthWarning())
+
+
 def load_tokenizer(path: str, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
+    quiet_tokenizer_warnings()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"

@@ -27,13 +27,15 @@ from engine.preset.schema import BUILTIN_MODEL, Preset
 from engine.rewards.paths import absolute_reward_paths, looks_like_local_path
 from engine.rl.user_files import absolute_user_functions
 
-__all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths", "model_path_problem"]
+__all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths", "model_path_problem", "link_problem"]
 
 
 def resolve_data_path(path: str | Path, preset_dir: str | Path | None = None) -> Path:
     """A prompt file's path: ``~`` expanded; a relative one found in ``preset_dir``
     first, then the current folder (made absolute where found); where it is in
-    neither, ``preset_dir / path`` (so an error names the preset's folder).
+    neither, ``preset_dir / path`` (so an error names the preset's folder). A symlink
+    that leads nowhere (dangling, or a loop) is found too, where nothing real is, so
+    that the error can say what it is (:func:`link_problem`).
 
     Example:
         >>> resolve_data_path("/data/p.jsonl", "/presets")
@@ -44,17 +46,23 @@ def resolve_data_path(path: str | Path, preset_dir: str | Path | None = None) ->
     path = Path(path).expanduser()
     if path.is_absolute():
         return path
-    for root in (preset_dir, Path.cwd()):
-        if root is not None and (Path(root) / path).exists():
-            return (Path(root) / path).resolve()
+    roots = [Path(root) for root in (preset_dir, Path.cwd()) if root is not None]
+    for root in roots:
+        if (root / path).exists():
+            return (root / path).resolve()
+    for root in roots:
+        if _on_disk(root / path):  # a broken link: made absolute, not followed (a loop cannot be)
+            return (root / path).absolute()
     return Path(preset_dir) / path if preset_dir is not None else path
 
 
 def local_or_hub_id(name: str, preset_dir: str | Path | None = None) -> Path | str:
     """A model's or data set's name: a local folder or file (relative ones found by the
-    rule above) when it exists, else the name unchanged, a hub id."""
+    rule above) when it is on disk (a broken symlink too: it is meant as a local path,
+    and :func:`link_problem` says what is wrong with it), else the name unchanged, a
+    hub id."""
     local = resolve_data_path(name, preset_dir)
-    return local if local.exists() else name
+    return local if _on_disk(local) else name
 
 
 def _absolute(value: str | None, preset_dir, keep=()) -> str | None:
@@ -63,7 +71,7 @@ def _absolute(value: str | None, preset_dir, keep=()) -> str | None:
     if value is None or value in keep or Path(value).expanduser().is_absolute():
         return value
     found = resolve_data_path(value, preset_dir)
-    return str(found) if found.exists() and found.is_absolute() else value
+    return str(found) if _on_disk(found) and found.is_absolute() else value
 
 
 def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Preset:
@@ -93,13 +101,45 @@ def _stat_error(path: Path) -> int | None:
     return None
 
 
+def _on_disk(path: Path) -> bool:
+    """Whether `path` names something on disk: a file or folder, or a symlink, even one
+    that leads nowhere (dangling, or a loop anywhere along the path)."""
+    return os.path.lexists(path) or _stat_error(path) == errno.ELOOP
+
+
+def link_problem(path: str | Path) -> str | None:
+    """What is wrong with a path that is a symlink leading nowhere: a symlink loop, or a
+    dangling symlink (naming what it points to); None for anything else (a real file or
+    folder, or a path that is simply missing).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     (Path(folder) / "link").symlink_to("gone")
+        ...     (Path(folder) / "a").symlink_to("b"); (Path(folder) / "b").symlink_to("a")
+        ...     link_problem(Path(folder) / "link"), link_problem(Path(folder) / "a")
+        ...     link_problem(Path(folder)), link_problem(Path(folder) / "missing")
+        ("a dangling symlink (it points to 'gone', which does not exist)", 'a symlink loop (its links point back at each other)')
+        (None, None)
+    """
+    path = Path(path)
+    error = _stat_error(path)
+    if error == errno.ELOOP:
+        return "a symlink loop (its links point back at each other)"
+    if error is not None and path.is_symlink():
+        return f"a dangling symlink (it points to {os.readlink(path)!r}, which does not exist)"
+    return None
+
+
 def model_path_problem(name: str, preset_dir: str | Path | None = None) -> str | None:
     """Why `model.name_or_path` cannot be a model when it is a local path: missing, a
     dangling symlink or a symlink loop, a file, a folder without config.json; None for
     a folder that may hold a model, a built-in name or a hub id (``org/name``), which
     the hub libraries check. A path that looks local (``/``, ``./``, ``~``, two
     slashes) is never taken for a hub id: the hub would only answer that it is not
-    one. Relative paths are looked for as :func:`resolve_data_path` does.
+    one; nor is a bare name or ``org/name`` that is a dangling symlink or a symlink
+    loop here (someone made that link to reach a model on disk). Relative paths are
+    looked for as :func:`resolve_data_path` does.
 
     Example:
         >>> model_path_problem("org/model"), model_path_problem(BUILTIN_MODEL)
@@ -110,16 +150,15 @@ def model_path_problem(name: str, preset_dir: str | Path | None = None) -> str |
     if name.startswith("builtin:"):
         return None  # engine.model.loading and the window's checks know the built-in names
     path = resolve_data_path(name, preset_dir)
-    if not looks_like_local_path(name) and not path.is_dir():
+    if not looks_like_local_path(name) and not path.is_dir() and link_problem(path) is None:
         return None  # 'gpt2' or 'org/name' with no such folder here: a hub id, as transformers takes it
     fix = "give the folder of a saved model (one with config.json) or a hub id like 'org/name'"
     said = f"model.name_or_path: could not load {name!r}:"
-    error = _stat_error(path)
-    if error == errno.ELOOP:
-        return f"{said} a symlink loop (its links point back at each other); {fix}"
-    if error is not None and path.is_symlink():
-        return f"{said} no such folder (it is a symlink to {os.readlink(path)!r}, which does not exist); {fix}"
-    if error is not None:
+    link = link_problem(path)
+    if link is not None:  # a bare name or org/name too: a broken link of that name here is meant as a path
+        missing = "" if _stat_error(path) == errno.ELOOP else "no such folder: "
+        return f"{said} {missing}it is {link}; point the link at the model's folder, or {fix}"
+    if _stat_error(path) is not None:
         return f"{said} no such folder (the path does not exist); {fix}"
     if not path.is_dir():
         return f"{said} it is a file, not a folder; {fix}"

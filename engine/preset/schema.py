@@ -119,7 +119,9 @@ class DataConfig(Section):
     # Any task registered with engine.data.tasks.register_task (that module is named, not
     # imported: it imports this one).
     task: Union[choice_of("engine.data.tasks:TASKS"), None] = Field(
-        "sort", description="Built-in task generated offline from the seed; null when `path` or `dataset` is set."
+        "sort", description="Built-in task generated offline from the seed; null when `path` or `dataset` is set "
+        "(a data section that gives `path` or `dataset` and leaves `task` out has none; `sort` is the default "
+        "only when no data source is given)."
     )
     task_options: dict[str, Any] = Field(
         default_factory=dict, description="Options of the built-in task (e.g. min_len, max_len for sort)."
@@ -180,9 +182,20 @@ class DataConfig(Section):
         "Hermes), llama3_json (Llama 3.1/3.3), pythonic ([f(a=1)]: Llama 3.2/4); auto reads the chat template.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_default_task_with_a_source(cls, data: Any) -> Any:
+        return without_default_task(data)
+
     @model_validator(mode="after")
     def _one_source(self):
         sources = [name for name in ("task", "path", "dataset") if getattr(self, name) is not None]
+        if len(sources) == 2 and sources[0] == "task":
+            other = sources[1]
+            raise ValueError(
+                f"set exactly one data source: `task` ({self.task!r}) and `{other}` are both set; "
+                f"set task: null to train on `{other}`, or remove `{other}` (a data section that gives "
+                f"`{other}` and leaves `task` out has no task)")
         if len(sources) != 1:
             said = f" (set: {', '.join(sources)})" if sources else ""
             raise ValueError(
@@ -204,6 +217,24 @@ class DataConfig(Section):
 
             compile_answer_pattern(self.answer_pattern)
         return self
+
+
+def without_default_task(data: Any) -> Any:
+    """A data section as it is meant: `task` defaults to `sort` only for a section that
+    names no data source; one that gives `path` or `dataset` and does not mention `task`
+    trains on what it gives (task null). Anything else is returned as it is. For code
+    that fills a section's defaults itself (the window's form does) before validating.
+
+    Example:
+        >>> without_default_task({"path": "prompts.jsonl"})
+        {'path': 'prompts.jsonl', 'task': None}
+        >>> without_default_task({"task": "sort", "path": "prompts.jsonl"})  # both set: refused on validation
+        {'task': 'sort', 'path': 'prompts.jsonl'}
+    """
+    if isinstance(data, dict) and "task" not in data and any(
+            data.get(name) is not None for name in ("path", "dataset")):
+        return {**data, "task": None}
+    return data
 
 
 def _named(field: str, check, name: str, options: dict) -> None:
