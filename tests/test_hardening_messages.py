@@ -176,3 +176,17 @@ def test_a_local_data_file_opens_without_datasets_bars(tmp_path, capfd):
     table = open_split(_prompts(tmp_path / f"rows-{os.getpid()}-{tmp_path.name}.jsonl"), None, "train")
     assert len(table) == 8
     assert "Generating train split" not in capfd.readouterr().err
+
+
+def test_a_reward_model_name_that_is_a_broken_symlink_is_refused(tmp_path, monkeypatch):
+    # As for model.name_or_path: a bare name that is a dangling link here was meant
+    # local, and was taken for a hub id (validate passed).
+    from engine.rewards.paths import reward_source_problems
+    from engine.preset.schema import preset_from_dict
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-rm").symlink_to(tmp_path / "gone")
+    preset = preset_from_dict({"rewards": [{"name": "reward_model", "options": {"model": "my-rm"}}]})
+    problems = reward_source_problems(preset.rewards, tmp_path)
+    assert len(problems) == 1 and problems[0][0] == "rewards.0.options.model", problems
+    assert "dangling symlink" in problems[0][1] and "gone" in problems[0][1]

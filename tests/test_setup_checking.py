@@ -99,3 +99,16 @@ def test_run_waits_for_the_checks_with_the_window_painting(panel, qtbot, monkeyp
     assert painted and "Checking" in painted[0]  # the window answered during the check
     assert problems == [] and "Ready to run" in panel.summary.text()
     assert any("fits" in m for p, m in panel.notes if p == "algorithm.max_completion_length")
+
+
+def test_a_preset_file_with_only_a_prompt_file_opens_without_problems(panel, qtbot, tmp_path):
+    # The engine reads `data: {path: FILE}` as task null; the form filled in the default
+    # task first and refused the file with "task and path are both set".
+    (tmp_path / "prompts.jsonl").write_text("".join(f'{{"prompt": "sort {i} 1 =", "answer": "1 {i}"}}\n'
+                                                    for i in range(2, 9)))
+    data = yaml.safe_load((PRESETS / "grpo-sort.yaml").read_text())
+    data["data"] = {"path": "prompts.jsonl", "num_eval": 2}
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(data))
+    panel.doc.open(tmp_path / "mine.yaml")
+    assert panel.doc.get("data.task") is None and panel.doc.get("data.path") == "prompts.jsonl"
+    assert [p for p in panel.validate_now() if p[0].startswith("data")] == []

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 from engine.preset.schema import BUILTIN_MODEL, Preset
-from engine.rewards.paths import absolute_reward_paths, looks_like_local_path
+from engine.rewards.paths import stat_errno, absolute_reward_paths, link_problem, looks_like_local_path
 from engine.rl.user_files import absolute_user_functions
 
 __all__ = ["resolve_data_path", "local_or_hub_id", "absolute_preset_paths", "model_path_problem", "link_problem"]
@@ -92,43 +92,10 @@ def absolute_preset_paths(preset: Preset, preset_dir: str | Path | None) -> Pres
                                      "algorithm": absolute_user_functions(preset.algorithm, preset_dir)})
 
 
-def _stat_error(path: Path) -> int | None:
-    """The errno stat() gives for `path` (following symlinks), None when it succeeds."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno
-    return None
-
-
 def _on_disk(path: Path) -> bool:
     """Whether `path` names something on disk: a file or folder, or a symlink, even one
     that leads nowhere (dangling, or a loop anywhere along the path)."""
-    return os.path.lexists(path) or _stat_error(path) == errno.ELOOP
-
-
-def link_problem(path: str | Path) -> str | None:
-    """What is wrong with a path that is a symlink leading nowhere: a symlink loop, or a
-    dangling symlink (naming what it points to); None for anything else (a real file or
-    folder, or a path that is simply missing).
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     (Path(folder) / "link").symlink_to("gone")
-        ...     (Path(folder) / "a").symlink_to("b"); (Path(folder) / "b").symlink_to("a")
-        ...     link_problem(Path(folder) / "link"), link_problem(Path(folder) / "a")
-        ...     link_problem(Path(folder)), link_problem(Path(folder) / "missing")
-        ("a dangling symlink (it points to 'gone', which does not exist)", 'a symlink loop (its links point back at each other)')
-        (None, None)
-    """
-    path = Path(path)
-    error = _stat_error(path)
-    if error == errno.ELOOP:
-        return "a symlink loop (its links point back at each other)"
-    if error is not None and path.is_symlink():
-        return f"a dangling symlink (it points to {os.readlink(path)!r}, which does not exist)"
-    return None
+    return os.path.lexists(path) or stat_errno(path) == errno.ELOOP
 
 
 def model_path_problem(name: str, preset_dir: str | Path | None = None) -> str | None:
@@ -156,9 +123,9 @@ def model_path_problem(name: str, preset_dir: str | Path | None = None) -> str |
     said = f"model.name_or_path: could not load {name!r}:"
     link = link_problem(path)
     if link is not None:  # a bare name or org/name too: a broken link of that name here is meant as a path
-        missing = "" if _stat_error(path) == errno.ELOOP else "no such folder: "
+        missing = "" if stat_errno(path) == errno.ELOOP else "no such folder: "
         return f"{said} {missing}it is {link}; point the link at the model's folder, or {fix}"
-    if _stat_error(path) is not None:
+    if stat_errno(path) is not None:
         return f"{said} no such folder (the path does not exist); {fix}"
     if not path.is_dir():
         return f"{said} it is a file, not a folder; {fix}"

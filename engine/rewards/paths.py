@@ -12,7 +12,9 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 from engine.rewards.custom import find_reward_file, static_problems
@@ -20,6 +22,8 @@ from engine.rewards.kinds import reward_kind, split_custom_name
 
 __all__ = [
     "looks_like_local_path",
+    "link_problem",
+    "stat_errno",
     "resolve_reward_model",
     "absolute_reward_paths",
     "num_labels_message",
@@ -35,6 +39,39 @@ def looks_like_local_path(name_or_path: str) -> bool:
         (False, True, True)
     """
     return name_or_path.startswith(("/", "./", "../", "~", ".\\")) or name_or_path.count("/") > 1
+
+
+def stat_errno(path: Path) -> int | None:
+    """The errno stat() gives for `path` (following symlinks), None when it succeeds."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def link_problem(path: str | Path) -> str | None:
+    """What is wrong with a path that is a symlink leading nowhere: a symlink loop, or a
+    dangling symlink (naming what it points to); None for anything else (a real file or
+    folder, or a path that is simply missing).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     (Path(folder) / "link").symlink_to("gone")
+        ...     (Path(folder) / "a").symlink_to("b"); (Path(folder) / "b").symlink_to("a")
+        ...     link_problem(Path(folder) / "link"), link_problem(Path(folder) / "a")
+        ...     link_problem(Path(folder)), link_problem(Path(folder) / "missing")
+        ("a dangling symlink (it points to 'gone', which does not exist)", 'a symlink loop (its links point back at each other)')
+        (None, None)
+    """
+    path = Path(path)
+    error = stat_errno(path)
+    if error == errno.ELOOP:
+        return "a symlink loop (its links point back at each other)"
+    if error is not None and path.is_symlink():
+        return f"a dangling symlink (it points to {os.readlink(path)!r}, which does not exist)"
+    return None
 
 
 def resolve_reward_model(model: str, base_dir=None) -> str:
@@ -80,6 +117,12 @@ def _reward_model_problems(model: str, base_dir, one_label: bool = True) -> list
     model) has a number of labels other than one."""
     resolved = Path(resolve_reward_model(model, base_dir))
     if not resolved.is_dir():
+        # A bare name or org/name that is a broken link here is no hub id: it was meant local.
+        for root in (base_dir, Path.cwd()):
+            broken = link_problem(Path(root) / Path(model).expanduser()) if root is not None else None
+            if broken:
+                return [("options.model", f"{model} is {broken}; point the link at the reward model's folder, "
+                                          "or give a hub id that is not a path here")]
         if looks_like_local_path(model):
             where = f"{base_dir} or the current folder" if base_dir is not None else "the current folder"
             return [("options.model", f"folder {model} does not exist (looked in {where})")]

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from engine.preset.schema import Preset, preset_from_dict
+from engine.preset.schema import Preset, preset_from_dict, without_default_task
 from engine.preset.errors import PresetError
 from engine.preset.io import preset_to_yaml, read_preset_dict
 from workbench.setup import schema
@@ -295,6 +295,8 @@ def with_defaults(data: dict) -> dict:
     64
     """
     data = copy.deepcopy(data)
+    if "data" in data:  # a prompt file or data set given means no built-in task, as the engine reads it
+        data["data"] = without_default_task(data["data"])
     defaults = schema.default_preset_dict()
     algo = data.get("algorithm")
     if isinstance(algo, dict) and algo.get(schema.algorithm_tag()) in schema.algorithm_models():
