@@ -25,7 +25,8 @@ from engine.run import rundir
 from engine.alarms import AlarmWatcher
 from engine.algorithms.checkpoints import CheckpointParts, Progress, load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
-from engine.algorithms.episodes import EpisodeRunner, episode_fields
+from engine.algorithms.context_fit import check_prompts_fit
+from engine.algorithms.episodes import EpisodeRunner
 from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
 from engine.algorithms.step_metrics import timing_metrics
 from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
@@ -41,7 +42,7 @@ from engine.distributed.launch import world_size_problems
 from engine.distributed.rollouts import gather_rollout
 from engine.distributed.world import TrainedModules, World
 from engine.preset.input_checks import reward_field_problems
-from engine.model.loading import LoadedModel, check_context_fits, load_model
+from engine.model.loading import LoadedModel, load_model
 from engine.preset.schema import Preset
 from engine.preset.io import save_preset
 from engine.rewards import build_reward_components
@@ -111,11 +112,10 @@ class Trainer(Declares):
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.stop.check_setup()
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
-        if self.episodes is not None:  # the environment's get_reward(), as TRL adds it
-            self.reward_components += self.episodes.reward_components()
+        self.reward_components += self.episodes.reward_components() if self.episodes else []  # get_reward(), as TRL adds it
         self.stop.check_setup()
-        check_context_fits(self.tokenizer, [e.prompt for e in self.train_examples + self.eval_examples],
-                           self.algo.max_completion_length, loaded.context_length)
+        check_prompts_fit(self.tokenizer, self.train_examples + self.eval_examples, train + held_out, preset,
+                          preset_dir, loaded.context_length, getattr(self.episodes, "tools_tokens", 0))
 
         self.setup_modules()
         # training.fsdp with several processes: the decoder layers sharded (FSDP2), before
@@ -396,10 +396,9 @@ class Trainer(Declares):
                                     batch=max(self.cfg.batch_size, MIN_EVAL_BATCH))
 
     def greedy_completions(self, prompts: list[str], fields: dict[str, list] | None = None):
-        """Greedy completions' texts; with data.environment, greedy episodes' answers and their fields."""
-        if self.episodes is not None:  # and what the rewards receive of them
-            rollout, answers = self.sample_batch(prompts, 1, greedy=True, fields=fields)
-            return answers, episode_fields(rollout.episodes)
+        """Greedy completions' texts; with data.environment, greedy episodes' answers, fields and prompts."""
+        if self.episodes is not None:  # what the rewards receive of them, and the prompts the model saw
+            return self.episodes.greedy_outputs(self.sample_batch(prompts, 1, greedy=True, fields=fields))
         return self.policy.decode_completions(self.generate(prompts, greedy=True))
 
     # ------------------------------------------------------------- checkpoints
@@ -467,6 +466,7 @@ class Trainer(Declares):
                 metrics = result.metrics
                 logged = self.step % self.cfg.logging_steps == 0 or self.step == self.cfg.max_steps
                 self.events.metrics(self.step, metrics, logged)
+                self.events.alarms(self.episodes.take_alarms(self.step) if self.episodes else [])
                 if self.world.is_main:
                     self.write_step_outputs(result.outputs)
                 if self.cfg.eval_steps and self.step % self.cfg.eval_steps == 0 and self.step < self.cfg.max_steps:

@@ -35,8 +35,9 @@ def evaluate_generations(examples: list[Example], complete: Callable[[list[str]]
                          reward_components: list, accuracy, batch: int) -> dict:
     """Greedy decoding on the held-out split: accuracy and mean reward.
 
-    `complete(prompts, fields)`: the greedy completions' text (or, for episodes, the texts
-    and the fields their rewards receive besides the data's); `accuracy`: the reward whose 1.0
+    `complete(prompts, fields)`: the greedy completions' text (or, for episodes, the texts,
+    the fields their rewards receive besides the data's and the prompts as the model saw
+    them: what the samples show); `accuracy`: the reward whose 1.0
     counts as correct (None: no accuracy); `batch`: prompts decoded at once. Returns
     {} without examples, else reward, accuracy, num_examples, eval_time, the first
     samples and each reward component's mean (`rewards/NAME/mean`)."""
@@ -49,8 +50,9 @@ def evaluate_generations(examples: list[Example], complete: Callable[[list[str]]
         prompts = [e.prompt for e in chunk]
         fields = {k: [e.fields.get(k) for e in chunk] for k in sorted({k for e in chunk for k in e.fields})}
         completions = complete(prompts, fields)
-        if isinstance(completions, tuple):  # episodes: their answers and what rewards receive of them
-            completions, extra = completions
+        shown = prompts
+        if isinstance(completions, tuple):  # episodes: their answers, what rewards receive of them, their prompts
+            completions, extra, shown = completions
             fields = {**fields, **extra}
         t, c = combine_rewards(reward_components, prompts, completions, fields)
         totals += t
@@ -60,7 +62,7 @@ def evaluate_generations(examples: list[Example], complete: Callable[[list[str]]
             correct += [float(v == 1.0) for v in accuracy(prompts, completions, **fields)]
         if not samples:
             samples = [{"prompt": p, "completion": c_, "reward": r}
-                       for p, c_, r in zip(prompts[:8], completions[:8], t[:8])]
+                       for p, c_, r in zip(shown[:8], completions[:8], t[:8])]
     result = {
         "reward": sum(totals) / len(totals),
         "accuracy": (sum(correct) / len(correct)) if correct else None,

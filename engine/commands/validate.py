@@ -1,7 +1,8 @@
 """`rl-engine validate PRESET`: the preset's own checks, then, for what is at hand (a
 local folder, or a hub id in the local cache, or any hub id when the hub answers), that
 the data and the tokenizer load, the prompts as the chat template makes them, and that
-they fit the model's context. Loads no model weights and writes nothing.
+they fit the model's context (with data.environment: the first train rows reset as a run
+would, their first observations included). Loads no model weights and writes nothing.
 
 A hub id that is neither cached nor reachable is not an error here (the preset is fine;
 the machine lacks the files): it is a note saying how to fetch it.
@@ -53,9 +54,9 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
 
     from engine.model.chat import chat_format, template_examples
     from engine.data import load_splits
-    from engine.preset.input_checks import prompt_location, reward_field_problems
-    from engine.model.loading import (check_context_fits, context_length, load_tokenizer, resolve_model_path,
-                               tokenizer_chat_template)
+    from engine.preset.input_checks import reward_field_problems
+    from engine.algorithms.context_fit import check_prompts_fit
+    from engine.model.loading import context_length, load_tokenizer, resolve_model_path, tokenizer_chat_template
 
     train, held_out = load_splits(preset.data, preset.training.seed, base_dir)
     fields = reward_field_problems(preset, train + held_out)
@@ -65,22 +66,20 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     tokenizer = load_tokenizer(path, preset.model.trust_remote_code)
     fmt = chat_format(preset.model.chat_template, tokenizer_chat_template(tokenizer), preset.data.system_prompt,
                       base_dir)
-    if preset.data.environment:  # the prompts as the run templates them: with the tools' schemas
-        from dataclasses import replace
-
-        from engine.episodes.environment import load_environment
-        from engine.episodes.template import tool_support_problem
-
-        problem = tool_support_problem(tokenizer, fmt.template)
-        if problem:
-            raise ValueError(problem)
-        fmt = replace(fmt, tools=tuple(load_environment(preset.data.environment, base_dir).schemas))
-    pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
-    examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
     config = AutoConfig.from_pretrained(path, trust_remote_code=preset.model.trust_remote_code)
-    longest = check_context_fits(tokenizer, [e.prompt for e in examples], preset.algorithm.max_completion_length,
-                                 context_length(config),
-                                 where=lambda i: prompt_location(preset.data, base_dir, (train + held_out)[i]))
+    runner = None
+    if preset.data.environment:  # the prompts as the run templates them: with the tools' schemas
+        from engine.algorithms.episodes import EpisodeRunner
+
+        runner = EpisodeRunner(preset, fmt, tokenizer, [], base_dir, context_length(config))
+        examples = runner.template(train + held_out)
+    else:
+        pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
+        examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
+    longest = check_prompts_fit(tokenizer, examples, train + held_out, preset, base_dir, context_length(config),
+                                getattr(runner, "tools_tokens", 0))
+    if runner is not None:  # the first rows reset as the run would: their first observations must fit too
+        longest = max(longest, runner.check_first_rows(train))
     summary = f"{len(train)} train / {len(held_out)} held-out prompts, chat template: {fmt.source}"
     return summary, longest, examples[0].prompt
 

@@ -6,6 +6,8 @@ model writes the next turn, until it answers without a call or a limit is reache
 
 * ``environment.py``: the environment class a preset names, checked and wrapped per
   episode (tools, their JSON schemas, reset, get_reward, time limits); torch-free.
+* ``tool_threads.py``: a tool's call in a thread under ``data.tool_timeout``, stopped when
+  it runs late (and counted, warned about and bounded when it cannot be); torch-free.
 * ``tool_calls.py``: tool calls read from a turn's text (hermes, llama3_json, pythonic);
   torch-free.
 * ``template.py``: the chat template's side (the prompt with the tools, the tokens of

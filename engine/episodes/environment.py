@@ -33,15 +33,16 @@ import asyncio
 import inspect
 import math
 import numbers
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine.episodes.builtin import Calculator
+from engine.episodes.tool_threads import MAX_UNSTOPPED, ToolThreads, run_in_thread, stuck_at
 from engine.rewards.custom import fault_line, import_user_file
 from engine.rl.registry import split_file_name
+from engine.run.stopping import ctrl_c_since, sigint_count
 
 __all__ = ["ENVIRONMENTS", "EnvironmentProblem", "EnvironmentError", "EnvironmentSpec", "EpisodeEnvironment",
            "ToolResult", "load_environment", "environment_problem", "check_environment"]
@@ -63,9 +64,11 @@ class EnvironmentProblem(ValueError):
 
 # The agreed name; inside this module it shadows the builtin alias of OSError (unused here).
 class EnvironmentError(RuntimeError):
-    """The environment misbehaved during an episode (its ``reset`` or ``get_reward``
-    raised or returned the wrong thing); the message names the method. A tool's own
-    faults are never this: they are answered to the model (:meth:`EpisodeEnvironment.call`)."""
+    """The environment misbehaved during an episode (its constructor, ``reset`` or
+    ``get_reward`` raised, called ``sys.exit()`` or returned the wrong thing); the
+    message names the method and the line. A tool's own faults are never this: they are
+    answered to the model (:meth:`EpisodeEnvironment.call`), unless its calls keep
+    running past their time limit and cannot be stopped (tool_threads.py)."""
 
 
 @dataclass
@@ -95,15 +98,18 @@ class EnvironmentSpec:
     path: Path | None = None
     reset_keywords: list[str] | None = field(default=None, repr=False)  # None: reset takes **kwargs
     reset_required: list[str] = field(default_factory=list, repr=False)
+    # tool calls that ran past data.tool_timeout and could not be stopped (tool_threads.py)
+    tool_threads: ToolThreads = field(default_factory=ToolThreads, repr=False, compare=False)
 
     def new(self) -> EpisodeEnvironment:
         """A fresh instance for one episode (``cls()``), wrapped."""
-        try:
-            instance = self.cls()
-        except Exception as exc:
-            raise EnvironmentError(f"{FIELD}: {self.reward_label}() failed with {type(exc).__name__}: {exc}"
-                                   f"{_at(exc, self.path)}") from exc
+        instance = _user_call(lambda: self.cls(), lambda exc: self._constructor_fault(exc))
         return EpisodeEnvironment(self, instance)
+
+    def _constructor_fault(self, exc: BaseException) -> EnvironmentError:
+        what = _misbehaved(exc) or f"failed with {type(exc).__name__}: {exc}"
+        return EnvironmentError(f"{FIELD}: {self.reward_label}() {what}{_at(exc, self.path)}; {self.reward_label}() "
+                                "must make an instance (one is made per episode)")
 
     def missing_columns(self, columns: list[str]) -> list[str]:
         """The parameters ``reset`` requires that a data set's ``columns`` lack.
@@ -117,6 +123,33 @@ def _at(exc: BaseException, path: Path | None) -> str:
     """" (at FILE, line N)" for a fault inside the environment's file."""
     line = fault_line(exc, path) if path is not None else None
     return f" (at {path}, line {line})" if line else ""
+
+
+def _misbehaved(exc: BaseException) -> str | None:
+    """What a sys.exit() or a KeyboardInterrupt of the environment's own did, in words;
+    None for an ordinary exception."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    if isinstance(exc, KeyboardInterrupt):
+        detail = f" ({exc})" if str(exc) else ""
+        return f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed"
+    return None
+
+
+def _user_call(call, fault):
+    """``call()`` (the environment's own code, in the engine's thread), its failures
+    raised as ``fault(exc)``: an exception, a ``sys.exit()`` (which would otherwise end
+    the engine with status 0 and no final event) and a KeyboardInterrupt it raised itself
+    (no Ctrl-C arrived since the call began). A real Ctrl-C is kept: the run is aborted."""
+    sigints = sigint_count()
+    try:
+        return call()
+    except Exception as exc:
+        raise fault(exc) from exc
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
+            raise
+        raise fault(exc) from exc
 
 
 # ---------------------------------------------------------------------------
@@ -292,25 +325,40 @@ def _error_text(message: str) -> str:
     return str({"error": message})
 
 
-def _call_in_thread(function, arguments: dict, timeout: float, name: str) -> tuple[bool, Any]:
-    """(finished, outcome): ``function(**arguments)`` (awaited when async) in a daemon
-    thread, waited on for ``timeout`` seconds; the outcome is the value, or the exception
-    it raised. A thread that does not finish is abandoned."""
-    outcome: dict[str, Any] = {}
+def _text(value: Any, what: str) -> tuple[str, bool]:
+    """(``str(value)``, False), or, when its ``__str__`` raises, (a line saying so, True):
+    the model gets an error message, never the run a crash. ``what``: the value, in words.
 
-    def run():
+    e.g. a Foo whose __str__ raises ValueError("no")
+         -> ("tool calculate returned a Foo whose str() raised ValueError: no", True)
+    """
+    try:
+        return (str.__str__(value) if isinstance(value, str) else str(value)), False
+    except Exception as exc:  # noqa: BLE001 - any __str__ of the user's
+        try:
+            why = str(exc)
+        except Exception:  # noqa: BLE001 - its own __str__ fails too
+            why = "(its message cannot be shown either)"
+        return f"{what} whose str() raised {type(exc).__name__}: {why}", True
+
+
+def _tool_work(function, arguments: dict, name: str):
+    """The call as the tool's thread runs it, giving (text, error). The result is made
+    text there too, so a slow or failing ``__str__`` is bounded by the time limit and
+    answered to the model like the tool's own fault."""
+
+    def work() -> tuple[str, bool]:
         try:
             value = function(**arguments)
-            outcome["value"] = asyncio.run(value) if inspect.iscoroutine(value) else value
-        except BaseException as exc:  # sys.exit() in a tool is the tool's fault, not the engine's exit
-            outcome["error"] = exc
+            if inspect.iscoroutine(value):
+                value = asyncio.run(value)
+        except Exception as exc:  # noqa: BLE001 - the tool's fault, answered to the model
+            return _text(exc, f"tool {name} raised {type(exc).__name__}")[0], True
+        except (SystemExit, KeyboardInterrupt) as exc:  # the tool's fault too, not the engine's exit or a Ctrl-C
+            return f"tool {name} {_misbehaved(exc)}", True
+        return _text(value, f"tool {name} returned a {type(value).__name__}")
 
-    worker = threading.Thread(target=run, name=f"tool {name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        return False, None
-    return True, outcome.get("error", outcome.get("value"))
+    return work
 
 
 class EpisodeEnvironment:
@@ -322,8 +370,10 @@ class EpisodeEnvironment:
         self.instance = instance
 
     def _fault(self, method: str, exc: BaseException) -> EnvironmentError:
-        return EnvironmentError(f"{FIELD}: {self.spec.reward_label}.{method} raised {type(exc).__name__}: {exc}"
-                                f"{_at(exc, self.spec.path)}")
+        what = _misbehaved(exc) or f"raised {type(exc).__name__}: {exc}"
+        must = "return None or the first observation" if method == RESET else "return the episode's reward"
+        return EnvironmentError(f"{FIELD}: {self.spec.reward_label}.{method} {what}{_at(exc, self.spec.path)}; "
+                                f"{method} must {must}")
 
     def reset(self, row: dict) -> str | None:
         """``instance.reset(**row)`` with the columns reset takes (all of them when it
@@ -339,19 +389,19 @@ class EpisodeEnvironment:
             raise EnvironmentError(f"{FIELD}: {self.spec.reward_label}.reset needs {', '.join(map(repr, missing))}, "
                                    f"which the data row lacks (its columns: {', '.join(row) or 'none'}); give reset "
                                    "a default for it or use a data set with that column")
-        try:
-            observation = self.instance.reset(**given)
-        except Exception as exc:
-            raise self._fault(RESET, exc) from exc
+        observation = _user_call(lambda: self.instance.reset(**given), lambda exc: self._fault(RESET, exc))
         if observation is not None and not isinstance(observation, str):
             raise EnvironmentError(f"{FIELD}: {self.spec.reward_label}.reset returned {type(observation).__name__} "
                                    f"{observation!r:.40}; it must return None or the first observation as text")
         return observation
 
     def call(self, name: str, arguments: dict, timeout: float) -> ToolResult:
-        """The tool ``name`` run with ``arguments``, waited on for ``timeout`` seconds.
-        Never raises for the tool's faults: an unknown tool, wrong arguments, an
-        exception or a time-out come back as an error result the model reads.
+        """The tool ``name`` run with ``arguments``, waited on for ``timeout`` seconds
+        (a call that runs late is stopped: tool_threads.py). Never raises for the
+        tool's faults: an unknown tool, wrong arguments, an exception, a result whose
+        ``str()`` fails or a time-out come back as an error result the model reads.
+        The one exception: calls that could not be stopped piling up past
+        MAX_UNSTOPPED (EnvironmentError naming the tool and data.tool_timeout).
 
         e.g. call("calculate", {"expression": "3+4"}, 10.0) -> ToolResult("calculate", "7", False, 0.0001)
              call("calculate", {"expression": "x"}, 10.0)
@@ -368,23 +418,47 @@ class EpisodeEnvironment:
         if not isinstance(arguments, dict):
             return result(_error_text(f"the arguments of {name} must be an object, got {type(arguments).__name__}"),
                           True)
-        finished, outcome = _call_in_thread(getattr(self.instance, name), arguments, timeout, name)
-        if not finished:
-            return result(_error_text(f"tool {name} did not return within {timeout:g} s"), True)
-        if isinstance(outcome, BaseException):
-            return result(_error_text(str(outcome)), True)
-        return result(outcome if isinstance(outcome, str) else str(outcome), False)
+        outcome = run_in_thread(_tool_work(getattr(self.instance, name), arguments, name), timeout, name)
+        if outcome.finished:
+            text, error = outcome.result
+            return result(_error_text(text) if error else text, error)
+        late = f"tool {name} did not return within {timeout:g} s"
+        if outcome.stopped:
+            return result(_error_text(f"{late}; it was stopped"), True)
+        self._left_running(name, outcome.thread, timeout)
+        return result(_error_text(f"{late} and could not be stopped (it is still running)"), True)
+
+    def _left_running(self, name: str, thread, timeout: float) -> None:
+        """A call of ``name`` that could not be stopped: counted (and warned about once);
+        past MAX_UNSTOPPED such threads alive at once, the run ends naming the tool."""
+        label = f"{self.spec.reward_label}.{name}"
+        where = stuck_at(thread, self.spec.path)
+        threads = self.spec.tool_threads
+        threads.left(name, label, thread, where, timeout)
+        alive = threads.unstopped()
+        if len(alive) <= MAX_UNSTOPPED:
+            return
+        tools = sorted({tool for tool, _ in alive})
+        calls = (f"{len(alive)} calls of the tool {label} are" if tools == [name] else
+                 f"{len(alive)} tool calls ({', '.join(f'{self.spec.reward_label}.{t}' for t in tools)}) are")
+        at = f" (at {where[0]}, line {where[1]})" if where else ""
+        error = EnvironmentError(
+            f"{FIELD}: {calls} still running past data.tool_timeout ({timeout:g} s) and could not be stopped{at}: "
+            "blocked outside Python (a wait, a C library call), each holds a thread, so the run stops here rather "
+            f"than slow down. Make {label} return within data.tool_timeout (give what it waits for a timeout of its "
+            "own), or raise data.tool_timeout if it is slow rather than stuck")
+        error.user_location = where  # run_failed's file and line (engine/run/failures.py)
+        raise error
 
     def reward(self) -> float | None:
         """``get_reward()`` as a finite float; None when the class has none."""
         if not self.spec.has_reward:
             return None
-        try:
+        def get_reward():
             value = self.instance.get_reward()
-            if inspect.iscoroutine(value):
-                value = asyncio.run(value)
-        except Exception as exc:
-            raise self._fault(REWARD, exc) from exc
+            return asyncio.run(value) if inspect.iscoroutine(value) else value
+
+        value = _user_call(get_reward, lambda exc: self._fault(REWARD, exc))
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise EnvironmentError(f"{FIELD}: {self.spec.reward_label}.get_reward returned "
                                    f"{type(value).__name__} {value!r:.40}; it must return a number")

@@ -69,6 +69,7 @@ class Episode:
     turns: int = 0
     truncated: bool = False
     stop_reason: str | None = None  # answered, max_turns, max_tool_calls, budget
+    prompt: str = ""  # the prompt as text, as the model saw it (reset()'s observation in it): what records show
 
     @property
     def done(self) -> bool:

@@ -149,13 +149,15 @@ def context_length(config) -> int | None:
 
 
 def check_context_fits(tokenizer, prompts: list[str], max_completion_length: int, limit: int | None,
-                       where=None) -> int:
+                       where=None, tools_tokens: int = 0) -> int:
     """Length in tokens of the longest prompt; ValueError when it plus
     max_completion_length does not fit the model's context `limit` (the message, from
-    engine/preset/limits.py, names the longest prompt by `where(its index)` when given)."""
+    engine/preset/limits.py, names the longest prompt by `where(its index)` when given,
+    and the tools' descriptions when they take most of it: `tools_tokens`, with
+    data.environment)."""
     # verbose=False: the tokenizer's own "longer than the maximum" warning says less than we do.
     lengths = [len(ids) for ids in tokenizer(prompts, add_special_tokens=False, verbose=False)["input_ids"]]
-    problem = context_problem(lengths, max_completion_length, limit, where)
+    problem = context_problem(lengths, max_completion_length, limit, where, tools_tokens)
     if problem is not None:
         raise ValueError(problem)
     return max(lengths)

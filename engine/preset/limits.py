@@ -299,15 +299,19 @@ MAX_OPTION_MAGNITUDE = 1e9
 
 
 def context_problem(lengths: list[int], max_completion_length: int, limit: int | None,
-                    where: Callable[[int], str] | None = None) -> str | None:
+                    where: Callable[[int], str] | None = None, tools_tokens: int = 0) -> str | None:
     """Why prompts of `lengths` tokens plus max_completion_length do not fit a context of
     `limit` tokens, naming the longest prompt by `where(its index)`; None when they fit
-    (or the context is not known).
+    (or the context is not known). `tools_tokens`: how many of a prompt's tokens the tools'
+    descriptions take (data.environment's schemas in the system turn); when they are most
+    of it, the message names them rather than the row.
 
     >>> context_problem([12, 20, 7], 100, 128) is None
     True
     >>> print(context_problem([12, 300, 7], 100, 128, where=lambda i: f"row {i + 1}")[:70])
     data: the longest prompt (row 2) has 300 tokens, more than the model's
+    >>> print(context_problem([883], 100, 512, tools_tokens=850).split("; ")[1][:70])
+    the tools' descriptions (data.environment) take 850 of its 883 tokens.
     """
     if limit is None or not lengths:
         return None
@@ -318,12 +322,21 @@ def context_problem(lengths: list[int], max_completion_length: int, limit: int |
     index = lengths.index(longest)
     at = f" ({where(index)})" if where is not None else ""
     room = limit - longest
+    # the tools' schemas are in every prompt: when they are most of it, no row is to blame
+    tools = 2 * tools_tokens >= longest
+    share = f"the tools' descriptions (data.environment) take {tools_tokens} of its {longest} tokens"
     if room < 1:  # no completion length helps: the prompt itself must change
         over = sum(1 for n in lengths if n >= limit)
         others = f"; {over} of {len(lengths)} prompts are that long" if over > 1 else ""
-        return (f"data: the longest prompt{at} has {longest} tokens, more than the model's whole context of "
-                f"{limit} tokens before any completion{others}. Shorten or drop that row (the preset has no "
-                f"prompt length limit), or use a model with a longer context.")
-    return (f"algorithm.max_completion_length: the longest prompt{at} has {longest} tokens; with "
-            f"max_completion_length {max_completion_length} a sequence needs {need} positions but the model's "
-            f"context is {limit}. Lower max_completion_length to at most {room}, or shorten that prompt.")
+        head = (f"data: the longest prompt{at} has {longest} tokens, more than the model's whole context of "
+                f"{limit} tokens before any completion")
+        if tools:
+            return (f"{head}; {share}. Offer fewer tools or shorter descriptions (their docstrings), or use a model "
+                    "with a longer context.")
+        return (f"{head}{others}. Shorten or drop that row (the preset has no prompt length limit), or use a model "
+                "with a longer context.")
+    fix = "offer fewer tools or shorter descriptions (their docstrings)" if tools else "shorten that prompt"
+    return (f"algorithm.max_completion_length: the longest prompt{at} has {longest} tokens"
+            f"{f' ({share})' if tools else ''}; with max_completion_length {max_completion_length} a sequence needs "
+            f"{need} positions but the model's context is {limit}. Lower max_completion_length to at most {room}, "
+            f"or {fix}.")

@@ -320,7 +320,8 @@ class GRPOTrainer(Trainer):
             row_extras["baseline"] = baseline.rows(G)
         row_extras.update(steps.row_extras())
 
-        outputs = GRPOStepOutputs(prompts=prompts, completions=episodes.shown(completions), totals=totals,
+        outputs = GRPOStepOutputs(prompts=episodes.shown_prompts(prompts), completions=episodes.shown(completions),
+                                  totals=totals,
                                   components=components, advantages=advantages, rollout=rollout,
                                   per_token=per_token, top=update["top"], record_rows=record_rows,
                                   ref_all=update["ref"], ref_recorded=ref_recorded,

@@ -261,7 +261,8 @@ class PPOTrainer(Trainer):
         metrics.update(effect_metrics(old["logprob"], after, advantages, mask))
         metrics.update(episodes.metrics())
 
-        outputs = PPOStepOutputs(prompts=prompts, completions=episodes.shown(completions), totals=totals,
+        outputs = PPOStepOutputs(prompts=episodes.shown_prompts(prompts), completions=episodes.shown(completions),
+                                 totals=totals,
                                  components=components,
                                  rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
                                  advantages=advantages, returns=returns, scores=scores.tolist(),
