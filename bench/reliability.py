@@ -12,8 +12,9 @@ a random moment while training (steps, evaluations, event, trajectory and checkp
 writes alike), one the moment a checkpoint folder is being written (a new `*.tmp`
 folder appears). After each kill the
 run is resumed with `rl-engine resume`; a kill before the first checkpoint leaves
-nothing to resume, so `rl-engine resume` must say so (exit 2) and the run is started
-again from scratch (a "restart"). After the last kill the run is resumed to the end.
+nothing to resume from, and `rl-engine resume` starts the run again from step 0 in the
+same folder (a "restart"; a kill before preset.yaml was written leaves no run, and it is
+started anew with `rl-engine run`). After the last kill the run is resumed to the end.
 
 Checked after every kill and at the end:
 - every checkpoint folder under checkpoints/ is complete and loadable (adapter,
@@ -46,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from engine.run import rundir  # noqa: E402  (light: no torch)
+from engine.run.failures import can_restart  # noqa: E402  (light: no torch)
 
 OUT = ROOT / "bench" / "out"
 CHECKPOINT_FILES = ("adapter_config.json", "adapter_model.safetensors", "trainer_state.pt", rundir.CHECKPOINT_STATE)
@@ -208,7 +210,7 @@ def kill_and_resume(work: Path, preset: Path, *, kills: int, seed: int, max_step
     figures = {"kills": 0, "kills_during_setup": 0, "kills_during_training": 0, "kills_during_checkpoint_writing": 0,
                "kills_leaving_a_partial_checkpoint": 0, "resumes": 0, "restarts": 0,
                "resumed_from_partial_checkpoint": 0, "finished_before_the_kill": 0,
-               "corrupt_checkpoints": 0, "torn_last_lines": 0, "no_checkpoint_messages": []}
+               "corrupt_checkpoints": 0, "torn_last_lines": 0}
     problems: list[str] = []
     save_steps = preset_save_steps(preset)
     while True:
@@ -217,18 +219,15 @@ def kill_and_resume(work: Path, preset: Path, *, kills: int, seed: int, max_step
             cmd = engine("resume", str(run))
             expected = checkpoints[-1].name
             figures["resumes"] += 1
+        elif run.exists() and can_restart(run):
+            # Killed before the first checkpoint: `rl-engine resume` starts the run again
+            # from step 0 in the same folder (its first line says so, and why).
+            cmd = engine("resume", str(run))
+            expected = None
+            figures["restarts"] += 1
         else:
-            if run.exists():
-                # Nothing to resume: `rl-engine resume` must say so, and why.
-                said = subprocess.run(engine("resume", str(run)), cwd=work, env=env, capture_output=True,
-                                      text=True, timeout=300)
-                message = said.stderr.strip().splitlines()[-1] if said.stderr.strip() else ""
-                if said.returncode != 2 or "no complete checkpoint" not in message:
-                    problems.append(f"resume of a folder without a checkpoint: exit {said.returncode}: {message}")
-                if len(figures["no_checkpoint_messages"]) < 3:
-                    figures["no_checkpoint_messages"].append(message)
-                shutil.rmtree(run)
-                figures["restarts"] += 1
+            # Killed before even preset.yaml was written: nothing of the run is there.
+            shutil.rmtree(run, ignore_errors=True)
             cmd = engine("run", str(preset), "--run-dir", str(run))
             expected = None
         last = figures["kills"] >= kills
@@ -361,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{figures['kills_during_checkpoint_writing']} while a checkpoint was written; "
           f"{figures['kills_leaving_a_partial_checkpoint']} left a partly written checkpoint)")
     print(f"resumes                  {figures['resumes']} (+ {figures['restarts']} restarts: killed before "
-          "the first checkpoint, nothing to resume)")
+          "the first checkpoint, started again from step 0)")
     print(f"corrupt checkpoints      {figures['corrupt_checkpoints']}")
     print(f"resumed from a partial   {figures['resumed_from_partial_checkpoint']}")
     print(f"unreadable event lines   {figures['unreadable_lines']} of {figures['event_lines']} "

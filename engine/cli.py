@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_process_arguments(p)
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("resume", help="continue a run from its last complete checkpoint")
+    p = sub.add_parser("resume", help="continue a run from its last complete checkpoint (a run killed, stopped or "
+                                      "failed before its first one: from step 0 again, in its folder)")
     p.add_argument("run_dir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a field, e.g. --set training.max_steps=400 to train longer")

@@ -17,7 +17,9 @@ fixture puts it in front of EngineProcess.start). What it keeps of the engine's 
   set): metrics and samples (the recording's, renumbered), a checkpoint every save_steps
   (step_N.tmp renamed, state.json last) and when the run ends, the final eval, run_finished;
 - `resume DIR`: from the newest complete checkpoint, run_resumed, then the steps after it;
-  no complete checkpoint: one line and exit 2, as the engine;
+  no complete checkpoint: from step 0 again (run_resumed with `restarted`, checkpoint null,
+  the step-0 eval), with a line saying so, as the engine; no preset.yaml either: one line
+  and exit 2;
 - a `stop` line on stdin, SIGTERM or SIGINT: during set-up (the STAND_IN_SETUP_S seconds
   before run_started) the run ends at once, stopped during set-up; while training the step
   finishes, a checkpoint is saved, run_finished (stopped, with the reason), exit 0; a second
@@ -140,7 +142,7 @@ class StandIn:
         while time.monotonic() < deadline:
             time.sleep(0.02)
 
-    def run(self, resume_from: Path | None) -> int:
+    def run(self, resume_from: Path | None, restart: bool = False) -> int:
         print("\rLoading weights:   0%|          | 0/52 [00:00<?, ?it/s]", end="", file=sys.stderr, flush=True)
         deadline = time.monotonic() + float(os.environ.get("STAND_IN_SETUP_S", "0.3"))
         while time.monotonic() < deadline and not self.stop.reason:  # set-up: a stop ends the run at once
@@ -158,7 +160,11 @@ class StandIn:
             return 0
         self.stop.training = True
         if resume_from is None:
-            self.events.emit("run_started", step=0, **self.started_fields())
+            if restart:
+                self.events.emit("run_resumed", step=0, checkpoint=None, restarted=True, data_position=0,
+                                 **self.started_fields())
+            else:
+                self.events.emit("run_started", step=0, **self.started_fields())
             self.emit(self.evals[0])
         else:
             self.events.emit("run_resumed", step=self.step, checkpoint=resume_from.name,
@@ -212,7 +218,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--nproc-per-node", type=int, default=0)
     parser.add_argument("--gpus", default="")
     args = parser.parse_args(argv)
-    resume_from = None
+    resume_from, restart = None, False
     if args.command == "run":
         try:
             preset = yaml.safe_load(Path(args.target).read_text(encoding="utf-8"))
@@ -232,16 +238,19 @@ def main(argv: list[str]) -> int:
     else:
         run_dir = Path(args.target)
         checkpoints = rundir.complete_checkpoints(run_dir)
-        if not checkpoints:
+        if not checkpoints and not (run_dir / rundir.PRESET_FILE).is_file():
             print(f"error: {run_dir} has no complete checkpoint to resume from", file=sys.stderr)
             return 2
-        resume_from = checkpoints[-1]
+        if not checkpoints:
+            print(f"{run_dir} has no complete checkpoint: starting it again from step 0 in the same folder",
+                  file=sys.stderr)
+        resume_from, restart = (checkpoints[-1] if checkpoints else None), not checkpoints
         preset = apply_sets(yaml.safe_load((run_dir / rundir.PRESET_FILE).read_text(encoding="utf-8")), args.set)
     (run_dir / rundir.LOG_FILE).open("a", encoding="utf-8").write(
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} INFO stand-in engine ({args.command}), pid {os.getpid()}\n")
     standin = StandIn(run_dir.resolve(), preset, max(args.nproc_per_node, 1), stop)
     try:
-        return standin.run(resume_from)
+        return standin.run(resume_from, restart)
     except KeyboardInterrupt:
         if standin.events is None:
             standin.events = rundir.EventWriter(run_dir)

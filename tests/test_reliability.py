@@ -151,12 +151,14 @@ def test_a_stop_during_setup_ends_the_run_at_once(tmp_path, env, how):
     assert not rundir.complete_checkpoints(run)
     assert "Traceback" not in err and "stopped during set-up" in err
     assert (run / rundir.PRESET_FILE).exists()  # the folder still says what the run was
-    if how == "sigterm":  # resume refuses it before anything starts: in this process
-        resumed = cli("resume", run, cwd=tmp_path)
-        assert resumed.returncode == 2
-        assert "no complete checkpoint" in resumed.stderr and "stopped during set-up (SIGTERM)" in resumed.stderr
-        assert f"rl-engine run {run / 'preset.yaml'}" in resumed.stderr
-        assert "Traceback" not in resumed.stderr
+    if how == "sigterm":  # `resume` would start it again from step 0 (test_hardening_runs_restart.py), saying why
+        from engine.run.failures import can_restart, no_checkpoint_message, restart_message
+
+        assert can_restart(run)
+        assert restart_message(run) == (f"{run} has no complete checkpoint: the run was stopped during set-up "
+                                        "(SIGTERM), before its first step; starting it again from step 0 in the "
+                                        "same folder")
+        assert no_checkpoint_message(run).endswith(f"Start it again from step 0: rl-engine resume {run}")
 
 
 SWALLOW = '''\
@@ -414,10 +416,10 @@ def test_resume_without_a_checkpoint_says_what_happened(tmp_path):
     assert message.startswith(f"{killed} has no complete checkpoint to resume from: the engine was killed "
                               "(it wrote no final event) after step 3, before its first checkpoint; "
                               "step_000004.tmp is a checkpoint it did not finish writing (ignored).")
-    assert message.endswith(f"Start it again: rl-engine run {killed / 'preset.yaml'} --run-dir NEW_FOLDER")
+    assert message.endswith(f"Start it again from step 0: rl-engine resume {killed}")
     failed = folder("failed", [started, {"type": "run_failed", "message": "rewards[1] (x.py:f) did not return"}])
     assert "the run failed before its first checkpoint: rewards[1] (x.py:f) did not return" in no_checkpoint_message(failed)
     early = folder("early", [], preset=False)
     assert "killed (it wrote no event) while it was setting up" in no_checkpoint_message(early)
-    assert "rl-engine run PRESET --run-dir" in no_checkpoint_message(early)
+    assert "rl-engine run PRESET --run-dir" in no_checkpoint_message(early)  # no preset.yaml: nothing to restart
     assert no_checkpoint_message(tmp_path / "nowhere") == f"{tmp_path / 'nowhere'} is not a folder"

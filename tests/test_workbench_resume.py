@@ -1,6 +1,7 @@
 """Resume and Kill in the window, and the run's status around them: Kill asks first
 (saying what is lost), a run that ended early offers Resume in its banner and in the
-Runs tab (greyed out, with the reason, when it has no checkpoint), Resume launches
+Runs tab (from its last checkpoint, or from step 0 when it has none; greyed out, with the
+reason, when it has no preset.yaml to start again from), Resume launches
 `rl-engine resume RUN_DIR` and the window follows the run in its folder. Also: the
 status once run_finished is read, the export dialog's Show folder when it cannot,
 bundled and hub presets opened as copies, and New starting from a runnable preset.
@@ -100,7 +101,8 @@ def test_kill_asks_first_and_says_no_checkpoint_exists_yet(window, qtbot, tmp_pa
     window.ask = lambda title, text, choices: texts.append(text) or KILL
     click(qtbot, window, window.act_kill)
     assert engine.killed and engine.signals
-    assert "No checkpoint exists yet" in texts[0] and "7 steps" in texts[0] and "cannot be resumed" in texts[0]
+    assert "No checkpoint exists yet" in texts[0] and "7 steps" in texts[0]
+    assert "Resume starts the run again from step 0" in texts[0]
 
 
 def test_kill_says_the_steps_since_the_last_checkpoint_are_lost(window, qtbot, tmp_path):
@@ -119,8 +121,22 @@ def test_kill_says_the_steps_since_the_last_checkpoint_are_lost(window, qtbot, t
 # ------------------------------------------------------ the banner and Runs tab
 
 
-def test_a_killed_run_without_a_checkpoint_says_resume_is_impossible(window, qtbot, tmp_path):
+def test_a_killed_run_without_a_checkpoint_offers_resume_from_step_0(window, qtbot, tmp_path):
     run_dir = killed_run(tmp_path / "runs", "no-checkpoint")
+    window.open_run(run_dir)
+    banner = window.header.failure
+    assert banner.isVisible() and banner.title.text() == "The run was killed"
+    assert "It has no checkpoint: Resume starts it again from step 0 in this folder." in banner.message.text()
+    assert banner.resume_button.isEnabled()
+    assert "from step 0 when it has none" in banner.resume_button.toolTip()
+    select_in_runs_tab(window, run_dir)
+    assert window.runs_view.resume_button.isEnabled()
+    assert "from step 0 when it has none" in window.runs_view.resume_button.toolTip()
+
+
+def test_a_killed_run_without_its_preset_says_resume_is_impossible(window, qtbot, tmp_path):
+    run_dir = killed_run(tmp_path / "runs", "no-checkpoint")
+    (run_dir / rundir.PRESET_FILE).unlink()  # nothing to start it again from
     window.open_run(run_dir)
     banner = window.header.failure
     assert banner.isVisible() and banner.title.text() == "The run was killed"
@@ -187,6 +203,34 @@ def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot, stand
     assert any(e.get("type") == "run_resumed" for e in rundir.read_events(run_dir))
     window.shown[0].poll()
     assert window.shown[0].run_dir == run_dir.resolve() and window.shown[0].status == "done"
+    assert "done" in window.header.status.text() and not banner.isVisible()
+
+
+def test_kill_before_the_first_checkpoint_then_resume_starts_the_run_again(window, qtbot, stand_in):
+    window.doc.new(small_preset(max_steps=400, save_steps=0))
+    run_dir = click_run(qtbot, window)
+    steps = lambda: [e["step"] for e in rundir.read_events(run_dir) if e.get("type") == "metrics"]  # noqa: E731
+    qtbot.waitUntil(lambda: len(steps()) >= 2, timeout=STAND_IN_TIMEOUT_MS)
+    window.ask = Asked(KILL)
+    with qtbot.waitSignal(window.engine_finished, timeout=60_000):
+        click(qtbot, window, window.act_kill)
+    assert not rundir.complete_checkpoints(run_dir)
+    banner = window.header.failure
+    assert banner.isVisible() and banner.resume_button.isEnabled()
+    assert "Resume starts it again from step 0" in banner.message.text()
+    preset = yaml.safe_load((run_dir / rundir.PRESET_FILE).read_text())
+    preset["training"]["max_steps"] = 1  # one step keeps the test short
+    (run_dir / rundir.PRESET_FILE).write_text(yaml.safe_dump(preset, sort_keys=False))
+
+    with qtbot.waitSignal(window.engine_finished, timeout=STAND_IN_TIMEOUT_MS) as finished:
+        qtbot.mouseClick(banner.resume_button, Qt.LeftButton)
+    assert finished.args == [0]
+    assert "resume" in runs.read_process_record(run_dir)["command"]
+    shown = window.shown[0]
+    shown.poll()
+    assert shown.run_dir == run_dir.resolve() and shown.status == "done" and shown.last_step == 1
+    assert shown.metrics.steps.tolist() == [1]  # the killed attempt's steps are gone from the dashboard
+    assert shown.started.get("restarted") is True
     assert "done" in window.header.status.text() and not banner.isVisible()
 
 

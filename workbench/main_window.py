@@ -344,7 +344,8 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
             if alive and getattr(self.engine, "resuming", False) and \
                     (run.started or {}).get("time", 0) < (self.engine.started_at or 0):
                 # Until its run_resumed event, the events are the last attempt's (stopped, killed).
-                return "starting", "resuming from the last checkpoint: the engine is loading the model"
+                return "starting", "resuming (from the last checkpoint, or from step 0 when there is none): " \
+                                   "the engine is loading the model"
         age = time.time() - run.last_time if run.last_time else None
         events_status = run.status if run.status != "empty" else "running"
         return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)

@@ -124,6 +124,9 @@ class History:
     steps: list[int] = field(default_factory=list)
     metrics: list[dict] = field(default_factory=list)
     evals: list[tuple[int, dict]] = field(default_factory=list)
+    # step -> (preset field, message): a skipped step whose NaN or inf a user's loss or
+    # estimator returned (AlarmWatcher.explain_nonfinite), named in its alarm
+    nonfinite_causes: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def series(self, key: str, last: int | None = None) -> list[tuple[int, float]]:
         """(step, value) of the last `last` steps (all when None) where `key` is a finite number."""
@@ -138,6 +141,8 @@ class Finding:
     metric: str
     saw: str
     evidence: dict[str, list[list[float]]]
+    # (preset field, advice) to try instead of the kind's own (KINDS), when the finding knows better
+    try_fields: tuple[tuple[str, str], ...] | None = None
 
 
 def _number(value) -> bool:
@@ -442,6 +447,14 @@ def nonfinite_steps(history: History, cfg: AlarmsConfig) -> Finding | None:
         return None
     before = pairs[-2][1] if len(pairs) == 2 else 0.0
     (step, total) = pairs[-1]
+    if total > before and step in history.nonfinite_causes:
+        field_name, cause = history.nonfinite_causes[step]
+        return Finding(step, step, "skipped_steps",
+                       f"step {step} was skipped: {cause}; {_raw('skipped_steps', pairs[-1:])} is {total:g}, and "
+                       "the run stops when more than training.max_nonfinite_steps are",
+                       _evidence(skipped_steps=pairs),
+                       ((field_name, "the function returned the NaN or inf: fix it (`rl-engine validate` runs it on "
+                                     "a synthetic batch and says what it returns)"),))
     if total > before:
         return Finding(step, step, "skipped_steps",
                        f"step {step} was skipped: its loss or gradient was NaN or inf; {_raw('skipped_steps', pairs[-1:])} "

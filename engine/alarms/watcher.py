@@ -25,7 +25,7 @@ def alarm_event(kind: str, finding: Finding, step: int) -> dict:
     k = KINDS[kind]
     return {"step": step, "kind": kind, "title": k.title, "began": finding.began,
             "steps": [finding.began, finding.end], "metric": finding.metric, "saw": finding.saw,
-            "why": k.why, "try": [{"field": f, "advice": a} for f, a in k.try_fields],
+            "why": k.why, "try": [{"field": f, "advice": a} for f, a in finding.try_fields or k.try_fields],
             "evidence": finding.evidence}
 
 
@@ -47,6 +47,11 @@ class AlarmWatcher:
         self.history.steps.append(step)
         self.history.metrics.append(metrics)
         return self._check(step, list(DETECTORS))
+
+    def explain_nonfinite(self, step: int, field: str, message: str) -> None:
+        """Step `step` is skipped because a user's function (the preset `field` names it)
+        returned NaN or inf: its nonfinite_steps alarm says so, and points at the field."""
+        self.history.nonfinite_causes[step] = (field, message)
 
     def observe_eval(self, step: int, result: dict) -> list[dict]:
         if not self.cfg.enabled:

@@ -31,7 +31,7 @@ from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, eval
 from engine.algorithms.step_metrics import timing_metrics
 from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
                                       out_of_memory_message, step_that_fits)
-from engine.algorithms.optimization import Optimization
+from engine.algorithms.optimization import Optimization, RunAborted, SkippedSteps  # noqa: F401 (re-exported)
 from engine.algorithms.policy import Policy, Sampling
 from engine.algorithms.random_states import RandomStates, seed_process
 from engine.algorithms.run_events import RunEvents, run_started_fields
@@ -58,10 +58,6 @@ log = logging.getLogger(__name__)
 SMALL_GROUP = 8  # num_generations up to which a group is recorded whole (num_recorded)
 
 
-class RunAborted(RuntimeError):
-    """The run cannot go on (for example too many non-finite steps)."""
-
-
 class Trainer(Declares):
     """What every algorithm shares. A subclass implements `train_step` (returns a
     StepResult: the step's metrics and its outputs) and `write_step_outputs` (given those
@@ -83,6 +79,7 @@ class Trainer(Declares):
         self.stop = stop or StopFlag()
         self.step = 0
         self.nonfinite_steps = 0
+        self.skipped_steps = SkippedSteps(self.cfg.max_nonfinite_steps)
         self.events = RunEvents(AlarmWatcher(preset.alarms))  # opened by run()
         self.on_alarm = None  # called with each alarm event written (the CLI prints a line)
         self._saved_step: int | None = None  # the step of the checkpoint saved last
@@ -326,6 +323,7 @@ class Trainer(Declares):
 
         def attempt() -> StepResult:
             self.phase, _ = "rollout", self.policy.clock.take()  # passes before the step (a cache) are not its
+            self.skipped_steps.new_step()  # a user's function that returns NaN/inf is named for its step alone
             return self.train_step()
 
         def halved(old: int, new: int) -> None:
@@ -348,15 +346,9 @@ class Trainer(Declares):
         return self.optimization.clip_and_step(loss_total, clip)
 
     def count_skipped_step(self) -> None:
+        """A NaN or inf loss or gradient skipped this step: counted and said (SkippedSteps.skip)."""
         self.nonfinite_steps += 1
-        log.warning("step %d: non-finite loss or gradient; step skipped (%d so far)",
-                    self.step + 1, self.nonfinite_steps)
-        if self.nonfinite_steps > self.cfg.max_nonfinite_steps:
-            raise RunAborted(
-                f"{self.nonfinite_steps} steps had a NaN or inf loss or gradient "
-                f"(training.max_nonfinite_steps = {self.cfg.max_nonfinite_steps}); lower "
-                "training.learning_rate or check the rewards for extreme values"
-            )
+        self.skipped_steps.skip(self.step + 1, self.nonfinite_steps, self.events.watcher)
 
     def timing_metrics(self, times: list[float], samples: int, tokens: int, generated: int | None = None) -> dict:
         """times: perf_counter at the start, after the rollout, after rewards, at the end
@@ -427,7 +419,7 @@ class Trainer(Declares):
         return run_started_fields(self.preset, self.policy, self.chat.source, self.world, self.declaration(),
                                   len(self.train_examples), len(self.eval_examples))
 
-    def run(self, on_step=None, resume_from: Path | None = None, fork_of: dict | None = None) -> str:
+    def run(self, on_step=None, resume_from: Path | None = None, fork_of: dict | None = None, restart=False) -> str:
         """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure
         (the caller writes run_failed), and StopDuringSetup, before writing anything, when a
         stop came during set-up.
@@ -435,7 +427,8 @@ class Trainer(Declares):
         A checkpoint is saved every save_steps and at the end, unless no step was trained
         (stopped before the first step: nothing new to save) or this step is saved already.
         `fork_of` (with resume_from, a checkpoint of another run): a new run, a fork, whose
-        run_started carries `parent` (engine/commands/fork.py)."""
+        run_started carries `parent` (engine/commands/fork.py). `restart`: `resume` of a run
+        without a checkpoint, from step 0 again (run_resumed with `restarted`: run-directory.md)."""
         self.stop.enter_training()  # from here on a stop is cooperative
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # Rank 0 alone writes the run directory; the other ranks' events go nowhere.
@@ -445,7 +438,8 @@ class Trainer(Declares):
             if resume_from is None:
                 if self.world.is_main:
                     save_preset(self.preset, self.run_dir / rundir.PRESET_FILE)
-                self.events.emit("run_started", step=0, **self.run_started_fields())
+                redo = {"checkpoint": None, "restarted": True, "data_position": 0} if restart else {}  # no checkpoint
+                self.events.emit("run_resumed" if redo else "run_started", step=0, **redo, **self.run_started_fields())
                 if not self.stop_agreed():
                     self._evaluate_and_emit()
             else:

@@ -3,16 +3,23 @@ schedule (warmup, then constant, linear or cosine) and the loss scaler of an fp1
 built from the preset's `training` section in one place (`adamw_settings`), so a fresh
 run and a resumed or forked one train with the same settings.
 
+A step whose loss or gradient is not finite is skipped (`clip_and_step`); `SkippedSteps`
+counts such steps, says why each was skipped and stops the run past
+training.max_nonfinite_steps (`RunAborted`).
+
 It knows nothing of models or data: the trainer gives it the parameters and the losses.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
 
-__all__ = ["Optimization", "adamw_settings", "lr_factor"]
+__all__ = ["Optimization", "RunAborted", "SkippedSteps", "adamw_settings", "lr_factor"]
+
+log = logging.getLogger(__name__)
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int, kind: str) -> float:
@@ -147,6 +154,53 @@ class Optimization:
         self.optimizer.load_state_dict(snapshot["optimizer"])
         self.scheduler.load_state_dict(snapshot["scheduler"])
         self.scaler.load_state_dict(snapshot["scaler"])
+
+
+class RunAborted(RuntimeError):
+    """The run cannot go on (for example too many non-finite steps)."""
+
+
+class SkippedSteps:
+    """The steps skipped for a NaN or inf loss or gradient: a warning for each, and
+    RunAborted once more than `limit` (training.max_nonfinite_steps) were. Where a user's
+    loss or estimator (FILE.py:FUNCTION) returned the NaN or inf (noted by its guard:
+    engine.rl.user_code.first_nonfinite), the warning, the step's alarm and the abort name it,
+    not the learning rate, and the abort's file and line (run_failed's) are its def's."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.first = None  # (step, NonFinite): the first step a user's function made non-finite
+
+    @staticmethod
+    def new_step() -> None:
+        """A step begins: a NaN or inf a user's function returned before it is not its."""
+        from engine.rl.user_code import forget_nonfinite
+
+        forget_nonfinite()
+
+    def skip(self, step: int, count: int, watcher) -> None:
+        """Step `step` was skipped, the `count`-th so far; `watcher`: the run's AlarmWatcher
+        (the step's alarm names the user's function that returned the NaN or inf, if one did)."""
+        from engine.rl.user_code import first_nonfinite
+
+        cause = first_nonfinite()
+        if cause is not None:
+            self.first = self.first or (step, cause)
+            watcher.explain_nonfinite(step, cause.field, cause.message)
+            log.warning("step %d skipped: %s (%d skipped so far)", step, cause.message, count)
+        else:
+            log.warning("step %d: non-finite loss or gradient; step skipped (%d so far)", step, count)
+        if count <= self.limit:
+            return
+        counted = (f"{count} step{'s' if count != 1 else ''} had a NaN or inf loss or gradient "
+                   f"(training.max_nonfinite_steps = {self.limit})")
+        if self.first is None:
+            raise RunAborted(f"{counted}; lower training.learning_rate or check the rewards for extreme values")
+        at, first = self.first
+        error = RunAborted(f"{first.message}, at step {at}; {counted}: fix the function (`rl-engine validate` runs "
+                           "it on a synthetic batch and says what it returns)")
+        error.user_location = first.location
+        raise error
 
 
 def _on_cpu(value):

@@ -25,8 +25,9 @@ from engine.preset.errors import PresetError
 from engine.preset.paths import absolute_preset_paths
 from engine.preset.schema import load_preset
 from engine.run import rundir
-from engine.run.failures import (failure_location, failure_message, naming_the_file, no_checkpoint_message,
-                                 startup_problems, storage_error, storage_message)
+from engine.run.failures import (can_restart, failure_location, failure_message, naming_the_file,
+                                 no_checkpoint_message, restart_message, startup_problems, storage_error,
+                                 storage_message)
 from engine.run.progress import print_alarm, progress_callback
 from engine.run.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
@@ -209,12 +210,13 @@ def _record_failure(run_dir: Path, exc: BaseException, during_setup: bool, world
 
 
 def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | None, quiet: bool,
-          fork_of: dict | None = None) -> int:
+          fork_of: dict | None = None, restart: bool = False) -> int:
     """Set up and run the trainer; every way it ends writes a final event: run_finished
     (done, stopped, or stopped during set-up) or run_failed (a failure, or a second
     Ctrl-C). Exit status 0 for run_finished, 1 for run_failed, 2 for run_failed during
     set-up on input the preset gave (a model, data or reward that cannot be used: what
-    `validate` refuses with 2)."""
+    `validate` refuses with 2). `restart`: `resume` of a run that has no checkpoint, which
+    starts again from step 0 in its folder (Trainer.run)."""
     global _UNFINISHED_RUN
     stop, previous = _ACTIVE_STOP, None
     if stop is None:  # called without main(): install the handlers here
@@ -237,7 +239,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             quiet = quiet or not world.is_main
             if world.is_main:
                 write_ranks(run_dir, world.processes)
-        if resume_from is None and launched_rank() == 0 and not (run_dir / rundir.PRESET_FILE).exists():
+        if resume_from is None and launched_rank() == 0:
             from engine.preset.io import save_preset
 
             try:
@@ -260,7 +262,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
         if trainer.episodes is not None and on_step is not None:
             trainer.episodes.report = on_step.within_step  # each turn of a step's episodes on the bar
         try:
-            status = trainer.run(on_step=on_step, resume_from=resume_from, fork_of=fork_of)
+            status = trainer.run(on_step=on_step, resume_from=resume_from, fork_of=fork_of, restart=restart)
         finally:
             close()
         stop.phase = FINISHING
@@ -314,8 +316,8 @@ def cmd_run(args) -> int:
         print("error: under torchrun give --run-dir (every process must write to the same folder)", file=sys.stderr)
         return EXIT_INVALID
     if launched_rank() == 0 and (run_dir / rundir.EVENTS_FILE).exists():
-        print(f"error: {run_dir} already holds a run; choose a new --run-dir, or `rl-engine resume {run_dir}`",
-              file=sys.stderr)
+        print(f"error: {run_dir} already holds a run; choose a new --run-dir, or continue it with `rl-engine resume "
+              f"{run_dir}` (from its last checkpoint, or from step 0 when it has none)", file=sys.stderr)
         return EXIT_INVALID
     preset_dir = Path(args.preset).resolve().parent
     # The run's preset.yaml must still find its prompt file, custom rewards and reward
@@ -333,11 +335,19 @@ def cmd_run(args) -> int:
 
 
 def cmd_resume(args) -> int:
+    """`rl-engine resume RUN_DIR`: continue the run in its folder from its newest complete
+    checkpoint; a run with none (killed, stopped or failed before its first checkpoint:
+    a long set-up is easily interrupted) starts again from step 0 in the same folder, from
+    the folder's preset.yaml (its events appended: run_resumed with `restarted`)."""
     run_dir = Path(args.run_dir)
     checkpoints = rundir.complete_checkpoints(run_dir)
-    if not checkpoints:
-        print(f"error: {no_checkpoint_message(run_dir)}", file=sys.stderr)
-        return EXIT_INVALID
+    restart = not checkpoints
+    if restart:
+        if not can_restart(run_dir):  # not a run folder: nothing to start again from
+            print(f"error: {no_checkpoint_message(run_dir)}", file=sys.stderr)
+            return EXIT_INVALID
+        if not launched_by_torchrun():  # said once, by the launcher of a run in several processes
+            print(restart_message(run_dir), file=sys.stderr)
     try:
         preset = load_preset(run_dir / rundir.PRESET_FILE, args.set)
     except PresetError as exc:
@@ -347,7 +357,7 @@ def cmd_resume(args) -> int:
         return EXIT_INVALID
     launching = bool(args.nproc_per_node) and not launched_by_torchrun()
     size = args.nproc_per_node if launching else int(os.environ.get("WORLD_SIZE", "1"))
-    problem = checkpoint_world_size_problem(checkpoints[-1], size or 1)
+    problem = checkpoint_world_size_problem(checkpoints[-1], size or 1) if checkpoints else None
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
@@ -357,7 +367,7 @@ def cmd_resume(args) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_INVALID
-    return train(preset, run_dir, checkpoints[-1], run_dir, args.quiet)
+    return train(preset, run_dir, None if restart else checkpoints[-1], run_dir, args.quiet, restart=restart)
 
 
 def cmd_fork(args) -> int:

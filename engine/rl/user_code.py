@@ -18,7 +18,11 @@ with the preset field in the message, and returns it as a registry ``Entry`` who
 function is guarded: a fault inside it, or an output of the wrong shape, raises
 :class:`UserFunctionError` naming the field, the function, and the file and line
 (``user_location``, which run_failed reports). A surrogate's flags come back under the
-function's name (``clip_cov/cov_clipped``), so its metrics are logged under it.
+function's name (``clip_cov/cov_clipped``), so its metrics are logged under it. The
+function is given copies of the engine's tensors (an estimator that zeroes ``rewards``
+in place leaves the logged reward alone), and the first NaN or inf it returns in a step
+is noted (:func:`first_nonfinite`): the trainer skips such a step as any non-finite one,
+and its warning, alarm and abort message name the function.
 
 :func:`try_user_functions` is ``rl-engine validate``'s check: each such function run
 once on a tiny synthetic batch (CPU tensors, no model), its output's shape and
@@ -42,8 +46,8 @@ from engine.rewards.custom import def_line, fault_line, load_user_function
 from engine.rl.registry import Entry, Registry, first_line, split_file_name
 from engine.rl.user_files import user_function_fields
 
-__all__ = ["Contract", "CONTRACTS", "UserFunctionError", "signature_problem", "resolve", "load_entry",
-           "try_user_functions"]
+__all__ = ["Contract", "CONTRACTS", "NonFinite", "UserFunctionError", "signature_problem", "resolve", "load_entry",
+           "try_user_functions", "first_nonfinite", "forget_nonfinite"]
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,19 @@ def _shape(value: Any) -> str:
     return f"shape {tuple(shape)}" if shape is not None else f"a {type(value).__name__}"
 
 
+def _type_name(value: Any) -> str:
+    """``numpy.ndarray``, ``list``: the type of a value, with its module unless a builtin."""
+    kind = type(value)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module.split('.')[0]}.{kind.__qualname__}"
+
+
+def _not_a_tensor(value: Any) -> str:
+    """What a value that should have been a torch tensor is: "a numpy.ndarray of shape (8, 6)"."""
+    shape = getattr(value, "shape", None)
+    return f"a {_type_name(value)}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+
+
 def _checked_surrogate(out: Any, tensors: tuple, prefix: str) -> tuple:
     """A surrogate's output as (per_token_loss, ratio, flags), flags under ``prefix``;
     ValueError saying what is wrong. A bare per-token loss gets the token-level ratio
@@ -156,11 +173,19 @@ def _checked_surrogate(out: Any, tensors: tuple, prefix: str) -> tuple:
     if isinstance(out, torch.Tensor):
         out = (out, torch.exp(logprobs.detach() - old_logprobs), {})
     if not (isinstance(out, tuple) and len(out) == 3):
+        if getattr(out, "shape", None) is not None:  # an array, but not torch's (numpy, say)
+            raise ValueError(f"returned {_not_a_tensor(out)}, not a torch tensor; it must return the per-token "
+                             f"loss as a torch tensor (B, T) = {expected} computed from logprobs (so that it has a "
+                             "gradient), or (per_token_loss, ratio, flags)")
         raise ValueError(f"returned {_shape(out)}; it must return the per-token loss (B, T) = {expected}, "
                          "or (per_token_loss, ratio, flags)")
     loss, ratio, flags = out
     for name, value in (("per-token loss", loss), ("ratio", ratio)):
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != expected:
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"returned a {name} that is {_not_a_tensor(value)}, not a torch tensor; it must be a "
+                             f"torch tensor of shape {expected} (rows, tokens)"
+                             + (" computed from logprobs (so that it has a gradient)" if name != "ratio" else ""))
+        if tuple(value.shape) != expected:
             raise ValueError(f"returned a {name} of {_shape(value)}; expected shape {expected} (rows, tokens)")
     if logprobs.requires_grad and not loss.requires_grad:
         raise ValueError("returned a per-token loss with no gradient: compute it from logprobs (not detached)")
@@ -194,26 +219,70 @@ def _checked_advantages(out: Any, tensors: tuple) -> Any:
     return out.to(rewards.dtype) if out.dtype != rewards.dtype else out
 
 
+@dataclass(frozen=True)
+class NonFinite:
+    """A user's function returned NaN or inf: the preset ``field`` that names it, the
+    ``message`` ("algorithm.loss_type: my_losses.py:f returned a per-token loss with 48
+    non-finite value(s), the first nan at [0, 0]") and its ``def`` line (``location``)."""
+
+    field: str
+    message: str
+    location: tuple[str, int] | None
+
+
+# The first non-finite output of a user's function since forget_nonfinite(): a trainer
+# forgets at the start of each step and, when the step is skipped for a NaN or inf loss,
+# names the function in the warning, the alarm and the abort message (first_nonfinite).
+_NONFINITE: list[NonFinite] = []
+
+
+def forget_nonfinite() -> None:
+    _NONFINITE.clear()
+
+
+def first_nonfinite() -> NonFinite | None:
+    """The first user function that returned NaN or inf since forget_nonfinite(), or None."""
+    return _NONFINITE[0] if _NONFINITE else None
+
+
+def _copied(value: Any) -> Any:
+    """A tensor's copy (autograd follows a clone), so that user code editing its inputs in
+    place (``rewards.zero_()``) cannot change what the engine logs or trains on."""
+    import torch
+
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
 def _guarded(fn: Callable, path: Path, value: str, contract: Contract) -> Callable:
     """``fn`` with its faults and wrong outputs raised as UserFunctionError naming the
-    field and the function, with the file and line (the fault's, or the ``def``'s)."""
+    field and the function, with the file and line (the fault's, or the ``def``'s). It is
+    given copies of the tensors, and a NaN or inf in what it returns is noted
+    (first_nonfinite): the step is then skipped as for any non-finite loss, and said to be
+    this function's doing."""
     function = split_file_name(value)[1]
     described = f"{contract.field}: {value}"
+    surrogate = contract.tensors[0] == "logprobs"
 
     @functools.wraps(fn)  # keeps the signature: the registry reads the options from it
     def guarded(*tensors, **options):
         try:
-            out = fn(*tensors, **options)
+            out = fn(*map(_copied, tensors), **{k: _copied(v) for k, v in options.items()})
         except (Exception, SystemExit) as exc:
             what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else (
                 f"failed with {type(exc).__name__}: {exc}")
             raise _error(f"{described} {what}", _location_in(exc, path)) from exc
         try:
-            if contract.tensors[0] == "logprobs":
-                return _checked_surrogate(out, tensors, f"{function}/")
-            return _checked_advantages(out, tensors)
+            checked = _checked_surrogate(out, tensors, f"{function}/") if surrogate else \
+                _checked_advantages(out, tensors)
         except ValueError as exc:
             raise _error(f"{described} {exc}", _def_line(fn, path)) from None
+        if not _NONFINITE:
+            bad = _nonfinite(checked[0] if surrogate else checked)
+            if bad:
+                what = "a per-token loss" if surrogate else "advantages"
+                _NONFINITE.append(NonFinite(contract.field, f"{described} returned {what} with {bad}",
+                                            _def_line(fn, path)))
+        return checked
 
     return guarded
 

@@ -144,19 +144,10 @@ def startup_problems(preset, base_dir: Path | None) -> list[str]:
     return problems
 
 
-def no_checkpoint_message(run_dir: Path) -> str:
-    """Why `rl-engine resume RUN_DIR` has nothing to resume from, read from the folder,
-    and how to start again.
-
-    e.g. "runs/x has no complete checkpoint to resume from: the run was stopped during
-    set-up (SIGTERM), before its first step. Start it again: rl-engine run
-    runs/x/preset.yaml --run-dir NEW_FOLDER"
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return f"{run_dir} is not a folder"
-    if not (run_dir / rundir.EVENTS_FILE).exists() and not (run_dir / rundir.PRESET_FILE).exists():
-        return f"{run_dir} holds no run (no {rundir.EVENTS_FILE} or {rundir.PRESET_FILE})"
+def _no_checkpoint_reason(run_dir: Path) -> str:
+    """What the events of a run folder without a complete checkpoint say happened (the
+    folder holds a run): "the engine was killed (it wrote no final event) after step 3,
+    before its first checkpoint", without a final period."""
     events = rundir.read_events(run_dir)
     lifecycle = [e for e in events if e.get("type") in ("run_started", "run_resumed", "run_finished", "run_failed")]
     last = lifecycle[-1] if lifecycle else {}
@@ -175,10 +166,58 @@ def no_checkpoint_message(run_dir: Path) -> str:
         why = "the engine was killed (it wrote no event) while it was setting up"
     partial = sorted(p.name for p in (run_dir / rundir.CHECKPOINTS_DIR).glob("step_*.tmp"))
     if partial:
-        why += f"; {partial[-1]} is a checkpoint it did not finish writing (ignored)"
-    preset = run_dir / rundir.PRESET_FILE
-    again = f"rl-engine run {preset if preset.exists() else 'PRESET'} --run-dir NEW_FOLDER"
-    return f"{run_dir} has no complete checkpoint to resume from: {why}. Start it again: {again}"
+        why = f"{_sentence_end(why)}; {partial[-1]} is a checkpoint it did not finish writing (ignored)"
+    return _sentence_end(why)
+
+
+def _sentence_end(text: str) -> str:
+    """`text` without the period (or spaces) it may end with: a message quoted inside a
+    sentence that goes on ("...: give a model folder.. Start it again" would be said twice).
+
+    >>> _sentence_end("give a model folder. ")
+    'give a model folder'
+    """
+    return text.rstrip().rstrip(".").rstrip()
+
+
+def can_restart(run_dir: Path) -> bool:
+    """Whether `rl-engine resume RUN_DIR` starts the run again from step 0 in its folder:
+    the folder has the run's preset.yaml but no complete checkpoint to continue from (the
+    engine was killed, stopped or failed before its first one)."""
+    run_dir = Path(run_dir)
+    return (run_dir / rundir.PRESET_FILE).is_file() and not rundir.complete_checkpoints(run_dir)
+
+
+def restart_message(run_dir: Path) -> str:
+    """What `rl-engine resume` says when it starts a run without a checkpoint again.
+
+    e.g. "runs/x has no complete checkpoint: the run was stopped during set-up (SIGTERM),
+    before its first step; starting it again from step 0 in the same folder"
+    """
+    return (f"{run_dir} has no complete checkpoint: {_no_checkpoint_reason(Path(run_dir))}; starting it again "
+            "from step 0 in the same folder")
+
+
+def no_checkpoint_message(run_dir: Path) -> str:
+    """Why RUN_DIR has no checkpoint to resume from (or, as the callers replace those
+    words, to export or fork from), read from the folder, and how to start again: a
+    folder with the run's preset.yaml is started again by `rl-engine resume` (from step 0,
+    in the same folder); one without needs `rl-engine run PRESET --run-dir NEW_FOLDER`.
+
+    e.g. "runs/x has no complete checkpoint to resume from: the run was stopped during
+    set-up (SIGTERM), before its first step. Start it again from step 0: rl-engine resume runs/x"
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return f"{run_dir} is not a folder"
+    if not (run_dir / rundir.EVENTS_FILE).exists() and not (run_dir / rundir.PRESET_FILE).exists():
+        return f"{run_dir} holds no run (no {rundir.EVENTS_FILE} or {rundir.PRESET_FILE})"
+    why = _no_checkpoint_reason(run_dir)
+    if (run_dir / rundir.PRESET_FILE).is_file():
+        again = f"Start it again from step 0: rl-engine resume {run_dir}"
+    else:
+        again = "Start it again: rl-engine run PRESET --run-dir NEW_FOLDER"
+    return f"{run_dir} has no complete checkpoint to resume from: {why}. {again}"
 
 
 class NoSuchCheckpoint(ValueError):

@@ -9,7 +9,8 @@ writer: for `rl-engine export RUN_DIR --tensorboard OUT` (a past run) and for
     run_started  the resolved preset as text `preset` (step 0)
     run_resumed  a SessionLog START at the step after the checkpoint: TensorBoard then
                  drops what a killed engine logged past the checkpoint (resume logs those
-                 steps again)
+                 steps again); a restart (`restarted`: no checkpoint, trained again from
+                 step 0) at step 0, and its preset
     micro_batch_size  scalar `micro_batch_size`
 
 The wall time of each TensorBoard event is the run event's `time`. Torch-free.
@@ -122,8 +123,16 @@ class TensorBoardEvents:
             self._text("alarms", f"**{event['title']}** (steps {event.get('steps')}): {event.get('saw', '')}. "
                        f"{event.get('why', '')} Try: {fields}", step, wall)
         elif kind == "run_resumed":
+            # From the step after the checkpoint; a restart (no checkpoint) from step 0,
+            # whose evaluation it logs again, with its preset.
+            restarted = bool(event.get("restarted"))
             log_pb = self._event_pb2.SessionLog(status=self._event_pb2.SessionLog.START)
-            self._emit(self._event_pb2.Event(step=step + 1, session_log=log_pb), wall)
+            self._emit(self._event_pb2.Event(step=0 if restarted else step + 1, session_log=log_pb), wall)
+            if restarted and isinstance(event.get("preset"), dict):
+                import yaml
+
+                text = yaml.safe_dump(event["preset"], sort_keys=False, allow_unicode=True)
+                self._text("preset", "```yaml\n" + text + "```", 0, wall)
         else:
             return
         if self._flush_each:

@@ -14,7 +14,8 @@ The two share the calls used here: `init(project=, name=, config=, resume=)`,
 
 The project is $WANDB_PROJECT / $TRACKIO_PROJECT, else `rl-workbench`; the run is named
 after the run folder. Its id is kept in RUN_DIR/report_to.json, so `rl-engine resume`
-continues the same tracked run (`resume="allow"`). Torch-free.
+continues the same tracked run (`resume="allow"`); a restart (a resume without a
+checkpoint, from step 0 again) starts a new one. Torch-free.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ class TrackerRun:
             if kind not in ("run_started", "run_resumed"):
                 return
             preset = event.get("preset") if isinstance(event.get("preset"), dict) else None
-            self._start(preset, resuming=kind == "run_resumed")
+            # a restart (no checkpoint: from step 0 again) is a new tracked run, its steps logged anew
+            self._start(preset, resuming=kind == "run_resumed" and not event.get("restarted"))
             return
         if kind in ("metrics", "eval"):
             prefix = "eval/" if kind == "eval" else ""

@@ -130,8 +130,8 @@ class FailureBanner(QFrame):
         """Resume enabled, or greyed out with `problem` (why not) as its tool tip."""
         self.resume_button.setEnabled(problem is None)
         self.resume_button.setToolTip(f"Resume is not possible: {problem}" if problem else
-                                      f"Continue this run in its folder from its last checkpoint "
-                                      f"(rl-engine resume {run_dir})")
+                                      f"Continue this run in its folder from its last checkpoint, or from step 0 "
+                                      f"when it has none (rl-engine resume {run_dir})")
 
 
 class RunHeader(QWidget):

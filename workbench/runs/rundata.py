@@ -145,12 +145,15 @@ class RunData:
                         self.parent = event.get("parent") if isinstance(event.get("parent"), dict) else None
                     if kind == "run_resumed" and isinstance(step, int):
                         # Steps after the checkpoint are being redone: their old values go.
-                        dropped = self.metrics.truncate_after(step) + self.evals.truncate_after(step)
-                        self.samples.truncate_after(step)
-                        self.eval_samples = [e for e in self.eval_samples if e[0] <= step]
+                        # A restart (no checkpoint: trained again from step 0) redoes them
+                        # all, the evaluation at step 0 too.
+                        cut = -1 if event.get("restarted") else step
+                        dropped = self.metrics.truncate_after(cut) + self.evals.truncate_after(cut)
+                        self.samples.truncate_after(cut)
+                        self.eval_samples = [e for e in self.eval_samples if e[0] <= cut]
                         # Alarms of the redone steps go too: the watch fires them again
                         # if the condition comes back.
-                        kept = [a for a in self.alarms if a["step"] <= step]
+                        kept = [a for a in self.alarms if a["step"] <= cut]
                         dropped += len(self.alarms) - len(kept)
                         self.alarms = kept
                         update.rewound = bool(dropped)

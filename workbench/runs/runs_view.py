@@ -226,14 +226,14 @@ class RunsView(QWidget):
         self._update_resume()
 
     def _update_resume(self) -> None:
-        """Resume: for one selected run that ended early with a checkpoint; else greyed
-        out, with the reason as its tool tip."""
+        """Resume: for one selected run that ended early (from its last checkpoint, or
+        from step 0 when it has none); else greyed out, with the reason as its tool tip."""
         paths = self.selected_paths()
         summary = self.summary(paths[0]) if len(paths) == 1 else None
         problem = "select one run" if summary is None else resume_problem(summary.path, summary.status)
         self.resume_button.setEnabled(problem is None)
-        self.resume_button.setToolTip("Continue the run in its folder from its last checkpoint" if problem is None
-                                      else f"Resume is not possible: {problem}")
+        self.resume_button.setToolTip("Continue the run in its folder from its last checkpoint (from step 0 "
+                                      "when it has none)" if problem is None else f"Resume is not possible: {problem}")
 
     def _open(self) -> None:
         paths = self.selected_paths()
@@ -274,7 +274,8 @@ class RunsView(QWidget):
         problem = resume_problem(path, run.status)
         resume = menu.addAction("Resume", lambda: self.resume_requested.emit(path))
         resume.setEnabled(problem is None)
-        resume.setToolTip(f"Resume is not possible: {problem}" if problem else "Continue from its last checkpoint")
+        resume.setToolTip(f"Resume is not possible: {problem}" if problem else
+                          "Continue from its last checkpoint (from step 0 when it has none)")
         menu.addAction("Fork from here…", lambda: self.fork_requested.emit(path))
         menu.addAction("Export…", lambda: self.export_requested.emit(path))
         menu.addAction("Load its preset into Set-up", lambda: self.preset_requested.emit(path))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.run.failures import checkpoint_step, no_checkpoint_message
+from engine.run.failures import can_restart, checkpoint_step, no_checkpoint_message
 from engine.run.rundir import complete_checkpoints
 from workbench.runs.process import (OUTPUT_FILE, STALE_AFTER_S, describe_exit, find_engine,
                                     read_exit_record, workbench_dir)
@@ -117,7 +117,8 @@ def describe_run(run_dir: Path, events_status: str, has_events: bool, last_event
 
 # --------------------------------------------------------------------- resume
 
-# The statuses whose run Resume may continue (`rl-engine resume RUN_DIR`), given a checkpoint.
+# The statuses whose run Resume may continue (`rl-engine resume RUN_DIR`): from its last
+# checkpoint, or, when it has none but its preset.yaml, from step 0 in the same folder.
 RESUMABLE = ("stopped", "killed", "interrupted", "failed")
 
 
@@ -139,7 +140,7 @@ def resume_problem(run_dir: Path, status: str) -> str | None:
         return "the run may still be training (no event for a while, and no process to ask)"
     if status == "done":
         return "the run is done: it trained all its max_steps (Fork from here trains on with more)"
-    if last_checkpoint(run_dir) is None:
+    if last_checkpoint(run_dir) is None and not can_restart(run_dir):
         return no_checkpoint_message(run_dir)
     return None
 
@@ -148,10 +149,14 @@ def resume_note(run_dir: Path, problem: str | None) -> str:
     """One sentence for the banner of a run that ended early: where Resume continues
     from, or why it cannot (`problem`, as resume_problem gives it).
 
-    A killed run's lost steps are trained again from the checkpoint, so say which."""
+    A killed run's lost steps are trained again from the checkpoint, so say which; a run
+    without a checkpoint is trained again from step 0 (`rl-engine resume` restarts it)."""
     if problem is not None:
         return f"Resume is not possible: {problem}"
-    name, step = last_checkpoint(run_dir)
+    saved = last_checkpoint(run_dir)
+    if saved is None:
+        return "It has no checkpoint: Resume starts it again from step 0 in this folder."
+    name, step = saved
     return f"Resume continues in this folder from its last checkpoint, {name} (step {step})."
 
 

@@ -118,7 +118,8 @@ class RunControlMixin:
 
     def kill(self) -> None:
         """Kill the engine now, once the user has agreed to lose the steps since the last
-        checkpoint (all of them, when there is none yet: then the run cannot be resumed)."""
+        checkpoint (all of them, when there is none yet: then Resume starts it again from
+        step 0)."""
         if self.engine is None or not self.engine.running:
             return
         if self.ask("Kill the run?", self._kill_question(), [KILL, CANCEL]) == KILL and self.engine.running:
@@ -132,7 +133,7 @@ class RunControlMixin:
         saved = last_checkpoint(run_dir)
         if saved is None:
             lost = (f"No checkpoint exists yet: the {step} step{'s' if step != 1 else ''} trained so far "
-                    "are lost, and the run cannot be resumed.")
+                    "are lost, and Resume starts the run again from step 0.")
         else:
             name, at = saved
             since = max(0, step - at)
@@ -143,8 +144,9 @@ class RunControlMixin:
 
     def resume(self, run_dir: Path | None = None) -> Path | None:
         """Continue a run that ended early (stopped, killed, failed) in its own folder from
-        its last checkpoint: `rl-engine resume RUN_DIR`, launched as Run launches `run`,
-        in as many processes as it had; the dashboard follows it there."""
+        its last checkpoint, or from step 0 when it has none: `rl-engine resume RUN_DIR`,
+        launched as Run launches `run`, in as many processes as it had; the dashboard
+        follows it there."""
         if run_dir is None:
             if len(self.shown) != 1:
                 return None
@@ -171,8 +173,9 @@ class RunControlMixin:
             self.show_message(f"Cannot start the engine: {exc}", "error")
             return None
         self._attach(engine, run_dir)
-        name, _ = last_checkpoint(run_dir)
-        self.show_message(f"Resuming {run_dir.name} from {name}", "engine")
+        saved = last_checkpoint(run_dir)
+        self.show_message(f"Resuming {run_dir.name} from {saved[0]}" if saved else
+                          f"Starting {run_dir.name} again from step 0 (it has no checkpoint)", "engine")
         self.open_run(run_dir)
         self.run_launched.emit(run_dir)
         return run_dir
