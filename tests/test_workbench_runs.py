@@ -81,7 +81,10 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 1, timeout=ENGINE_TIMEOUT_MS)
     assert "running" in window.header.status.text()
     output = (runs.workbench_dir(run_dir) / runs.OUTPUT_FILE).read_bytes()
-    assert b"\r" in output  # the engine did print a progress bar (model loading)
+    # The window launches the engine with --quiet: transformers' "Loading weights" bar
+    # no longer reaches its output (hardening round three); the banner is checked for a
+    # bar's junk all the same, in case a library prints one.
+    assert b"Loading weights" not in output
     window.ask = Asked(KILL)  # Kill asks first (tests/test_workbench_resume.py)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000) as finished:
         click(qtbot, window, window.act_kill)

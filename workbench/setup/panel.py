@@ -85,6 +85,7 @@ class SetupPanel(QWidget):
         self._timer.timeout.connect(self._validate)
         self._generation = 0  # validations started
         self._checked = 0  # the newest of them whose pre-launch checks answered
+        self.waiting = False  # validate_now is waiting for the checks (Run pressed again meanwhile: ignored)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prelaunch-checks")
 
         # The problems, in an area of fixed height (scrolled when they are many): the
@@ -301,10 +302,14 @@ class SetupPanel(QWidget):
         for them in a local event loop: the window keeps painting and shows "Checking…"
         meanwhile (a check on a big data set takes seconds)."""
         self._validate()
-        while self._checked < self._generation:  # an edit made while waiting is checked too
-            if self._timer.isActive():
-                self._validate()
-            QCoreApplication.processEvents(QEventLoop.AllEvents | QEventLoop.WaitForMoreEvents, 50)
+        self.waiting = True
+        try:
+            while self._checked < self._generation:  # an edit made while waiting is checked too
+                if self._timer.isActive():
+                    self._validate()
+                QCoreApplication.processEvents(QEventLoop.AllEvents | QEventLoop.WaitForMoreEvents, 50)
+        finally:
+            self.waiting = False
         return self.problems
 
     def _validate(self) -> list[tuple[str, str]]:

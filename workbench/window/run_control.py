@@ -54,6 +54,8 @@ class RunControlMixin:
     def run(self) -> Path | None:
         """Launch the engine on the form's preset (saved or not). Refused, with the
         reason shown, while the preset has problems or a run is in progress."""
+        if self.setup.waiting:  # Run pressed again while the first press waits for the checks
+            return None
         problems = self.setup.validate_now()
         if problems:
             path, message = problems[0]
