@@ -134,3 +134,15 @@ def test_the_runs_over_long_prompt_message_names_the_row_and_the_file(tmp_path, 
     assert main(["run", str(tmp_path / "preset.yaml"), "--run-dir", str(tmp_path / "run"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"the longest prompt (row 3 of data file {tmp_path / 'data.jsonl'}) has" in err
+
+
+def test_validate_names_a_keyboard_interrupt_raised_by_reset(tmp_path, capsys):
+    # validate resets the first rows; a KeyboardInterrupt of reset's own (no Ctrl-C) was a
+    # bare traceback there, since Python's own SIGINT handler cannot tell the two apart.
+    preset = _preset(tmp_path, [0] * 8)
+    (tmp_path / "ledger.py").write_text(LEDGER.replace('        self.total = 0\n',
+                                                       '        self.total = 0\n        raise KeyboardInterrupt\n'))
+    assert main(["validate", str(preset)]) == 2
+    output = capsys.readouterr().err
+    assert "data.environment: Ledger.reset raised KeyboardInterrupt" in output and "no Ctrl-C was pressed" in output
+    assert f"(at {tmp_path / 'ledger.py'}, line 5)" in output and "Traceback" not in output

@@ -10,6 +10,8 @@ the machine lacks the files): it is a note saying how to fetch it.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from pathlib import Path
 
@@ -126,7 +128,16 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         print(f"{preset_path}: valid as a preset ({preset.algorithm.name}); data and prompt lengths not checked")
         return 0
     try:
-        summary, longest, first = _prompt_report(preset, base_dir)
+        with _counting_ctrl_c() as pressed:
+            summary, longest, first = _prompt_report(preset, base_dir)
+    except KeyboardInterrupt:  # a Ctrl-C, or one the preset's own code raised (an environment's reset)
+        if pressed:
+            print(f"{preset_path}: validation interrupted (Ctrl-C)", file=sys.stderr)
+            return 130
+        # (an environment's reset names itself: engine/episodes/environment.py tells the two apart)
+        print(f"error: {preset_path} is invalid:\n  - the preset's own code raised KeyboardInterrupt, though no "
+              "Ctrl-C was pressed", file=sys.stderr)
+        return 2
     except Exception as exc:  # every loading failure is a readable line, never a traceback
         print(f"error: {preset_path} is invalid:\n  - {failure_message(exc)}", file=sys.stderr)
         return 2
@@ -140,6 +151,28 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         print(line)
     print(f"{preset_path}: valid ({preset.algorithm.name}, {summary}, longest prompt {longest} tokens)")
     return 0
+
+
+@contextlib.contextmanager
+def _counting_ctrl_c():
+    """SIGINT noted while the block runs (still raised as KeyboardInterrupt), so that a
+    KeyboardInterrupt the preset's own code raised is told from the user's Ctrl-C. The
+    yielded list is non-empty once Ctrl-C was pressed."""
+    pressed: list[int] = []
+
+    def handler(signum, frame):
+        pressed.append(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: nothing to count with
+        yield pressed
+        return
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _memory_report(preset, longest: int, processes: int = 1) -> tuple[str, bool]:
