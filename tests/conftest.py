@@ -27,6 +27,32 @@ def small_preset_dict(**training) -> dict:
     }
 
 
+def write_validate_preset(folder: Path, name: str = "inputs", **sections) -> Path:
+    """preset.yaml in `folder`: a small GRPO preset on the built-in model for `rl-engine
+    validate` (no run); `sections` replace its own."""
+    import yaml
+
+    preset = {"name": name, "model": {"name_or_path": "builtin:tiny"},
+              "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 14},
+              "data": {"task": "sort", "num_train": 50, "num_eval": 4},
+              "rewards": [{"name": "exact_match"}], **sections}
+    path = folder / "preset.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    return path
+
+
+@pytest.fixture
+def engine_handlers():
+    """The CLI's SIGINT/SIGTERM handlers, as during a run's training phase."""
+    from engine.cli import install_stop_handlers, restore_handlers
+    from engine.run.stopping import TRAINING, StopFlag
+
+    stop = StopFlag(phase=TRAINING)
+    previous = install_stop_handlers(stop)
+    yield stop
+    restore_handlers(previous)
+
+
 @pytest.fixture
 def engine_env():
     """Environment for engine subprocesses: the repo importable, hub offline (engine_runs.py)."""

@@ -14,9 +14,7 @@ import time
 
 import pytest
 
-from engine.cli import install_stop_handlers, restore_handlers
 from engine.episodes.environment import EnvironmentError, load_environment
-from engine.run.stopping import TRAINING, StopFlag
 
 ENV = '''\
 import signal
@@ -101,15 +99,6 @@ def how(spec):
     module = sys.modules[spec.cls.__module__]
     yield module.HOW
     module.RELEASE.set()  # let a blocked tool's thread end
-
-
-@pytest.fixture
-def engine_handlers():
-    """The CLI's SIGINT/SIGTERM handlers, as during a run's training phase."""
-    stop = StopFlag(phase=TRAINING)
-    previous = install_stop_handlers(stop)
-    yield stop
-    restore_handlers(previous)
 
 
 def line_of(spec, text: str) -> int:

@@ -13,25 +13,18 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
 
 from engine.hub.access import hub_ids_of
 from engine.preset.errors import PresetError
 from engine.preset.io import save_preset
 from engine.preset.paths import local_or_hub_id, model_path_problem
 from engine.preset.schema import load_preset, preset_from_dict
+from conftest import write_validate_preset
 from engine_runs import cli
 
 
 def _preset(folder: Path, **sections) -> Path:
-    """A small GRPO preset on the built-in model in `folder`; `sections` replace its own."""
-    preset = {"name": "messages", "model": {"name_or_path": "builtin:tiny"},
-              "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 14},
-              "data": {"task": "sort", "num_train": 50, "num_eval": 4},
-              "rewards": [{"name": "exact_match"}], **sections}
-    path = folder / "preset.yaml"
-    path.write_text(yaml.safe_dump(preset))
-    return path
+    return write_validate_preset(folder, "messages", **sections)
 
 
 def _prompts(path: Path, count: int = 8) -> Path:

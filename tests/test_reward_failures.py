@@ -14,12 +14,11 @@ import yaml
 
 from conftest import small_preset_dict
 from engine.run import rundir
-from engine.cli import install_stop_handlers, main, restore_handlers
+from engine.cli import main
 from engine.data.files import load_prompt_file
 from engine.run.failures import failure_location, user_code_location
 from engine.preset.schema import preset_from_dict
 from engine.rewards import RewardError, build_reward_components, combine_rewards
-from engine.run.stopping import TRAINING, StopFlag
 
 REWARDS_PY = textwrap.dedent('''\
     import signal
@@ -65,15 +64,6 @@ def raised_by(components) -> BaseException:
     with pytest.raises(BaseException) as info:
         score(components)
     return info.value
-
-
-@pytest.fixture
-def engine_handlers():
-    """The CLI's SIGINT/SIGTERM handlers, as during a run's training phase."""
-    stop = StopFlag(phase=TRAINING)
-    previous = install_stop_handlers(stop)
-    yield stop
-    restore_handlers(previous)
 
 
 # ------------------------------------------------- 6a: KeyboardInterrupt raised by a reward

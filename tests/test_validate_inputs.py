@@ -13,19 +13,13 @@ from engine.run import rundir
 from engine.cli import main
 from engine.hub.access import hub_ids_of
 from engine.preset.input_checks import context_problem
+from conftest import write_validate_preset
 from engine.preset.schema import preset_from_dict
 from workbench.setup.checks import prelaunch_checks
 
 
 def _preset(folder: Path, **sections) -> Path:
-    """A small GRPO preset on the built-in model in `folder`; `sections` replace its own."""
-    preset = {"name": "inputs", "model": {"name_or_path": "builtin:tiny"},
-              "algorithm": {"name": "grpo", "num_generations": 4, "max_completion_length": 14},
-              "data": {"task": "sort", "num_train": 50, "num_eval": 4},
-              "rewards": [{"name": "exact_match"}], **sections}
-    path = folder / "preset.yaml"
-    path.write_text(yaml.safe_dump(preset))
-    return path
+    return write_validate_preset(folder, "inputs", **sections)
 
 
 def _validate(preset: Path, capsys, *overrides: str) -> tuple[int, str]:

@@ -418,10 +418,12 @@ def run_export(args) -> int:
         progress.stage(STAGES["run"][0])
         events = rundir.read_events(run_dir)
         if needs_model:
-            from engine.hub.access import go_offline_if_unreachable, hub_ids_of, quiet_progress_bars
+            from engine.hub.access import go_offline_if_unreachable, hub_ids_of
 
             go_offline_if_unreachable(hub_ids_of(preset, run_dir))  # before the hub libraries load
             if args.quiet:  # transformers' "Loading weights" and "Writing model shards" bars too
+                from engine.model.loading import quiet_progress_bars
+
                 quiet_progress_bars()
         if "--adapter" in outs:
             export_adapter(preset, run_dir, checkpoint, outs["--adapter"], events, progress)

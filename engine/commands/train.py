@@ -246,10 +246,12 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
                 save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
             except OSError as exc:
                 raise naming_the_file(exc, run_dir / rundir.PRESET_FILE) from exc
-        from engine.hub.access import go_offline_if_unreachable, hub_ids_of, quiet_progress_bars
+        from engine.hub.access import go_offline_if_unreachable, hub_ids_of
 
         go_offline_if_unreachable(hub_ids_of(preset, preset_dir))  # before the hub libraries load
         if quiet:  # --quiet: transformers' "Loading weights" bar too
+            from engine.model.loading import quiet_progress_bars
+
             quiet_progress_bars()
         from engine.algorithms import build_trainer
 

@@ -17,7 +17,7 @@ import socket
 import sys
 from urllib.parse import urlparse
 
-__all__ = ["hub_offline", "download_hint", "go_offline_if_unreachable", "hub_ids_of", "quiet_progress_bars"]
+__all__ = ["hub_offline", "download_hint", "go_offline_if_unreachable", "hub_ids_of"]
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +88,3 @@ def go_offline_if_unreachable(hub_ids: list[str], timeout: float = 2.0) -> bool:
                 ", ".join(hub_ids))
     return True
 
-
-def quiet_progress_bars() -> None:
-    """--quiet: the hub libraries' progress bars off in this process: transformers'
-    ("Loading weights", "Writing model shards") and with them huggingface_hub's
-    (downloads). `datasets`' own bars are off whenever a data set is opened
-    (engine.data.hf_datasets). Imports transformers' logging module, and with it
-    huggingface_hub: call it after :func:`go_offline_if_unreachable`."""
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()  # huggingface_hub.utils.disable_progress_bars() too

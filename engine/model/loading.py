@@ -363,3 +363,14 @@ def parameter_counts(model: nn.Module) -> dict[str, int]:
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"total": total, "trainable": trainable}
+
+
+def quiet_progress_bars() -> None:
+    """--quiet: the hub libraries' progress bars off in this process: transformers'
+    ("Loading weights", "Writing model shards") and with them huggingface_hub's
+    (downloads). `datasets`' own bars are off whenever a data set is opened
+    (engine.data.hf_datasets). Imports transformers' logging module, and with it
+    huggingface_hub: call it after engine.hub.access.go_offline_if_unreachable."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # huggingface_hub.utils.disable_progress_bars() too
