@@ -160,6 +160,24 @@ def test_the_bundled_presets_full_runs_raise_no_alarm():
         assert fired == [], f"{path.stem}: {[alarm_line(a) for a in fired]}"
 
 
+def test_the_calculator_preset_at_its_first_learning_rate_overshoots_and_the_alarm_says_so():
+    # grpo-calculator-tools as first shipped (learning rate 0.001, 40 steps; recorded on
+    # 2026-11-28 up to step 32): 99.5 % held-out at step 10, 88.5 % at step 20 while the
+    # training reward rose. The held-out-falling alarm is right to fire; the preset now
+    # learns at 0.0005 (its recording, in the test above, raises nothing).
+    events = [json.loads(line) for line in (Path(__file__).parent / "data" / "calculator_overshoot.jsonl").open()]
+    assert events[0]["preset"]["training"]["learning_rate"] == 0.001
+    watcher = AlarmWatcher(AlarmsConfig(**events[0]["preset"]["alarms"]))
+    fired = []
+    for e in events:
+        if e["type"] == "metrics":
+            fired += watcher.observe_metrics(e["step"], e)
+        elif e["type"] == "eval":
+            fired += watcher.observe_eval(e["step"], e)
+    assert [(a["kind"], a["step"]) for a in fired] == [("eval_falling", 20)], [alarm_line(a) for a in fired]
+    assert "fell from 0.995 to 0.885" in fired[0]["saw"]
+
+
 # ------------------------------------------------------------- provoked by real runs
 
 REWARDS_PY = '''
