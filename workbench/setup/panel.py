@@ -57,7 +57,7 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training", "alarms": "Alarms"}
 SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
-CHECKING = "⏳ Checking"
+CHECKING = "Checking"  # plain words: an hourglass glyph is a box in the stock fonts
 
 
 def _monospace() -> QFont:
