@@ -146,3 +146,15 @@ def test_validate_names_a_keyboard_interrupt_raised_by_reset(tmp_path, capsys):
     output = capsys.readouterr().err
     assert "data.environment: Ledger.reset raised KeyboardInterrupt" in output and "no Ctrl-C was pressed" in output
     assert f"(at {tmp_path / 'ledger.py'}, line 5)" in output and "Traceback" not in output
+
+
+def test_a_real_ctrl_c_inside_reset_during_validate_is_an_interruption_not_resets_fault(tmp_path, capsys):
+    # The SIGINT is real (sent to this process while reset runs): validate says it was
+    # interrupted, and does not blame reset for a KeyboardInterrupt of its own.
+    preset = _preset(tmp_path, [0] * 8)
+    (tmp_path / "ledger.py").write_text("import os, signal, time\n" + LEDGER.replace(
+        '        self.total = 0\n', '        self.total = 0\n        os.kill(os.getpid(), signal.SIGINT)\n'
+                                   '        time.sleep(5)\n'))
+    assert main(["validate", str(preset)]) == 130
+    output = capsys.readouterr().err
+    assert "validation interrupted (Ctrl-C)" in output and "Ledger.reset" not in output

@@ -10,8 +10,6 @@ the machine lacks the files): it is a note saying how to fetch it.
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import sys
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from engine.preset.schema import BUILTIN_MODEL, load_preset
 from engine.preset.errors import PresetError
 from engine.preset.paths import model_path_problem
 from engine.run.reporting import missing_reporter
+from engine.run.stopping import ctrl_c_counted, sigint_count
 from engine.rewards import reward_source_problems
 from engine.rl.user_code import try_user_functions
 from engine.rl.user_files import source_problems
@@ -127,11 +126,12 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     if notes:
         print(f"{preset_path}: valid as a preset ({preset.algorithm.name}); data and prompt lengths not checked")
         return 0
+    sigints = sigint_count()
     try:
-        with _counting_ctrl_c() as pressed:
+        with ctrl_c_counted():  # a Ctrl-C told from a KeyboardInterrupt of an environment's reset
             summary, longest, first = _prompt_report(preset, base_dir)
     except KeyboardInterrupt:  # a Ctrl-C, or one the preset's own code raised (an environment's reset)
-        if pressed:
+        if sigint_count() != sigints:
             print(f"{preset_path}: validation interrupted (Ctrl-C)", file=sys.stderr)
             return 130
         # (an environment's reset names itself: engine/episodes/environment.py tells the two apart)
@@ -151,28 +151,6 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         print(line)
     print(f"{preset_path}: valid ({preset.algorithm.name}, {summary}, longest prompt {longest} tokens)")
     return 0
-
-
-@contextlib.contextmanager
-def _counting_ctrl_c():
-    """SIGINT noted while the block runs (still raised as KeyboardInterrupt), so that a
-    KeyboardInterrupt the preset's own code raised is told from the user's Ctrl-C. The
-    yielded list is non-empty once Ctrl-C was pressed."""
-    pressed: list[int] = []
-
-    def handler(signum, frame):
-        pressed.append(signum)
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: nothing to count with
-        yield pressed
-        return
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def _memory_report(preset, longest: int, processes: int = 1) -> tuple[str, bool]:

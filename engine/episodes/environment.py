@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.episodes.builtin import Calculator
-from engine.episodes.tool_threads import MAX_UNSTOPPED, ToolThreads, run_in_thread, stuck_at
+from engine.episodes.tool_threads import MAX_UNSTOPPED, ToolThreads, run_in_thread
 from engine.rewards.custom import fault_line, import_user_file
+from engine.rewards.time_limit import stuck_at
 from engine.rl.registry import split_file_name
-from engine.run.stopping import ctrl_c_since, sigint_count
+from engine.run.stopping import own_exit, own_exits_as
 
 __all__ = ["ENVIRONMENTS", "EnvironmentProblem", "EnvironmentError", "EnvironmentSpec", "EpisodeEnvironment",
            "ToolResult", "load_environment", "environment_problem", "check_environment"]
@@ -128,28 +129,21 @@ def _at(exc: BaseException, path: Path | None) -> str:
 def _misbehaved(exc: BaseException) -> str | None:
     """What a sys.exit() or a KeyboardInterrupt of the environment's own did, in words;
     None for an ordinary exception."""
-    if isinstance(exc, SystemExit):
-        return f"called sys.exit({exc.code!r})"
-    if isinstance(exc, KeyboardInterrupt):
-        detail = f" ({exc})" if str(exc) else ""
-        return f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed"
-    return None
+    return own_exit(exc) if isinstance(exc, (SystemExit, KeyboardInterrupt)) else None
 
 
 def _user_call(call, fault):
     """``call()`` (the environment's own code, in the engine's thread), its failures
-    raised as ``fault(exc)``: an exception, a ``sys.exit()`` (which would otherwise end
-    the engine with status 0 and no final event) and a KeyboardInterrupt it raised itself
-    (no Ctrl-C arrived since the call began). A real Ctrl-C is kept: the run is aborted."""
-    sigints = sigint_count()
-    try:
-        return call()
-    except Exception as exc:
-        raise fault(exc) from exc
-    except (SystemExit, KeyboardInterrupt) as exc:
-        if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
-            raise
-        raise fault(exc) from exc
+    raised as ``fault(exc)``: an exception, a ``sys.exit()`` and a KeyboardInterrupt it
+    raised itself (engine/run/stopping.own_exits_as). A real Ctrl-C is kept: the run is
+    aborted."""
+    def guarded():
+        try:
+            return call()
+        except Exception as exc:
+            raise fault(exc) from exc
+
+    return own_exits_as(guarded, fault)
 
 
 # ---------------------------------------------------------------------------

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["ToolStopped", "ToolThreads", "Outcome", "MAX_UNSTOPPED", "GRACE", "run_in_thread", "stop_thread",
-           "stuck_at", "KIND"]
+           "KIND"]
 
 log = logging.getLogger(__name__)
 
@@ -93,19 +91,6 @@ def run_in_thread(work: Callable[[], Any], timeout: float, name: str, grace: flo
     if not worker.is_alive():
         return Outcome(True, outcome.get("value"), False, worker)
     return Outcome(False, None, stop_thread(worker, grace), worker)
-
-
-def stuck_at(thread: threading.Thread, path: Path | None) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame of ``thread`` in ``path`` (the environment's
-    file), None when it is not there (or the environment is a built-in)."""
-    if path is None:
-        return None
-    frame = sys._current_frames().get(thread.ident)  # noqa: SLF001 - the one way to see where a thread is
-    while frame is not None:
-        if frame.f_code.co_filename == str(path):
-            return str(path), frame.f_lineno
-        frame = frame.f_back
-    return None
 
 
 class ToolThreads:

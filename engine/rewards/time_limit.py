@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.rewards.base import RewardTimeout
-from engine.run.stopping import ctrl_c_since, sigint_count
+from engine.run.stopping import own_exit, own_exits_as
 
 TIMEOUT_OPTION = "reward_timeout"
 
 
-def _stuck_at(thread: threading.Thread, path: Path) -> tuple[str, int] | None:
-    """(file, line) of the innermost frame of ``thread`` in ``path``, the reward's file."""
-    frame = sys._current_frames().get(thread.ident)
+def stuck_at(thread: threading.Thread, path: Path | None) -> tuple[str, int] | None:
+    """(file, line) of the innermost frame of ``thread`` in ``path`` (the user's file: a
+    reward's, an environment's), None when it is not there (or ``path`` is None)."""
+    if path is None:
+        return None
+    frame = sys._current_frames().get(thread.ident)  # noqa: SLF001 - the one way to see where a thread is
     while frame is not None:
         if frame.f_code.co_filename == str(path):
             return str(path), frame.f_lineno
@@ -33,12 +36,7 @@ def _as_failure(exc: SystemExit | KeyboardInterrupt) -> RuntimeError:
     it), as the function's failure: reported naming the reward, not as the engine
     exiting or the user aborting the run. It keeps ``exc``'s traceback, so the message
     can give the line in the user's file."""
-    if isinstance(exc, SystemExit):
-        error = RuntimeError(f"called sys.exit({exc.code!r}); a reward function must return its values")
-    else:
-        detail = f" ({exc})" if str(exc) else ""
-        error = RuntimeError(f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed; "
-                             "a reward function must return its values")
+    error = RuntimeError(f"{own_exit(exc)}; a reward function must return its values")
     error.__cause__, error.__traceback__ = exc, exc.__traceback__
     return error
 
@@ -51,13 +49,7 @@ def call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, path
     if timeout is None:
         # No limit: run in the engine's own thread, so a function whose state is tied to
         # one thread (a sqlite connection opened at import, say) keeps working.
-        sigints = sigint_count()
-        try:
-            return fn(*args, **kwargs)
-        except (SystemExit, KeyboardInterrupt) as exc:
-            if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
-                raise  # the user's Ctrl-C, landed inside the function: the run is aborted
-            raise _as_failure(exc) from exc
+        return own_exits_as(lambda: fn(*args, **kwargs), _as_failure)
     outcome: dict[str, Any] = {}
 
     def call():
@@ -76,7 +68,7 @@ def call_with_timeout(fn, args: tuple, kwargs: dict, timeout: float | None, path
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        at = _stuck_at(worker, path)
+        at = stuck_at(worker, path)
         where = f" (it was at {at[0]}, line {at[1]})" if at else ""
         error = RewardTimeout(
             f"did not return within {timeout:g} s{where}; make it faster, or give it more time with "

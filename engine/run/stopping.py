@@ -23,6 +23,7 @@ anything heavy is imported.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from dataclasses import dataclass
 
@@ -48,6 +49,54 @@ def ctrl_c_since(count: int) -> bool:
     is False (nothing arrived), so the run reports the reward, not "aborted".
     """
     return _sigints != count or signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def own_exit(exc: SystemExit | KeyboardInterrupt) -> str:
+    """A sys.exit() or a KeyboardInterrupt that user code raised itself, in words, for
+    the message that names that code.
+
+    e.g. own_exit(SystemExit(3)) -> "called sys.exit(3)"
+    """
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({exc.code!r})"
+    detail = f" ({exc})" if str(exc) else ""
+    return f"raised KeyboardInterrupt{detail} though no Ctrl-C was pressed"
+
+
+def own_exits_as(call, fault):
+    """``call()`` in this thread, a ``sys.exit()`` or a KeyboardInterrupt it raised itself
+    (no Ctrl-C arrived since the call began) raised as ``fault(exc)``: user code's failure,
+    not the engine exiting with status 0 and no final event, nor the user's abort. A real
+    Ctrl-C that lands inside the call passes through."""
+    sigints = _sigints
+    try:
+        return call()
+    except (SystemExit, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt) and ctrl_c_since(sigints):
+            raise
+        raise fault(exc) from exc
+
+
+@contextlib.contextmanager
+def ctrl_c_counted():
+    """Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is counted
+    (:func:`sigint_count`), for a command without the run's stop handlers (``validate``):
+    so user code's own KeyboardInterrupt is told from the user's Ctrl-C there too. Not
+    in the main thread: nothing is changed."""
+    def on_sigint(_signum, _frame):
+        global _sigints
+        _sigints += 1
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class StopDuringSetup(BaseException):
