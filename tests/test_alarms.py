@@ -22,6 +22,17 @@ BUNDLED_RUNS = Path(__file__).parent / "data" / "bundled_runs"
 CFG = AlarmsConfig(window=4)
 
 
+def replay(watcher: AlarmWatcher, events: list[dict]) -> list[dict]:
+    """The alarms `watcher` raises on a recorded run's metrics and evaluations, in order."""
+    fired = []
+    for e in events:
+        if e["type"] == "metrics":
+            fired += watcher.observe_metrics(e["step"], e)
+        elif e["type"] == "eval":
+            fired += watcher.observe_eval(e["step"], e)
+    return fired
+
+
 def history(**series) -> History:
     """A history whose step i (from 1) has series[key][i-1] for every key."""
     n = len(next(iter(series.values())))
@@ -138,9 +149,9 @@ def test_thresholds_are_checked_preset_fields():
 
 def test_the_bundled_presets_full_runs_raise_no_alarm():
     """The metrics and evaluations of full runs of every bundled preset (recorded from
-    their resolved presets: every step, 300-400 of them but grpo-calculator-tools' 40),
+    their resolved presets: every step, 300-400 of them but grpo-calculator-tools' 30),
     replayed through the watch their presets set (the default, but for the calculator's
-    length bound, which its preset explains)."""
+    length bounds and dpo-sort's against-advantage bound, which their presets explain)."""
     runs = sorted(BUNDLED_RUNS.glob("*.jsonl"))
     assert {r.stem for r in runs} == {p.stem for p in (Path(__file__).parents[1] / "presets").glob("*.yaml")}
     for path in runs:
@@ -149,12 +160,7 @@ def test_the_bundled_presets_full_runs_raise_no_alarm():
         assert events[0]["type"] == "run_started" and preset["training"]["max_steps"] >= 30, path.stem  # calculator: 30
         # the watch as the preset file sets it today (a recording keeps the defaults of its day)
         watcher = AlarmWatcher(load_preset(Path(__file__).parents[1] / "presets" / f"{path.stem}.yaml").alarms)
-        fired = []
-        for e in events:
-            if e["type"] == "metrics":
-                fired += watcher.observe_metrics(e["step"], e)
-            elif e["type"] == "eval":
-                fired += watcher.observe_eval(e["step"], e)
+        fired = replay(watcher, events)
         assert len(watcher.history.steps) == preset["training"]["max_steps"] and len(watcher.history.evals) >= 5, \
             path.stem
         assert fired == [], f"{path.stem}: {[alarm_line(a) for a in fired]}"
@@ -168,12 +174,7 @@ def test_the_calculator_preset_at_its_first_learning_rate_overshoots_and_the_ala
     events = [json.loads(line) for line in (Path(__file__).parent / "data" / "calculator_overshoot.jsonl").open()]
     assert events[0]["preset"]["training"]["learning_rate"] == 0.001
     watcher = AlarmWatcher(AlarmsConfig(**events[0]["preset"]["alarms"]))
-    fired = []
-    for e in events:
-        if e["type"] == "metrics":
-            fired += watcher.observe_metrics(e["step"], e)
-        elif e["type"] == "eval":
-            fired += watcher.observe_eval(e["step"], e)
+    fired = replay(watcher, events)
     assert [(a["kind"], a["step"]) for a in fired] == [("eval_falling", 20)], [alarm_line(a) for a in fired]
     assert "fell from 0.995 to 0.885" in fired[0]["saw"]
 

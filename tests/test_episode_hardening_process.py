@@ -97,7 +97,7 @@ def test_a_blocked_tool_is_an_alarm_naming_it(tmp_path):
     line = next(i for i, text in enumerate((tmp_path / "busy_env.py").read_text().splitlines(), 1)
                 if "threading.Event().wait()" in text)
     assert alarm["step"] == 1 and alarm["tool"] == "calculate"
-    assert f"the tool Busy.calculate ran past data.tool_timeout (0.1 s) and could not be stopped (at " in alarm["saw"]
+    assert "the tool Busy.calculate ran past data.tool_timeout (0.1 s) and could not be stopped (at " in alarm["saw"]
     assert f"busy_env.py, line {line})" in alarm["saw"]
     assert "warning: alarm at step 1: A tool could not be stopped" in done.stderr
     assert events[-1]["type"] == "run_finished"

@@ -14,16 +14,13 @@ before the first checkpoint, a process subject, is tests/test_hardening_runs_res
 
 from __future__ import annotations
 
-import logging
-import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
 
-from conftest import ROOT, small_preset_dict
+from conftest import small_preset_dict
 from engine.rl.catalog import ESTIMATORS, POLICY_LOSSES
 from engine.rl.user_code import UserFunctionError, resolve
 from engine.run import rundir
@@ -146,13 +143,19 @@ def test_a_nan_loss_file_is_named_in_the_skip_warning_and_alarm(tmp_path, user_f
     assert f"step 1 skipped: algorithm.loss_type: {value} returned a per-token loss" in log
 
 
-def test_a_nan_loss_file_is_named_in_the_abort_message(tmp_path, user_file):
-    preset = write_preset(tmp_path, {"max_steps": 3, "max_nonfinite_steps": 1},
-                          loss_type="my_functions.py:nan_loss")
+def _failed_run(tmp_path, training: dict, **algorithm) -> tuple:
+    """A run of the preset that fails (exit 1): (the CLI's result, its run_failed event)."""
+    preset = write_preset(tmp_path, training, **algorithm)
     run = tmp_path / "run"
     result = cli("run", preset, "--run-dir", run, "--quiet")
     assert result.code == 1, result.err
     (failed,) = [e for e in rundir.read_events(run) if e["type"] == "run_failed"]
+    return result, failed
+
+
+def test_a_nan_loss_file_is_named_in_the_abort_message(tmp_path, user_file):
+    result, failed = _failed_run(tmp_path, {"max_steps": 3, "max_nonfinite_steps": 1},
+                                 loss_type="my_functions.py:nan_loss")
     message = failed["message"]
     assert f"algorithm.loss_type: {user_file}:nan_loss returned a per-token loss with" in message, message
     assert "at step 1" in message
@@ -162,12 +165,8 @@ def test_a_nan_loss_file_is_named_in_the_abort_message(tmp_path, user_file):
 
 
 def test_an_estimator_returning_inf_is_named_not_the_learning_rate(tmp_path, user_file):
-    preset = write_preset(tmp_path, {"max_steps": 2, "max_nonfinite_steps": 0},
-                          advantage_estimator="my_functions.py:inf_advantages")
-    run = tmp_path / "run"
-    result = cli("run", preset, "--run-dir", run, "--quiet")
-    assert result.code == 1, result.err
-    (failed,) = [e for e in rundir.read_events(run) if e["type"] == "run_failed"]
+    _, failed = _failed_run(tmp_path, {"max_steps": 2, "max_nonfinite_steps": 0},
+                            advantage_estimator="my_functions.py:inf_advantages")
     assert f"algorithm.advantage_estimator: {user_file}:inf_advantages returned advantages with" in failed["message"]
     assert "learning_rate" not in failed["message"]
 
