@@ -144,3 +144,30 @@ def test_made_up_algorithm_gets_declared_plots_and_layout(qtbot, tmp_path):
     assert (t.algorithm, t.layout, [s.name for s in t.sides]) == ("my_algo", "pair", ["left", "right"])
     assert t.quantities() == ["push"] and t.advantage == 0.2
     assert Navigation().fit_quantity(["logprob", "push"], t.preferred) == "push"
+
+
+def test_declared_plot_title_and_help_win_over_the_windows_own(qtbot, tmp_path):
+    """KTO declares its `kl` plot as a reference point and online DPO its `zero_std` as
+    tied pairs: the declared titles show, not the catalogue's "KL to reference" and
+    "Groups with no signal"; an old run (no declaration) keeps the catalogue's."""
+    run_dir = write_run(tmp_path, "kto-like", steps=3, algorithm="my_kto",
+                        extra_metrics={"kl": 0.1, "frac_reward_zero_std": 0.5})
+    declare(run_dir, plots=[_plot("kl", "KL reference point (mismatched pairs)", ["kl"]),
+                            dict(_plot("zero_std", "Tied pairs", ["frac_reward_zero_std"]),
+                                 help="Pairs whose two samples scored the same")],
+            records=MY_RECORDS)
+    run = RunData(run_dir)
+    run.poll()
+    dashboard = Dashboard()
+    qtbot.addWidget(dashboard)
+    dashboard.set_runs([run])
+    kl, tied = dashboard.plot("kl"), dashboard.plot("zero_std")
+    assert "KL reference point (mismatched pairs)" in kl.title.text() and "KL to reference" not in kl.title.text()
+    assert "Tied pairs" in tied.title.text() and "Groups with no signal" not in tied.title.text()
+    assert tied.help.startswith("Pairs whose two samples scored the same")
+
+    old = write_run(tmp_path, "old-grpo", steps=3, algorithm="grpo", extra_metrics={"kl": 0.1})
+    old_run = RunData(old)
+    old_run.poll()
+    dashboard.set_runs([old_run])
+    assert "KL to reference" in dashboard.plot("kl").title.text()

@@ -11,7 +11,7 @@ plot claims are offered in the "other metric" plot, so nothing logged is out of 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workbench.run_declaration import declaration_of
 
@@ -198,6 +198,33 @@ def _from_declaration(entry: dict) -> PlotSpec:
     return PlotSpec(str(entry["key"]), str(entry.get("title") or entry["key"]), tuple(curves))
 
 
+_CATALOGUE_KL = next(spec for spec in CATALOGUE if spec.key == "kl")  # (the doctest's)
+
+
+def _as_declared(spec: PlotSpec, entry: dict | None) -> PlotSpec:
+    """A catalogue plot under the title and help its run declared: the algorithm knows
+    what its metric means (KTO's `kl` is a reference point, not a KL to the reference).
+    A declared title without help drops the catalogue's plot help, which described the
+    catalogue's plot; each curve keeps its metric's help. No declared title (an old
+    run): the catalogue's own.
+
+    >>> spec = _as_declared(_CATALOGUE_KL, {"key": "kl", "title": "KL reference point"})
+    >>> spec.title, spec.help
+    ('KL reference point', '')
+    >>> _as_declared(_CATALOGUE_KL, {"key": "kl"}).title
+    'KL to reference'
+    """
+    if not entry:
+        return spec
+    title = str(entry.get("title") or "").strip()
+    help_ = str(entry.get("help") or "").strip()
+    if not title and not help_:
+        return spec
+    if title and title != spec.title and not help_:
+        return replace(spec, title=title, help="")
+    return replace(spec, title=title or spec.title, help=help_ or spec.help)
+
+
 def choose_plots(names: dict[str, set[str]], declared) -> Layout:
     """The plots for one run (or the union over runs being compared): the catalogue's,
     in its order, then declared plots it does not know; and the metrics left for the
@@ -210,7 +237,11 @@ def choose_plots(names: dict[str, set[str]], declared) -> Layout:
     entries = declared_plots(declared)
     keys = {str(p["key"]) for p in entries}
     known = {spec.key for spec in CATALOGUE}
-    specs = list(CATALOGUE) + [_from_declaration(p) for p in entries if p["key"] not in known]
+    first: dict[str, dict] = {}
+    for entry in entries:
+        first.setdefault(str(entry["key"]), entry)
+    specs = [_as_declared(spec, first.get(spec.key)) for spec in CATALOGUE]
+    specs += [_from_declaration(p) for p in entries if p["key"] not in known]
     layout = Layout()
     claimed: set[tuple[str, str]] = set()
     for spec in specs:
