@@ -19,7 +19,7 @@ from pathlib import Path
 from engine.run import rundir
 from workbench.signals import Signal
 from workbench.runs.metric_table import MetricTable  # noqa: F401
-from workbench.runs.samples_store import Sample, SampleStore  # noqa: F401
+from workbench.runs.samples_store import SampleStore, sample_fields_of
 
 # How the engine (rundir.dumps: compact separators, `type` first) starts a samples line.
 _SAMPLES_PREFIX = b'{"type":"samples"'
@@ -157,6 +157,10 @@ class RunData:
                         dropped += len(self.alarms) - len(kept)
                         self.alarms = kept
                         update.rewound = bool(dropped)
+                    if kind == "run_started" or sample_fields_of(event) is not None:
+                        # The samples table's columns: the fields the run declares (none: an
+                        # old run, whose rows' known keys are its fields).
+                        self.samples.set_fields(sample_fields_of(event))
                     self.started, self.finished, self.failure = event, None, None
                 elif kind == "run_finished":
                     self.finished = event

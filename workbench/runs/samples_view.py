@@ -30,34 +30,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.runs.rundata import RunData, Sample, SampleStore
+from workbench.runs.rundata import RunData
 from workbench.inspector.episodes import conversation_text, episode_summary
-from workbench.inspector.steps import labelled_scores_text, steps_tooltip
-from workbench.runs.samples_store import (BASELINE, COMPONENT_ADVANTAGE, EPISODE, LABEL, STEPS, TIE, _fmt,
-                                          baseline_text, flag_text, sample_html)
+from workbench.inspector.steps import labelled_scores_text, step_scores, steps_tooltip
+from workbench.runs.samples_store import (AFTER_ADVANTAGE, AFTER_COMPONENTS, AFTER_REWARD, AFTER_TEXT,
+                                          BASELINE_KIND, EPISODE_KIND, FLAG, LAST, NUMBER_KINDS,
+                                          SCORES, STEPS_KIND, Sample, SampleField, SampleStore, _fmt, baseline_text, compact_json,
+                                          field_number, field_text, sample_html)
 
 STEP, PROMPT, COMPLETION, REWARD = "step", "prompt", "completion", "reward"
 ADVANTAGE = "advantage"
 TEXT_COLUMNS = (PROMPT, COMPLETION)
-FLAG_COLUMNS = (LABEL, TIE)  # yes/no keys, shown in words
 _ROLES = {Qt.DisplayRole, Qt.ToolTipRole, Qt.TextAlignmentRole, Qt.BackgroundRole}
 _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _POSITIVE = QColor(220, 245, 225)
 _NEGATIVE = QColor(250, 225, 225)
-# Headers of the columns some algorithms' rows add (docs/run-directory.md, `samples`).
-_HEADERS = {LABEL: "label", BASELINE: "greedy baseline", TIE: "tie", STEPS: "steps", EPISODE: "episode"}
-_HEADER_TIPS = {
-    LABEL: "desirable: the update pushes this completion up; undesirable: down (unpaired preference data)",
-    BASELINE: "the reward of the greedy completion of the same prompt, the baseline the reward is measured "
-              "against (advantage = reward - greedy baseline); hover a cell for its text",
-    TIE: "the pair's two completions got the same score: the first sampled was taken as chosen",
-    STEPS: "each step's score from the step rewards, in order (several rewards: each after its label); "
-           "sorts by the mean of the scores; hover a cell for the list",
-    ADVANTAGE: "the advantage the update used (green: pushed up, pink: pushed down)",
-    EPISODE: "the multi-turn episode: the model's turns, each tool's calls (×count) and the failed calls; "
-             "hover a cell for the whole conversation; sorts by the number of turns",
-}
-_LEFT_COLUMNS = (LABEL, STEPS, EPISODE)  # words: aligned left, as the texts
+_HEADER_TIPS = {ADVANTAGE: "the advantage the update used (green: pushed up, pink: pushed down)"}
+_RIGHT_KINDS = tuple(k for k in NUMBER_KINDS if k not in (FLAG, STEPS_KIND, EPISODE_KIND))  # numbers: aligned right
 
 
 def one_line(text: str) -> str:
@@ -74,6 +63,7 @@ class SamplesModel(QAbstractTableModel):
         super().__init__(parent)
         self.store: SampleStore = SampleStore()
         self.columns: list[str] = []
+        self.fields: dict[str, tuple[SampleField, str]] = {}  # a field column -> (its field, scores name)
         self.visible = np.empty(0, dtype=np.int64)
         self.filter_text = ""
         self.step_min: int | None = None
@@ -96,19 +86,26 @@ class SamplesModel(QAbstractTableModel):
         self.endResetModel()
         self.counts_changed.emit(len(self.visible), len(self.store))
 
+    def _field_columns(self) -> dict[str, tuple[SampleField, str]]:
+        return {name: (field_, part) for name, field_, part in self.store.field_columns()}
+
     def _column_names(self) -> list[str]:
         """The columns: step, prompt, completion, total reward, each component,
-        advantage, and those of the keys a run's rows have (the episode and label beside the
-        completion, the greedy baseline beside the reward, step scores after the
-        components, each reward's advantage after the advantage, tie last)."""
-        store = self.store
-        return [STEP, PROMPT, COMPLETION, *([EPISODE] if store.has(EPISODE) else []),
-                *([LABEL] if store.has(LABEL) else []), REWARD,
-                *([BASELINE] if store.has(BASELINE) else []), *[f"rewards/{c}" for c in store.components],
-                *([STEPS] if store.has(STEPS) else []), ADVANTAGE, *[COMPONENT_ADVANTAGE + c for c in store.advantage_components],
-                *([TIE] if store.has(TIE) else [])]
+        advantage, and one for each sample field the run's rows have (declared by the
+        run, or an old run's known keys), each where its kind goes: texts, flags and the
+        episode beside the completion, the greedy baseline beside the reward, numbers and
+        step scores after the components, scores (each reward's advantage) after the
+        advantage, an unknown kind (or the tie) last."""
+        by_place: dict[str, list[str]] = {}
+        for name, (field_, _part) in self._field_columns().items():
+            by_place.setdefault(field_.where, []).append(name)
+        at = by_place.get
+        return [STEP, PROMPT, COMPLETION, *at(AFTER_TEXT, []), REWARD, *at(AFTER_REWARD, []),
+                *[f"rewards/{c}" for c in self.store.components], *at(AFTER_COMPONENTS, []), ADVANTAGE,
+                *at(AFTER_ADVANTAGE, []), *at(LAST, [])]
 
     def _columns_for(self) -> None:
+        self.fields = self._field_columns()
         self.columns = self._column_names()
 
     def refresh(self) -> None:
@@ -158,6 +155,12 @@ class SamplesModel(QAbstractTableModel):
             self._match = np.concatenate([self._match, extra])
         return self._match
 
+    def _sort_text(self, i: int) -> str:
+        if self.sort_key in TEXT_COLUMNS:
+            return self.store.text(i, self.sort_key)
+        field_, _ = self.fields[self.sort_key]
+        return field_text(field_, self.store.value(i, field_.key))
+
     def _compute(self) -> np.ndarray:
         n = len(self.store)
         if not n:
@@ -171,8 +174,9 @@ class SamplesModel(QAbstractTableModel):
         if self.filter_text:
             keep &= self._text_match()
         rows = np.flatnonzero(keep)
-        if self.sort_key in TEXT_COLUMNS:
-            texts = [self.store.text(int(i), self.sort_key) for i in rows]
+        sorts_by_text = self.sort_key in self.fields and self.fields[self.sort_key][0].kind not in NUMBER_KINDS
+        if self.sort_key in TEXT_COLUMNS or sorts_by_text:
+            texts = [self._sort_text(int(i)) for i in rows]
             order = np.array(sorted(range(len(rows)), key=texts.__getitem__, reverse=self.descending), dtype=np.int64)
             return rows[order] if len(order) else rows
         if self.sort_key == STEP:
@@ -208,17 +212,16 @@ class SamplesModel(QAbstractTableModel):
     def headerData(self, section, orientation, role=Qt.DisplayRole):
         if orientation == Qt.Horizontal and 0 <= section < len(self.columns):
             name = self.columns[section]
+            field_, part = self.fields.get(name, (None, ""))
             if role == Qt.DisplayRole:
-                if name.startswith(COMPONENT_ADVANTAGE):
-                    return f"adv: {name.removeprefix(COMPONENT_ADVANTAGE)}"
-                return _HEADERS.get(name) or (name.removeprefix("rewards/") if name.startswith("rewards/") else name)
+                if field_ is not None:
+                    return f"{field_.header}: {part}" if field_.kind == SCORES else field_.header
+                return name.removeprefix("rewards/") if name.startswith("rewards/") else name
             if role == Qt.ToolTipRole:
                 if name.startswith("rewards/"):
                     return f"reward component {name.removeprefix('rewards/')} (unweighted)"
-                if name.startswith(COMPONENT_ADVANTAGE):
-                    return (f"the advantage from {name.removeprefix(COMPONENT_ADVANTAGE)} alone: that reward "
-                            "normalised within the prompt's group, before the weights (the advantage is their "
-                            "weighted sum, normalised over the batch)")
+                if field_ is not None:
+                    return field_.help.replace("{name}", part) or None
                 return _HEADER_TIPS.get(name)
         return None
 
@@ -231,55 +234,92 @@ class SamplesModel(QAbstractTableModel):
         if sample is None:
             return None
         name = self.columns[index.column()]
+        field_, part = self.fields.get(name, (None, ""))
         if role == Qt.DisplayRole:
             if name == STEP:
                 return str(sample.step)
             if name in TEXT_COLUMNS:
                 return one_line(getattr(sample, name))
-            if name in FLAG_COLUMNS:
-                return flag_text(name, getattr(sample, name))
-            if name == BASELINE and sample.baseline is None:
-                return ""
-            if name == STEPS:
-                return labelled_scores_text(sample.steps) if sample.steps else ""
-            if name == EPISODE:
-                return episode_summary(sample.episode)
+            if field_ is not None:
+                return self._field_display(sample, field_, part)
             return _fmt(self._number(sample, name))
         if role == Qt.ToolTipRole:
-            if sample.episode is not None and name in (COMPLETION, EPISODE):  # the conversation, not the raw text
-                return conversation_text(sample.episode)
+            episode = self._episode(sample)
+            if episode is not None and name == COMPLETION:  # the conversation, not the raw text
+                return conversation_text(episode)
             if name in TEXT_COLUMNS:
                 return getattr(sample, name)
-            if name == STEPS:
-                return steps_tooltip(sample.steps) if sample.steps else None
-            return baseline_text(sample.baseline) if name == BASELINE else None
-        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and name not in _LEFT_COLUMNS:
+            return self._field_tooltip(sample, field_) if field_ is not None else None
+        if role == Qt.TextAlignmentRole and name not in TEXT_COLUMNS and (field_ is None
+                                                                         or field_.kind in _RIGHT_KINDS):
             return _RIGHT
         if role == Qt.BackgroundRole:
-            return self._background(sample, name)
+            return self._background(sample, name, field_)
         return None
 
-    def _background(self, sample: Sample, name: str) -> QColor | None:
-        """Green or pink where the update pushes the completion up or down: an
-        advantage (total or one reward's) by its sign, a label by desirable/undesirable."""
-        if name == LABEL and sample.label is not None:
-            return _POSITIVE if sample.label else _NEGATIVE
-        if name == ADVANTAGE or name.startswith(COMPONENT_ADVANTAGE):
+    @staticmethod
+    def _episode(sample: Sample) -> dict | None:
+        return next((sample.values[f.key] for f in sample.fields
+                     if f.kind == EPISODE_KIND and isinstance(sample.values[f.key], dict)), None)
+
+    def _field_display(self, sample: Sample, field_: SampleField, part: str) -> str:
+        """A field's cell by its kind: a flag in its words, step scores and an episode
+        summed up, numbers formatted, a text on one line, any other kind as compact JSON."""
+        value = sample.values.get(field_.key)
+        if value is None:
+            return ""
+        kind = field_.kind
+        if kind == FLAG:
+            return field_.word(value)
+        if kind == STEPS_KIND:
+            scores = step_scores(value)
+            return labelled_scores_text(scores) if scores else ""
+        if kind == EPISODE_KIND:
+            return episode_summary(value)
+        if kind in NUMBER_KINDS:
+            number = field_number(field_, value, part)
+            return "" if kind == BASELINE_KIND and not isinstance(value, dict) else _fmt(
+                float(number) if isinstance(number, (int, float)) else math.nan)
+        return one_line(field_text(field_, value))
+
+    @staticmethod
+    def _field_tooltip(sample: Sample, field_: SampleField) -> str | None:
+        value = sample.values.get(field_.key)
+        if value is None:
+            return None
+        kind = field_.kind
+        if kind == EPISODE_KIND:
+            return conversation_text(value)
+        if kind == STEPS_KIND:
+            scores = step_scores(value)
+            return steps_tooltip(scores) if scores else None
+        if kind == BASELINE_KIND:
+            return baseline_text(value) or None
+        if kind in NUMBER_KINDS:
+            return None
+        return field_text(field_, value) if isinstance(value, str) else compact_json(value)
+
+    def _background(self, sample: Sample, name: str, field_: SampleField | None) -> QColor | None:
+        """Green or pink where the update pushes the completion up or down: the advantage
+        by its sign, and a signed field (each reward's advantage by its sign, a label by
+        desirable/undesirable)."""
+        if field_ is not None and field_.signed and field_.kind == FLAG:
+            value = sample.values.get(field_.key)
+            return None if not isinstance(value, bool) else _POSITIVE if value else _NEGATIVE
+        if name == ADVANTAGE or (field_ is not None and field_.signed):
             value = self._number(sample, name)
             if math.isfinite(value) and value:
                 return _POSITIVE if value > 0 else _NEGATIVE
         return None
 
-    @staticmethod
-    def _number(sample: Sample, name: str) -> float:
+    def _number(self, sample: Sample, name: str) -> float:
         if name == REWARD:
             return sample.reward
         if name == ADVANTAGE:
             return sample.advantage
-        if name == BASELINE:
-            return sample.baseline_reward
-        if name.startswith(COMPONENT_ADVANTAGE):
-            value = sample.component_advantages.get(name.removeprefix(COMPONENT_ADVANTAGE))
+        if name in self.fields:
+            field_, part = self.fields[name]
+            value = field_number(field_, sample.values.get(field_.key), part)
         else:
             value = sample.rewards.get(name.removeprefix("rewards/"))
         return float(value) if isinstance(value, (int, float)) else math.nan
@@ -435,7 +475,7 @@ class SamplesView(QWidget):
         for column, name in enumerate(self.model.columns):
             if name in TEXT_COLUMNS:
                 header.resizeSection(column, 320)
-            elif name == EPISODE:
+            elif name in self.model.fields and self.model.fields[name][0].kind == EPISODE_KIND:
                 header.resizeSection(column, 250)
             else:
                 title = str(self.model.headerData(column, Qt.Horizontal))
