@@ -20,7 +20,7 @@ from engine.cli import main
 from engine.data import load_splits
 from engine.commands.score_rewards import score
 from engine.preset.schema import preset_from_dict
-from engine.preset.io import preset_to_dict
+from engine.foundation.io import preset_to_dict
 from engine.rewards import build_reward_components, combine_rewards
 from workbench.playground.results import ADVANTAGE, RUN_ADVANTAGE, RUN_TOTAL, TOTAL, component_column
 from engine_runs import cli, engine
@@ -256,7 +256,7 @@ def open_playground(qtbot, window, run_dir: Path):
     window.open_run(run_dir)
     window.tabs.setCurrentWidget(window.playground)
     view = window.playground
-    qtbot.waitUntil(lambda: view.source.run is not None and bool(view.host.rewards.items), timeout=5000)
+    qtbot.waitUntil(lambda: view.source.run is not None and bool(view.rewards.items), timeout=5000)
     return view
 
 
@@ -277,7 +277,7 @@ def test_tab_scores_a_runs_samples_with_a_weight_typed_in(qtbot, window, tmp_pat
     view = open_playground(qtbot, window, run_dir)
     assert view.source.step == 2 and view.table.rowCount() == 8
     assert [r.get("name") for r in view.doc.get("rewards")] == ["exact_match", "sort_position"]
-    type_text(qtbot, view.host.rewards.items[1].weight.line, "2")
+    type_text(qtbot, view.rewards.items[1].weight.line, "2")
     assert view.doc.get("rewards")[1]["weight"] == 2.0
     result = press_score(qtbot, view)
     assert view.result is result and not view.error_label.isVisible()
@@ -344,7 +344,7 @@ def test_tab_shows_a_user_function_error_with_file_and_line(qtbot, window, tmp_p
     run_dir = write_sort_run(tmp_path, rewards=[{"name": "exact_match"}, {"name": "my_rewards.py:brevity"}],
                              files={"my_rewards.py": REWARDS_PY})
     view = open_playground(qtbot, window, run_dir)
-    row = view.host.rewards.items[1]
+    row = view.rewards.items[1]
     assert row.kind == "custom" and row.file.value().endswith("my_rewards.py")
     row.function.combo.lineEdit().setFocus()
     row.function.combo.lineEdit().selectAll()
@@ -376,11 +376,11 @@ def test_tab_lists_the_runs_folder_and_takes_the_set_up_rewards(qtbot, window, t
     qtbot.mouseClick(view.from_setup, Qt.LeftButton)
     assert [r["name"] for r in view.doc.get("rewards")] == ["exact_match"]
     # A weight the schema refuses is shown on its row, as in the set-up form.
-    type_text(qtbot, view.host.rewards.items[0].weight.line, "heavy")
-    assert "weight:" in view.host.rewards.items[0].problems.error.text()
+    type_text(qtbot, view.rewards.items[0].weight.line, "heavy")
+    assert "weight:" in view.rewards.items[0].problems.error.text()
     qtbot.mouseClick(view.from_run, Qt.LeftButton)
     assert [r["name"] for r in view.doc.get("rewards")] == ["exact_match", "sort_position"]
-    assert not view.host.rewards.items[0].problems.error.isVisible()
+    assert not view.rewards.items[0].problems.error.isVisible()
 
 
 def test_a_cell_is_shaded_only_when_it_reads_differently_from_the_runs():

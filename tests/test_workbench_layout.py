@@ -120,12 +120,12 @@ def test_the_playground_buttons_are_whole_at_1024(make_window, qtbot, tmp_path):
     window.open_run(write_run(tmp_path / "runs", "grpo-sort-20260101-120000", steps=3))
     window.tabs.setCurrentWidget(window.playground)
     view = window.playground
-    qtbot.waitUntil(lambda: view.source.run is not None and bool(view.host.rewards.items), timeout=5000)
+    qtbot.waitUntil(lambda: view.source.run is not None and bool(view.rewards.items), timeout=5000)
     QApplication.processEvents()
     buttons = [b for b in view.findChildren(QPushButton) if b.isVisible()]
     assert any(b.text() == "Remove" for b in buttons) and view.use_in_setup in buttons
-    viewport = view.host.parentWidget()
-    assert view.host.width() <= viewport.width()  # the rewards editor does not scroll sideways (406 in 394)
+    viewport = view.rewards_pane.parentWidget()
+    assert view.rewards_pane.width() <= viewport.width()  # the rewards editor does not scroll sideways (406 in 394)
     for button in buttons:
         assert button.width() >= button.sizeHint().width(), button.text()
         # not cut by the pane it is in (the rewards editor scrolled sideways: Remove cut)

@@ -3,7 +3,7 @@ edited rewards, beside what the run had, and carry the rewards into the set-up f
 
 Model (no Qt): model (the completions, the engine request and its answer, the rewards
 made fit for the set-up form). Views (Qt): view (`PlaygroundView`, the tab), source
-(where the completions come from), rewards_host (the set-up form's rewards editor on the
+(where the completions come from; the tab holds the set-up form's rewards editor on the
 playground's copy of the preset), results (the table), scorer (`rl-engine
 score-rewards` in a QProcess). The scoring is the engine's (engine/commands/score_rewards.py).
 """

@@ -3,7 +3,8 @@ edited rewards, and see each component, the total and, for GRPO groups, the adva
 beside what the run had.
 
 Left: where the completions come from (workbench/playground/source.py) and the set-up
-form's rewards editor on the playground's own copy of the preset (rewards_host.py).
+form's rewards editor (workbench/setup/rewards_editor.py) on the playground's own copy
+of the preset, given that document directly.
 Right: Score, which runs `rl-engine score-rewards` in the background (scorer.py), and
 the table (results.py). "Use these rewards in Set-up" writes the edited rewards into
 the set-up form's preset and shows it.
@@ -32,10 +33,10 @@ from engine.run import rundir
 from workbench.playground.model import (Completion, ScoreError, ScoreResult, TypedInputError, build_request,
                                         rewards_for_setup, run_preset)
 from workbench.playground.results import ResultsTable
-from workbench.playground.rewards_host import RewardsHost
 from workbench.playground.scorer import RewardScorer
 from workbench.playground.source import RUN, SourceBox
 from workbench.setup.document import PresetDocument
+from workbench.setup.rewards_editor import RewardsEditor
 
 ERROR_STYLE = "color: #b00020;"
 NOTE_STYLE = "color: #5f6368;"
@@ -98,7 +99,18 @@ class PlaygroundView(QWidget):
         self._loaded_once = False
 
         self.source = SourceBox(self)
-        self.host = RewardsHost(self.doc, self)
+        # The set-up form's rewards editor on this copy, with the schema's problems about
+        # the rewards next to their rows; the set-up form's preset is untouched until
+        # "Use these rewards in Set-up".
+        self.rewards_pane = QWidget(self)
+        self.rewards = RewardsEditor(self.doc, self.rewards_pane)
+        pane_layout = QVBoxLayout(self.rewards_pane)
+        pane_layout.setContentsMargins(0, 0, 0, 0)
+        pane_layout.addWidget(self.rewards)
+        pane_layout.addStretch(1)
+        self.doc.changed.connect(lambda _path: self.refresh_rewards())
+        self.doc.replaced.connect(self.refresh_rewards)
+        self.refresh_rewards()
         self.from_run = QPushButton("Rewards of the run", self)
         self.from_run.setToolTip("Start again from the rewards the chosen run trained with")
         self.from_setup = QPushButton("Rewards of Set-up", self)
@@ -142,7 +154,7 @@ class PlaygroundView(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(self.source)
         rewards_scroll = FittingScroll(self)
-        rewards_scroll.setWidget(self.host)
+        rewards_scroll.setWidget(self.rewards_pane)
         left_layout.addWidget(rewards_scroll, 1)
         left_layout.addLayout(reload_line)
         left_layout.addWidget(self.use_in_setup)
@@ -180,6 +192,11 @@ class PlaygroundView(QWidget):
 
     # --- Public API
 
+    def refresh_rewards(self) -> None:
+        """Redraw the rewards editor from the document, with its problems."""
+        self.rewards.refresh()
+        self.rewards.show_problems(self.doc.validate()[1])
+
     def refresh_runs(self) -> None:
         """List the runs again (the window's open run may have changed): called when the
         tab is shown. With no run anywhere, the rewards start from the set-up form's."""
@@ -200,7 +217,7 @@ class PlaygroundView(QWidget):
         data = run_preset(run.run_dir, run.preset)
         self.doc.new(data, clean=True)
         self.doc.path = path  # custom reward files are found from the run's folder
-        self.host.refresh()
+        self.refresh_rewards()
         self._loaded_once = True
         self._say(f"Rewards of {run.name}: edit them and press Score.")
 
@@ -208,7 +225,7 @@ class PlaygroundView(QWidget):
         """The set-up form's preset (rewards, algorithm), to edit."""
         self.doc.new(copy.deepcopy(self.setup_doc.data), clean=True)
         self.doc.path = self.setup_doc.path
-        self.host.refresh()
+        self.refresh_rewards()
         self._say("Rewards of the Set-up tab's preset: edit them and press Score.")
 
     def score(self) -> bool:

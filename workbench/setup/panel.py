@@ -112,13 +112,15 @@ class SetupPanel(QWidget):
         self.forms: dict[str, SectionForm] = {}
         top_specs = {s.name: s for s in schema.section_fields(Preset)}
         experiment = QGroupBox("Experiment", self)
-        self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self, experiment, "")
+        self.forms["experiment"] = SectionForm([top_specs["name"], top_specs["description"]], self.doc, self.field_edited,
+                                               self.task_option_defaults, experiment, "")
         QVBoxLayout(experiment).addWidget(self.forms["experiment"])
         boxes: dict[str, QGroupBox] = {}
         for key in ("model", "data", "training", "alarms"):
             box = QGroupBox(SECTION_TITLES[key], self)
             box.setToolTip(top_specs[key].description)
-            form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self, box, key)
+            form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self.doc, self.field_edited,
+                               self.task_option_defaults, box, key)
             self.forms[key] = form
             QVBoxLayout(box).addWidget(form)
             boxes[key] = box
@@ -131,8 +133,8 @@ class SetupPanel(QWidget):
         self.preview.setToolTip("The first training prompts of this data, with the answer the rewards compare against")
         boxes["data"].layout().addWidget(QLabel("Preview: first training prompts"))
         boxes["data"].layout().addWidget(self.preview)
-        self.algorithm = AlgorithmBox(self)
-        self.rewards = RewardsEditor(self)
+        self.algorithm = AlgorithmBox(self.doc, self.field_edited, self.task_option_defaults, self)
+        self.rewards = RewardsEditor(self.doc, self)
 
         self.grid = QGridLayout()
         self.sections = [[experiment, boxes["model"], boxes["data"]], [self.algorithm, self.rewards],

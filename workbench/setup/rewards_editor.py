@@ -6,7 +6,7 @@ label, weight, step delimiter and options, and the Add component chooser.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -27,14 +27,12 @@ from engine.rewards import PROCESS_REWARD_MODEL, REWARD_MODEL, REWARDS, componen
 from engine.rewards.custom import function_options
 from engine.rewards import PRM_HEADS
 from workbench.setup import schema
+from workbench.setup.document import PresetDocument
 from workbench.setup.editors import NOTE_STYLE, ChoiceEditor, FieldRow, NumberEditor, PathEditor, TextEditor
 from workbench.setup.options_editor import TEXT, OptionsEditor
 from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, StepDelimiterEditor, \
     delimiter_placeholder, functions_in, relative_to_preset, reward_help, reward_row_kind, split_function_name
 from workbench.setup.unknown_keys import UnknownKeysBanner
-
-if TYPE_CHECKING:
-    from workbench.setup.panel import SetupPanel
 
 
 REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
@@ -93,7 +91,7 @@ class RewardRow(QFrame):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(2)
         layout.addLayout(top)
-        self.unknown = UnknownKeysBanner(editor.panel.doc, f"rewards.{index}", self)
+        self.unknown = UnknownKeysBanner(editor.doc, f"rewards.{index}", self)
         layout.addWidget(self.unknown)
         if kind == "registry":
             names = tuple(sorted(REWARDS))
@@ -119,7 +117,7 @@ class RewardRow(QFrame):
             title.setToolTip(CUSTOM_HELP)
             top.addWidget(title, 2)
             file_spec = schema.FieldSpec(specs["name"].path, "file", schema.TEXT, CUSTOM_HELP)
-            self.file = RewardFileEditor(file_spec, lambda: editor.panel.doc.base_dir, self)
+            self.file = RewardFileEditor(file_spec, lambda: editor.doc.base_dir, self)
             self.function = FunctionEditor(schema.FieldSpec(specs["name"].path, "function", schema.TEXT, CUSTOM_HELP),
                                            self)
             source = QWidget(self)
@@ -166,7 +164,7 @@ class RewardRow(QFrame):
         self.editor.set_item(self.index, {"options": options})
 
     def _file_edited(self, _value: Any) -> None:
-        functions = functions_in(self.file.value() or "", self.editor.panel.doc.base_dir)
+        functions = functions_in(self.file.value() or "", self.editor.doc.base_dir)
         self.function.set_choices(functions)
         if functions and self.function.value() not in functions:
             self.function.set_value(functions[0])  # a new file: its first reward-shaped function
@@ -176,7 +174,7 @@ class RewardRow(QFrame):
         name = f"{(self.file.value() or '').strip()}:{self.function.value()}"
         old = self._item.get("options") or {}
         # Options belong to the function: keep only those the new one takes.
-        keep = function_options(name, self.editor.panel.doc.base_dir)
+        keep = function_options(name, self.editor.doc.base_dir)
         self.editor.set_item(self.index, {"name": name, "options": {k: v for k, v in old.items() if k in keep}})
 
     def _option_defaults(self) -> dict:
@@ -185,7 +183,7 @@ class RewardRow(QFrame):
             return reward_options(name) if name in REWARDS else {}
         if self.kind in MODEL_KINDS:
             return {k: v for k, v in reward_options(self.kind).items() if k != "model"}
-        return function_options(name, self.editor.panel.doc.base_dir) if isinstance(name, str) else {}
+        return function_options(name, self.editor.doc.base_dir) if isinstance(name, str) else {}
 
     # ------------------------------------------------------------- showing
 
@@ -203,7 +201,7 @@ class RewardRow(QFrame):
         if self.file is not None:
             file, function = split_function_name(name)
             self.file.set_value(file)
-            self.function.set_choices(functions_in(file, self.editor.panel.doc.base_dir))
+            self.function.set_choices(functions_in(file, self.editor.doc.base_dir))
             self.function.set_value(function)
         label = item.get("label")
         self.label.set_value(label)
@@ -233,9 +231,9 @@ class RewardsEditor(QGroupBox):
     """The reward components: registry rewards, reward models, process reward models
     and custom Python functions, each with label, weight, step delimiter and options."""
 
-    def __init__(self, panel: "SetupPanel"):
-        super().__init__("Rewards", panel)
-        self.panel = panel
+    def __init__(self, doc: PresetDocument, parent: QWidget | None = None):
+        super().__init__("Rewards", parent)
+        self.doc = doc
         self.items: list[RewardRow] = []
         self.list_row = FieldRow(QLabel("total reward = Σ weight × component", self), self)
         self.list_row.editor.setStyleSheet(NOTE_STYLE)
@@ -256,7 +254,7 @@ class RewardsEditor(QGroupBox):
         self.add_button.clicked.connect(self._add)
 
     def _items(self) -> list:
-        value = self.panel.doc.get("rewards")
+        value = self.doc.get("rewards")
         return list(value) if isinstance(value, list) else []
 
     def refresh(self) -> None:
@@ -290,12 +288,12 @@ class RewardsEditor(QGroupBox):
             for key in ("label", "step_delimiter"):
                 if items[index].get(key, "") is None:
                     del items[index][key]  # unset: the preset leaves it out
-            self.panel.doc.set("rewards", items)
+            self.doc.set("rewards", items)
 
     def remove_item(self, index: int) -> None:
         items = self._items()
         del items[index]
-        self.panel.doc.set("rewards", items)
+        self.doc.set("rewards", items)
 
     def _new_item(self, name: str, options: dict | None = None) -> dict:
         defaults = {k: v for k, v in schema.item_defaults(_reward_model()).items() if v is not None}
@@ -319,24 +317,24 @@ class RewardsEditor(QGroupBox):
         elif choice == ADD_CUSTOM:
             self.add_custom()
         elif choice:
-            self.panel.doc.set("rewards", self._items() + [self._new_item(choice)])
+            self.doc.set("rewards", self._items() + [self._new_item(choice)])
 
     def add_reward_model(self, model: str = "") -> None:
         """A reward-model component (the model field is then edited in its row)."""
-        self.panel.doc.set("rewards", self._items() + [self._new_item(REWARD_MODEL, {"model": model})])
+        self.doc.set("rewards", self._items() + [self._new_item(REWARD_MODEL, {"model": model})])
         if not model:
             self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
 
     def add_process_reward_model(self, model: str = "") -> None:
         """A process-reward-model component (the model field is then edited in its row)."""
-        self.panel.doc.set("rewards", self._items() + [self._new_item(PROCESS_REWARD_MODEL, {"model": model})])
+        self.doc.set("rewards", self._items() + [self._new_item(PROCESS_REWARD_MODEL, {"model": model})])
         if not model:
             self.items[-1].model.line.setFocus(Qt.OtherFocusReason)
 
     def add_custom(self, path: str | None = None) -> None:
         """A custom-function component from the Python file `path` (asked for when None),
         naming its first function that takes (prompts, completions, ...)."""
-        base = self.panel.doc.base_dir
+        base = self.doc.base_dir
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self, "Python file with the reward function", str(base or Path.cwd()),
                                                   "Python files (*.py);;All files (*)")
@@ -345,7 +343,7 @@ class RewardsEditor(QGroupBox):
         file = relative_to_preset(path, base)
         functions = functions_in(file, base)
         name = f"{file}:{functions[0] if functions else 'reward'}"
-        self.panel.doc.set("rewards", self._items() + [self._new_item(name)])
+        self.doc.set("rewards", self._items() + [self._new_item(name)])
 
     def row_for(self, path: str) -> FieldRow | None:
         parts = path.split(".")
@@ -366,3 +364,21 @@ class RewardsEditor(QGroupBox):
             for inner, row in item.field_rows.items():
                 found[f"rewards.{index}" + (f".{inner}" if inner else "")] = row
         return found
+
+    def show_problems(self, problems: list[tuple[str, str]]) -> None:
+        """Show the schema's problems about the rewards next to their rows (a form of its
+        own, the playground's; the set-up form places every problem itself). On a
+        component's row, the message says which of its fields: "weight: must be ..."."""
+        owned = {"rewards": self.list_row, **self.all_rows()}
+        rows = {id(row): (row, []) for row in owned.values()}
+        row_paths = {id(row): path for path, row in owned.items()}
+        for path, message in problems:
+            if not (path == "rewards" or path.startswith("rewards.")):
+                continue
+            row = self.row_for(path)
+            if row is not None and id(row) in rows:
+                own = row_paths[id(row)]
+                prefix = path[len(own) + 1:] + ": " if path.startswith(own + ".") else ""
+                rows[id(row)][1].append(prefix + message)
+        for row, messages in rows.values():
+            row.show_problems(messages)

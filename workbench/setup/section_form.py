@@ -4,26 +4,29 @@ the algorithm chooser over one such form per algorithm.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from workbench.setup import schema
+from workbench.setup.document import PresetDocument
 from workbench.setup.editors import NOTE_STYLE, FieldEditor, FieldRow, make_editor
 from workbench.setup.options_editor import OptionsEditor
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
-if TYPE_CHECKING:
-    from workbench.setup.panel import SetupPanel
+
+Edited = Callable[[str, Any], None]  # a field's path and the value typed into it
 
 
 class SectionForm(QWidget):
     """A form with one FieldRow per field of a schema section (nested sections become
-    sub-groups). `rows` maps each dotted path to its row."""
+    sub-groups). `rows` maps each dotted path to its row. What is typed goes to
+    `edited(path, value)`; `option_defaults()` gives the chosen task's options (the
+    task options editor's defaults); `doc` is read by the unknown-key banners."""
 
-    def __init__(self, specs: list[schema.FieldSpec], panel: "SetupPanel", parent: QWidget | None = None,
-                 section: str | None = None):
+    def __init__(self, specs: list[schema.FieldSpec], doc: PresetDocument, edited: Edited,
+                 option_defaults: Callable[[], dict], parent: QWidget | None = None, section: str | None = None):
         super().__init__(parent)
         self.rows: dict[str, FieldRow] = {}
         # Unknown keys of this section (and of nested ones), at the top of each.
@@ -33,13 +36,14 @@ class SectionForm(QWidget):
         self.form.setContentsMargins(4, 4, 4, 4)
         self.form.setVerticalSpacing(4)
         if section is not None:
-            self.banners[section] = UnknownKeysBanner(panel.doc, section, self)
+            self.banners[section] = UnknownKeysBanner(doc, section, self)
             self.form.addRow(self.banners[section])
         for spec in specs:
             if spec.kind == schema.SECTION:
                 box = QGroupBox(spec.label if spec.name != "lora" else "LoRA", self)
                 box.setToolTip(spec.description)
-                inner = SectionForm(schema.section_fields(spec.model, spec.path + "."), panel, box, spec.path)
+                inner = SectionForm(schema.section_fields(spec.model, spec.path + "."), doc, edited, option_defaults,
+                                    box, spec.path)
                 QVBoxLayout(box).addWidget(inner)
                 box.layout().setContentsMargins(2, 2, 2, 2)
                 self.rows.update(inner.rows)
@@ -47,7 +51,7 @@ class SectionForm(QWidget):
                 self.form.addRow(box)
                 continue
             if spec.kind == schema.MAPPING and spec.path == "data.task_options":
-                editor: FieldEditor = OptionsEditor(spec, panel.task_option_defaults, self)
+                editor: FieldEditor = OptionsEditor(spec, option_defaults, self)
             else:
                 editor = make_editor(spec, self)
             row = FieldRow(editor, self)
@@ -55,16 +59,18 @@ class SectionForm(QWidget):
             label.setToolTip(spec.tooltip())
             self.form.addRow(label, row)
             self.rows[spec.path] = row
-            editor.edited.connect(lambda value, path=spec.path: panel.field_edited(path, value))
+            editor.edited.connect(lambda value, path=spec.path: edited(path, value))
 
 
 class AlgorithmBox(QGroupBox):
     """The algorithm chooser (read from the schema's discriminated union) over one form
-    per algorithm; switching shows that algorithm's hyperparameters."""
+    per algorithm; switching shows that algorithm's hyperparameters (`doc`, `edited`
+    and `option_defaults` as SectionForm's)."""
 
-    def __init__(self, panel: "SetupPanel"):
-        super().__init__("Algorithm", panel)
-        self.panel = panel
+    def __init__(self, doc: PresetDocument, edited: Edited, option_defaults: Callable[[], dict],
+                 parent: QWidget | None = None):
+        super().__init__("Algorithm", parent)
+        self.doc, self._edited, self._option_defaults = doc, edited, option_defaults
         self.chooser = QComboBox(self)
         self.chooser.setObjectName("algorithm-chooser")
         self._names = list(schema.algorithm_models())
@@ -93,13 +99,14 @@ class AlgorithmBox(QGroupBox):
     def _chosen(self, index: int) -> None:
         name = self.chooser.itemData(index)
         if name in self._names:
-            self.panel.doc.switch_algorithm(name)
+            self.doc.switch_algorithm(name)
 
     def form(self, name: str) -> SectionForm | None:
         if name not in self._names:
             return None
         if name not in self.forms:
-            self.forms[name] = SectionForm(schema.algorithm_fields(name), self.panel, self.stack, "algorithm")
+            self.forms[name] = SectionForm(schema.algorithm_fields(name), self.doc, self._edited,
+                                           self._option_defaults, self.stack, "algorithm")
             self.forms[name].hide()
             self.stack_layout.addWidget(self.forms[name])
         return self.forms[name]
