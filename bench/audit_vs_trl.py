@@ -67,7 +67,8 @@ def grpo_case(batch: Batch, variant: str, *, loss_type, trl_loss_type=None, ours
     """Our grpo_loss (micro-batches weighted by micro_batch_weight, as the GRPO trainer) against
     TRL's GRPOTrainer._compute_loss (micro-batches with gradient accumulation, as TRL's loop)."""
     from engine.rl.catalog import micro_batch_weight
-    from engine.rl.losses import grpo_loss, masked_mean
+    from engine.rl.losses import grpo_loss
+    from engine.rl.masking import masked_mean
 
     trl_loss_type = trl_loss_type or loss_type
     ours_extra, trl_extra = ours_extra or {}, trl_extra or {}

@@ -279,7 +279,7 @@ def generate_child(args) -> int:
     import torch
 
     from engine.model.loading import load_model
-    from engine.preset.schema import ModelConfig
+    from engine.model.config import ModelConfig
     from engine.model.rollout import sample
 
     cuda = args.device == "cuda"

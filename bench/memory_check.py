@@ -88,7 +88,7 @@ def check(preset_path: Path, overrides: list[str]) -> dict:
     """Estimate and measure one training step of a preset; the figures in bytes."""
     import json
 
-    from engine.algorithms import build_trainer
+    from engine.commands.train import build_trainer
     from engine.model.memory_estimate import estimate_memory
     from engine.model.loading import parameter_counts
     from engine.preset.schema import load_preset

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import engine.algorithms.policy as policy_module
     import engine.model.rollout as rollout_module
     import grpo_vs_trl
-    from engine.algorithms import build_trainer
+    from engine.commands.train import build_trainer
     from engine.preset.schema import load_preset
 
     path, note = prepare_model(args.model)

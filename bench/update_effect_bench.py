@@ -104,7 +104,7 @@ def _synchronize() -> None:
 def run_once(args, record: bool, run_dir: Path) -> dict:
     """Train the preset with record_update_effect = `record`; {'durations': {step: seconds},
     'metrics': {step: metrics}, 'pass': {step: seconds in the pass after the update}} (timed steps)."""
-    from engine.algorithms import build_trainer
+    from engine.commands.train import build_trainer
     from engine.preset.schema import load_preset
 
     overrides = [f"training.max_steps={args.steps}", "training.eval_steps=0", "training.save_steps=0",

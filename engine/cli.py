@@ -12,7 +12,7 @@ Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step fini
 a checkpoint is saved, run_finished (stopped) is written and the exit status is 0. A
 stop during set-up (model loading, data building) ends the run at once: run_finished
 (stopped, during_setup), nothing to checkpoint, exit 0. A second Ctrl-C aborts at
-once: run_failed (aborted), exit 1. See engine/run/stopping.py.
+once: run_failed (aborted), exit 1. See engine/foundation/stopping.py.
 
 With --nproc-per-node N this process is a launcher: torchrun starts N workers (this
 same CLI, one a rank; engine/distributed/launch.py), and rank 0 writes the run folder.
@@ -29,7 +29,7 @@ from engine.commands.train import (  # noqa: F401 (install_stop_handlers, restor
 )
 from engine.run.failures import failure_location, no_checkpoint_message, user_code_location  # noqa: F401 (re-exported)
 from engine.run.progress import progress_callback, progress_postfix  # noqa: F401 (re-exported)
-from engine.run.stopping import STARTING, StopDuringSetup, StopFlag
+from engine.foundation.stopping import STARTING, StopDuringSetup, StopFlag
 
 
 def cmd_validate(args) -> int:

@@ -45,7 +45,7 @@ def write_validate_preset(folder: Path, name: str = "inputs", **sections) -> Pat
 def engine_handlers():
     """The CLI's SIGINT/SIGTERM handlers, as during a run's training phase."""
     from engine.cli import install_stop_handlers, restore_handlers
-    from engine.run.stopping import TRAINING, StopFlag
+    from engine.foundation.stopping import TRAINING, StopFlag
 
     stop = StopFlag(phase=TRAINING)
     previous = install_stop_handlers(stop)

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.algorithms import build_trainer  # noqa: E402
+from engine.commands.train import build_trainer  # noqa: E402
 from engine.distributed.sharding import full_tensor  # noqa: E402
 from engine.distributed.world import World, init_world  # noqa: E402
 from engine.preset.schema import load_preset  # noqa: E402

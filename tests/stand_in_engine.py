@@ -9,7 +9,7 @@ real engine spends most of a minute importing torch and loading a model on a bus
 
 The window launches it through `stand_in_command` (tests/window_fixtures.py's `stand_in`
 fixture puts it in front of EngineProcess.start). What it keeps of the engine's contract
-(docs/run-directory.md, engine/cli.py, engine/run/stopping.py):
+(docs/run-directory.md, engine/cli.py, engine/foundation/stopping.py):
 
 - preset.yaml, engine.log and events.jsonl (written with the engine's own EventWriter):
   run_started (the recording's, with this process's pid, the preset, max_steps and the

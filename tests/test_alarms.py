@@ -14,8 +14,8 @@ from conftest import small_preset_dict
 from engine.run import rundir
 from engine.alarms import AlarmsConfig, AlarmWatcher, alarm_line
 from engine.alarms.detectors import DETECTORS, KINDS, History
-from engine.algorithms import build_trainer
-from engine.preset.errors import PresetError
+from engine.commands.train import build_trainer
+from engine.foundation.errors import PresetError
 from engine.preset.schema import load_preset, preset_from_dict
 
 BUNDLED_RUNS = Path(__file__).parent / "data" / "bundled_runs"

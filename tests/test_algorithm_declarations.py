@@ -25,7 +25,7 @@ from engine.algorithms import ALGORITHMS, Algorithm, registry, undeclared
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
 from engine.distributed.launch import world_size_problems
 from engine.model.memory_estimate import estimate_memory, update_rows
-from engine.preset.input_checks import reward_field_problems
+from engine.rewards.input_checks import reward_field_problems
 from engine.preset.schema import ALGORITHM_CONFIGS, ALGORITHM_NAMES, preset_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,12 +15,12 @@ from engine.rl.advantages import (
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.algorithms.dpo.trainer import DPOTrainer
 from engine.algorithms.grpo.trainer import GRPOTrainer
 from engine.algorithms.ppo.trainer import PPOTrainer
 from engine.preset.schema import preset_from_dict
-from engine.run.stopping import StopFlag
+from engine.foundation.stopping import StopFlag
 
 PPO_METRICS = {
     "objective/kl", "objective/entropy", "objective/non_score_reward", "objective/rlhf_reward",

@@ -234,7 +234,7 @@ def test_grouped_loss_is_the_loss_of_one_batch():
 def test_tools_model_loads_through_the_engine_like_builtin_tiny():
     from engine.model.chat import chat_format
     from engine.model.loading import load_model, resolve_model_path
-    from engine.preset.schema import ModelConfig
+    from engine.model.config import ModelConfig
 
     assert resolve_model_path("builtin:tiny-tools").endswith("assets/tiny-tools-model")
     loaded = load_model(ModelConfig(name_or_path="builtin:tiny-tools", device="cpu"))

@@ -16,7 +16,7 @@ from conftest import ROOT, small_preset_dict
 from engine.run import rundir
 from engine.cli import main, user_code_location
 from engine.rewards.custom import function_options, static_problems
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rewards import RewardError, absolute_reward_paths, build_reward_components, combine_rewards
 from engine_runs import cli

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from engine.cli import main
-from engine.preset.limits import context_problem
+from engine.foundation.limits import context_problem
 from engine.run import rundir
 from engine_runs import cli
 from tests.hub_fixtures import make_tiny_chat_model

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.algorithms.policy import Policy
 from engine.preset.schema import preset_from_dict
 from engine.run import rundir

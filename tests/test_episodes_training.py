@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.algorithms.policy import Policy
 from engine.preset.schema import preset_from_dict
 from engine.run import rundir
@@ -140,7 +140,7 @@ def test_ppo_advantages_carry_across_the_reply(tmp_path, model_folder, scripted)
 
 
 def test_episodes_are_refused_for_dpo():
-    from engine.preset.errors import PresetError
+    from engine.foundation.errors import PresetError
 
     with pytest.raises((PresetError, ValueError)) as info:
         preset_from_dict({"name": "x", "algorithm": {"name": "dpo"},

@@ -21,7 +21,7 @@ from engine.model.kv_cache import PreallocatedLayer, preallocate
 from engine.model.loading import load_model, peft_reading_deprecated_alias, reference_mode
 from engine.model.merged_lora import merged_lora
 from engine.model.rollout import Rollout, sample
-from engine.preset.schema import ModelConfig
+from engine.model.config import ModelConfig
 from test_forward import build, full_logits
 
 

@@ -7,7 +7,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 from engine.builtin_model.recipe import build_tokenizer
 from engine.model.forward import completion_logits, group_index
 from engine.model.loading import load_model
-from engine.preset.schema import ModelConfig
+from engine.model.config import ModelConfig
 from engine.model.rollout import sample
 
 

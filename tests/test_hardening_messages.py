@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from engine.hub.access import hub_ids_of
-from engine.preset.errors import PresetError
-from engine.preset.io import save_preset
-from engine.preset.paths import local_or_hub_id, model_path_problem
+from engine.foundation.errors import PresetError
+from engine.foundation.io import save_preset
+from engine.foundation.paths import local_or_hub_id, model_path_problem
 from engine.preset.schema import load_preset, preset_from_dict
 from conftest import write_validate_preset
 from engine_runs import cli

@@ -16,8 +16,9 @@ import pytest
 import hub_fixtures as hf
 from engine.data import load_splits
 from engine.data.columns import compile_answer_pattern
-from engine.preset.schema import DataConfig, preset_from_dict
-from engine.preset.errors import PresetError
+from engine.preset.schema import preset_from_dict
+from engine.data.config import DataConfig
+from engine.foundation.errors import PresetError
 
 GSM8K = {"prompt_field": "question", "answer_pattern": r"####\s*(.+)"}
 
@@ -153,7 +154,7 @@ def test_hub_id_from_the_local_cache_offline(tmp_path):
     files = hf.make_gsm8k_parquet_pair(tmp_path / "files")
     hf.cache_dataset(tmp_path / "hf_home", "openai/gsm8k", files)
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    code = ("from engine.data import load_splits; from engine.preset.schema import DataConfig\n"
+    code = ("from engine.data import load_splits; from engine.data.config import DataConfig\n"
             "train, held = load_splits(DataConfig(task=None, dataset='openai/gsm8k', subset='main', eval_split='test',"
             " prompt_field='question', answer_pattern=r'####\\s*(.+)', num_train=5, num_eval=3), 0)\n"
             "print(len(train), len(held), train[0].fields['answer'])\n"

@@ -17,7 +17,7 @@ from conftest import small_preset_dict
 from engine.run import rundir
 from engine.cli import main
 from engine.data import load_splits
-from engine.preset.schema import DataConfig
+from engine.data.config import DataConfig
 
 GSM8K = {"prompt_field": "question", "answer_pattern": r"####\s*(.+)"}
 DEFAULT_README = """---

@@ -15,9 +15,10 @@ from engine.algorithms.kto.config import KTOConfig, weight_ranges
 from engine.algorithms.kto.trainer import KTOTrainer
 from engine.data import Example, preference_pairs
 from engine.data.unpaired import load_unpaired_splits, unpair, unpaired_rows
-from engine.preset.errors import PresetError
-from engine.preset.input_checks import reward_field_problems
-from engine.preset.schema import DataConfig, preset_from_dict
+from engine.foundation.errors import PresetError
+from engine.rewards.input_checks import reward_field_problems
+from engine.preset.schema import preset_from_dict
+from engine.data.config import DataConfig
 from engine.rl.kto_losses import kl_reference_point, kto_loss, mismatched_order
 from engine.run import rundir
 

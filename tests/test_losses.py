@@ -4,16 +4,11 @@ import pytest
 import torch
 
 from engine.rl.catalog import AGGREGATIONS, KL_ESTIMATORS, POLICY_LOSSES
-from engine.rl.losses import (
-    clipped_surrogate,
-    completion_mask,
-    entropy_from_logits,
-    grpo_loss,
-    kl_k1,
-    kl_k3,
-    masked_mean,
-    selective_log_softmax,
-)
+from engine.rl.losses import grpo_loss
+from engine.rl.surrogates import clipped_surrogate
+from engine.rl.masking import masked_mean
+from engine.rl.kl import kl_k1, kl_k3
+from engine.model.tensors import completion_mask, entropy_from_logits, selective_log_softmax
 
 
 def _aggregator(loss_type):
@@ -387,13 +382,9 @@ def test_grpo_loss_unknown_loss_type():
 
 # ---------------------------------------------------------------- GSPO, PPO, DPO
 
-from engine.rl.losses import (  # noqa: E402
-    clipped_value_loss,
-    dpo_loss,
-    ppo_policy_loss,
-    sequence_log_ratio,
-    sequence_logps,
-)
+from engine.rl.losses import clipped_value_loss, ppo_policy_loss  # noqa: E402
+from engine.rl.dpo_losses import dpo_loss, sequence_logps  # noqa: E402
+from engine.rl.importance import sequence_log_ratio  # noqa: E402
 
 
 def test_sequence_log_ratio_is_the_masked_token_mean():

@@ -6,7 +6,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.builtin_model.recipe import build_tokenizer
 from engine.model.loading import ModelLoadError, find_lora_targets, load_model, reference_mode, resolve_model_path
-from engine.preset.schema import ModelConfig, preset_from_dict
+from engine.preset.schema import preset_from_dict
+from engine.model.config import ModelConfig
 from engine.model.rollout import filter_logits, positions_from_mask, sample
 
 

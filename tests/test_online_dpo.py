@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.algorithms.online_dpo.ranking import penalised_scores, rank_pairs
 from engine.algorithms.online_dpo.trainer import OnlineDPOTrainer, chosen_and_rejected, pair_losses
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rl.dpo_losses import dpo_loss
 from engine.run import rundir

@@ -10,7 +10,7 @@ import torch
 from conftest import small_preset_dict
 from engine.algorithms.grpo.config import GRPOConfig
 from engine.algorithms.grpo.trainer import GRPOTrainer
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rl import catalog
 from engine.rl.catalog import POLICY_LOSSES, SURROGATES, policy_loss_parts, upper_clip

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from engine.preset.schema import Preset, load_preset, preset_from_dict
-from engine.preset.errors import PresetError
-from engine.preset.io import apply_overrides, preset_to_yaml, save_preset
+from engine.foundation.errors import PresetError
+from engine.foundation.io import apply_overrides, preset_to_yaml, save_preset
 from engine_runs import cli, engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,14 +166,20 @@ def test_validate_refuses_completion_longer_than_context():
 # ------------------------------------------------- values that cannot be meant (issue 10)
 
 from engine.preset import schema as preset_module  # noqa: E402
+from engine.algorithms.dpo.config import DPOConfig  # noqa: E402
+from engine.algorithms.grpo.config import GRPOConfig  # noqa: E402
+from engine.algorithms.ppo.config import PPOConfig  # noqa: E402
+from engine.data.config import DataConfig  # noqa: E402
+from engine.model.config import LoraConfig  # noqa: E402
+from engine.rewards.config import RewardConfig  # noqa: E402
 
 SECTIONS = {  # section model -> (where it sits in a preset, what else that place needs)
-    preset_module.LoraConfig: (("model", "lora"), {}),
-    preset_module.GRPOConfig: (("algorithm",), {"name": "grpo"}),
-    preset_module.PPOConfig: (("algorithm",), {"name": "ppo"}),
-    preset_module.DPOConfig: (("algorithm",), {"name": "dpo"}),
-    preset_module.DataConfig: (("data",), {}),
-    preset_module.RewardConfig: (("rewards", 0), {"name": "exact_match"}),
+    LoraConfig: (("model", "lora"), {}),
+    GRPOConfig: (("algorithm",), {"name": "grpo"}),
+    PPOConfig: (("algorithm",), {"name": "ppo"}),
+    DPOConfig: (("algorithm",), {"name": "dpo"}),
+    DataConfig: (("data",), {}),
+    RewardConfig: (("rewards", 0), {"name": "exact_match"}),
     preset_module.TrainingConfig: (("training",), {}),
 }
 
@@ -216,7 +222,7 @@ def test_every_float_field_refuses_non_finite_numbers(section, name, kind, info,
 @pytest.mark.parametrize("section, name, kind, info", numeric_fields())
 def test_every_number_field_has_an_upper_bound_named_in_the_message(section, name, kind, info):
     bounds = {key: getattr(m, key) for m in info.metadata for key in ("le", "lt") if getattr(m, key, None) is not None}
-    assert bounds, f"{section.__name__}.{name} has no upper bound: give it le= (engine/preset/limits.py)"
+    assert bounds, f"{section.__name__}.{name} has no upper bound: give it le= (engine/foundation/limits.py)"
     bound = bounds.get("le", bounds.get("lt"))
     past = kind(bound if "lt" in bounds else bound * 10 + 1)
     data, path = with_value(section, name, past)

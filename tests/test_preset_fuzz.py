@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import load_preset, preset_from_dict
 from engine_runs import cli, rl_engine
 

@@ -12,7 +12,8 @@ import yaml
 
 from engine import cli
 from engine.preset.schema import preset_from_dict
-from engine.preset.paths import absolute_preset_paths, resolve_data_path
+from engine.preset.paths import absolute_preset_paths
+from engine.foundation.paths import resolve_data_path
 from workbench.window import run_control
 from workbench_helpers import small_preset
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)

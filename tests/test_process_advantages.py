@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.algorithms.step_rewards import StepRewards
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rl.advantages import estimate_advantages, group_advantages, ppo_token_rewards
 from engine.rl.catalog import ESTIMATORS

@@ -21,7 +21,7 @@ from transformers import (
     Qwen2ForTokenClassification,
 )
 
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rewards import (
     RewardError,

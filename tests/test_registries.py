@@ -1,4 +1,4 @@
-"""The registries of RL variants (engine/rl/registry.py, engine/rl/catalog.py, the tasks'):
+"""The registries of RL variants (engine/foundation/registry.py, engine/rl/catalog.py, the tasks'):
 the single source of the names a preset may write, of what each variant declares, and of
 the micro-batch weighting each aggregation implies."""
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from engine.rl.catalog import micro_batch_weight
 from engine.data.tasks import TASKS
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import ALGORITHM_CONFIGS, Preset, preset_from_dict
 from engine.rl import catalog
 from engine.rl.catalog import (
@@ -24,7 +24,7 @@ from engine.rl.catalog import (
 )
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.rl.losses import grpo_loss
-from engine.rl.registry import Entry, Registry, RegistryChoice
+from engine.foundation.registry import Entry, Registry, RegistryChoice
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -131,7 +131,7 @@ def test_a_missing_folder_names_the_entry(tmp_path):
 
 
 def test_options_are_checked_by_the_preset():
-    from engine.preset.errors import PresetError
+    from engine.foundation.errors import PresetError
 
     for options, field, expected in [
         ({}, "options.model", "needs the option 'model'"),

@@ -14,7 +14,7 @@ import torch
 from conftest import small_preset_dict
 from engine.algorithms.grpo.trainer import GRPOTrainer
 from engine.commands.score_rewards import BadRequest, score
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rewards import combine_rewards
 from engine.rl.advantages import estimate_advantages, group_advantages, normalize_then_sum, remax_estimator

@@ -14,7 +14,7 @@ import pytest
 from conftest import small_preset_dict
 from engine.alarms import AlarmsConfig, AlarmWatcher, alarm_line
 from engine.alarms.detectors import DETECTORS, KINDS, SPLIT_BEFORE, History
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 
 CFG = AlarmsConfig(window=4)
@@ -191,7 +191,7 @@ def test_a_constant_step_reward_raises_the_step_alarm_not_no_learning_signal(tmp
     """Four steps of the built-in model with one step reward that scores every line 0.5:
     frac_step_reward_zero_std is 1 each step (and so is frac_reward_zero_std, the totals
     being 0.5 each); one alarm, the step one, at step 4 over steps 1-4."""
-    from engine.algorithms import build_trainer
+    from engine.commands.train import build_trainer
 
     (tmp_path / "r.py").write_text(CONSTANT_STEPS_PY)
     d = small_preset_dict(max_steps=4)

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from engine.preset.schema import RewardConfig
+from engine.rewards.config import RewardConfig
 from engine.rewards import (
     PROCESS_REWARD_MODEL,
     MissingFieldError,

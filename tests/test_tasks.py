@@ -299,7 +299,7 @@ def test_parquet_without_pyarrow_says_to_install_it(tmp_path, monkeypatch):
 
 
 def test_more_prompts_than_a_task_can_make_is_refused_at_load_naming_num_train():
-    from engine.preset.errors import PresetError
+    from engine.foundation.errors import PresetError
     from engine.preset.schema import preset_from_dict
 
     data = {"algorithm": {"name": "grpo", "max_completion_length": 16},

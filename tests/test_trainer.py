@@ -13,7 +13,7 @@ from engine.algorithms.base import RunAborted
 from engine.rl.catalog import micro_batch_weight
 from engine.algorithms.optimization import lr_factor
 from engine.algorithms.grpo.trainer import GRPOTrainer
-from engine.run.stopping import StopFlag
+from engine.foundation.stopping import StopFlag
 
 METRIC_KEYS = {
     "reward", "reward_std", "kl", "entropy", "loss", "clip_ratio/low_mean", "clip_ratio/high_mean",

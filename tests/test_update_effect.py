@@ -17,7 +17,7 @@ import torch
 from conftest import small_preset_dict
 from engine.alarms import AlarmsConfig, AlarmWatcher, alarm_line
 from engine.alarms.detectors import DETECTORS, KINDS, History
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from engine.rl.update_effect import UPDATE_EFFECT_METRICS, top_share, update_effect_metrics
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import small_preset_dict
-from engine.algorithms import build_trainer
+from engine.commands.train import build_trainer
 from engine.preset.schema import preset_from_dict
 from engine.run import rundir
 

@@ -12,7 +12,7 @@ import yaml
 from engine.run import rundir
 from engine.cli import main
 from engine.hub.access import hub_ids_of
-from engine.preset.input_checks import context_problem
+from engine.foundation.limits import context_problem
 from conftest import write_validate_preset
 from engine.preset.schema import preset_from_dict
 from workbench.setup.checks import prelaunch_checks

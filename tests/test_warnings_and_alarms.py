@@ -103,7 +103,7 @@ def test_loading_with_lora_raises_no_deprecation():
     """peft 0.21 reads transformers' deprecated `is_gradient_checkpointing` while it wraps
     the model: quieted at that one call (engine/model/loading.py), or the hook raises here."""
     from engine.model.loading import load_model
-    from engine.preset.schema import ModelConfig
+    from engine.model.config import ModelConfig
 
     loaded = load_model(ModelConfig(name_or_path="builtin:tiny"), gradient_checkpointing=True)
     assert loaded.gradient_checkpointing

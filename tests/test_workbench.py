@@ -14,7 +14,7 @@ import yaml
 from PySide6.QtCore import Qt
 
 from engine.run import rundir
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
 from workbench import runs
 from workbench.app import classify_target, create_window

@@ -16,7 +16,7 @@ import yaml
 
 from engine.run import rundir
 from engine.preset.schema import Preset, preset_from_dict
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from workbench import runs
 from workbench.dashboard import plotspec, smoothing
 from workbench.runs import metric_table, process, rundata, status, summaries

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.preset.limits import MAX_FILE_BYTES
+from engine.foundation.limits import MAX_FILE_BYTES
 from workbench.main_window import MainWindow
 from workbench.settings import Settings
 

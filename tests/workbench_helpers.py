@@ -14,7 +14,7 @@ import yaml
 
 from engine.run import rundir
 from engine.preset.schema import preset_from_dict
-from engine.preset.io import preset_to_dict
+from engine.foundation.io import preset_to_dict
 
 
 

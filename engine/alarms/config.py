@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from engine.preset.base import Float, Section
+from engine.foundation.section import Float, Section
 
 __all__ = ["AlarmsConfig"]
 

@@ -4,7 +4,7 @@ torch-free, with the declarations of engine/algorithms/config_base.py) and its t
 (`trainer.py`). `ALGORITHMS` is the one registry: a preset's `algorithm.name` -> its
 config class and its trainer class as "module:Class", imported only when asked for, so
 importing this package loads no torch. engine/preset/schema.py builds the preset's
-algorithm union from it.
+algorithm union from it; engine/commands/train.py's `build_trainer` picks the trainer.
 
 Adding an algorithm: its folder here and its line in ALGORITHMS (docs/architecture.md,
 "Where to add a new algorithm").
@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from engine.algorithms.config_base import AlgorithmSection
 from engine.algorithms.dpo.config import DPOConfig
@@ -23,11 +22,6 @@ from engine.algorithms.grpo.config import GRPOConfig
 from engine.algorithms.kto.config import KTOConfig
 from engine.algorithms.online_dpo.config import OnlineDPOConfig
 from engine.algorithms.ppo.config import PPOConfig
-
-if TYPE_CHECKING:  # engine.algorithms.base (the Trainer) is not named: it imports torch, and
-    # engine/preset/schema.py imports this package (import-linter counts these imports too)
-    from engine.preset.schema import Preset
-    from engine.run.stopping import StopFlag
 
 
 class Algorithm(NamedTuple):
@@ -97,10 +91,3 @@ def trainer_class(name: str) -> type:
         raise ValueError(f"algorithm.name: unknown algorithm {name!r}; known: {', '.join(sorted(TRAINERS))}")
     module, _, cls = TRAINERS[name].partition(":")
     return getattr(importlib.import_module(module), cls)
-
-
-def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
-                  preset_dir: Path | None = None, world=None):
-    """The trainer for the preset's algorithm; `world` (engine.distributed.world.World)
-    when this process is one of several."""
-    return trainer_class(preset.algorithm.name)(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import ClassVar, NamedTuple
 
-from engine.preset.base import SamplingFields, Section
+from engine.foundation.section import SamplingFields, Section
 
 __all__ = ["AlgorithmSection", "OnlineAlgorithm", "UpdateBatch"]
 

@@ -1,7 +1,7 @@
 """The run's check that its prompts fit the model's context, made as `rl-engine validate`
 makes it (engine/commands/validate.py): the longest prompt named by its row in the data
 ("row 3 of data file /d.jsonl"), and, with data.environment, the tools' descriptions when
-they are most of it. The message is engine/preset/limits.py's `context_problem`.
+they are most of it. The message is engine/foundation/limits.py's `context_problem`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.model.loading import check_context_fits
-from engine.preset.input_checks import prompt_location
+from engine.data.location import prompt_location
 
 __all__ = ["check_prompts_fit"]
 

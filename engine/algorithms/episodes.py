@@ -23,7 +23,7 @@ from engine.episodes.template import tool_support_problem
 from engine.episodes.tool_calls import call_format
 from engine.model.chat import ChatFormat, template_examples, with_observation
 from engine.model.rollout import Rollout
-from engine.preset.input_checks import prompt_location
+from engine.data.location import prompt_location
 
 __all__ = ["EpisodeRunner", "environment_reward", "StepEpisodes", "episode_fields", "VALIDATED_ROWS"]
 

@@ -13,7 +13,7 @@ from typing import Callable
 
 from engine.alarms import AlarmWatcher, alarm_line
 from engine.model.loading import parameter_counts
-from engine.preset.io import preset_to_dict
+from engine.foundation.io import preset_to_dict
 from engine.run import rundir
 from engine.run.reporting import tee_for
 

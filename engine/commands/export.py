@@ -31,7 +31,7 @@ from pathlib import Path
 from engine.run import rundir
 from engine.run.failures import NoSuchCheckpoint, checkpoint_step, failure_message, named_checkpoint
 from engine.preset.schema import load_preset
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from engine.run import rundir
 from engine.run.failures import NoSuchCheckpoint, named_checkpoint
 from engine.preset.schema import Preset, load_preset
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 
 EXIT_INVALID = 2
 

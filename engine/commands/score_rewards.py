@@ -66,7 +66,7 @@ from typing import Any
 
 from engine.run.failures import failure_location, failure_message
 from engine.preset.schema import ALGORITHM_CONFIGS, preset_from_dict
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 

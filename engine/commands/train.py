@@ -1,6 +1,6 @@
 """`rl-engine run`, `resume` and `fork`: one training process from its first line to its
 final event. The stop handlers (SIGTERM, SIGINT, a `stop` line on stdin; what a stop does
-in each phase is engine/run/stopping.py's), the run folder and its log, `train` (set-up,
+in each phase is engine/foundation/stopping.py's), the run folder and its log, `train` (set-up,
 the trainer's run, and the final event however it ends) and the exit statuses. A fork
 is planned by engine/commands/fork.py (torch-free: the window's fork dialog uses it) and
 trains through the same `train`. engine/cli.py installs the handlers first thing
@@ -21,17 +21,27 @@ from pathlib import Path
 
 from engine.distributed.launch import (checkpoint_world_size_problem, launch_from_cli, launched_by_torchrun,
                                       launched_rank)
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.paths import absolute_preset_paths
-from engine.preset.schema import load_preset
+from engine.preset.schema import Preset, load_preset
 from engine.run import rundir
 from engine.run.failures import (can_restart, failure_location, failure_message, naming_the_file,
                                  no_checkpoint_message, restart_message, startup_problems, storage_error,
                                  storage_message)
 from engine.run.progress import print_alarm, progress_callback
-from engine.run.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
+from engine.foundation.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
+
+
+def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
+                  preset_dir: Path | None = None, world=None):
+    """The trainer for the preset's algorithm (engine.algorithms.TRAINERS; its module,
+    which imports torch, is imported here); `world` (engine.distributed.world.World)
+    when this process is one of several."""
+    from engine.algorithms import trainer_class
+
+    return trainer_class(preset.algorithm.name)(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)
 
 
 def default_run_dir(preset_name: str) -> Path:
@@ -89,7 +99,7 @@ def _say(text: str) -> None:
 
 def install_stop_handlers(stop: StopFlag) -> dict:
     """SIGTERM and SIGINT stop the run; what a stop does depends on the phase (see
-    engine/run/stopping.py): while starting, it is recorded; during set-up, StopDuringSetup
+    engine/foundation/stopping.py): while starting, it is recorded; during set-up, StopDuringSetup
     is raised at once; while training, the current step finishes first. A second
     Ctrl-C raises KeyboardInterrupt (the run is aborted) in every phase but finishing.
     Returns the previous handlers, for restore_handlers."""
@@ -240,7 +250,7 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             if world.is_main:
                 write_ranks(run_dir, world.processes)
         if resume_from is None and launched_rank() == 0:
-            from engine.preset.io import save_preset
+            from engine.foundation.io import save_preset
 
             try:
                 save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
@@ -253,8 +263,6 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             from engine.model.loading import quiet_progress_bars
 
             quiet_progress_bars()
-        from engine.algorithms import build_trainer
-
         trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)
         start = trainer.step
         if resume_from is not None:
@@ -378,7 +386,7 @@ def cmd_fork(args) -> int:
     N processes that do. Exit 0 or 1 as `run`; 2 for bad input (no such checkpoint, a
     field the checkpoint fixes)."""
     from engine.commands.fork import ForkError, plan_fork
-    from engine.preset.io import save_preset
+    from engine.foundation.io import save_preset
 
     try:
         preset, checkpoint, run_dir, parent = plan_fork(args)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.run.failures import failure_location, failure_message
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import load_preset
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2

@@ -16,11 +16,12 @@ from pathlib import Path
 from engine.distributed.launch import world_size_problems
 from engine.run.failures import failure_message
 from engine.hub.access import download_hint, go_offline_if_unreachable, hub_ids_of, hub_offline
-from engine.preset.schema import BUILTIN_MODEL, load_preset
-from engine.preset.errors import PresetError
-from engine.preset.paths import model_path_problem
+from engine.preset.schema import load_preset
+from engine.model.config import BUILTIN_MODEL
+from engine.foundation.errors import PresetError
+from engine.foundation.paths import model_path_problem
 from engine.run.reporting import missing_reporter
-from engine.run.stopping import ctrl_c_counted, sigint_count
+from engine.foundation.stopping import ctrl_c_counted, sigint_count
 from engine.rewards import reward_source_problems
 from engine.rl.user_code import try_user_functions
 from engine.rl.user_files import source_problems
@@ -50,12 +51,12 @@ def _unavailable(preset, base_dir: Path) -> list[tuple[str, str]]:
 def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     """Load the data and the tokenizer, template the prompts; (summary, longest prompt in
     tokens, the first prompt as the model sees it). ValueError naming the reward when
-    one reads a data column the data lacks (engine/preset/input_checks.py)."""
+    one reads a data column the data lacks (engine/rewards/input_checks.py)."""
     from transformers import AutoConfig
 
     from engine.model.chat import chat_format, template_examples
     from engine.data import load_splits
-    from engine.preset.input_checks import reward_field_problems
+    from engine.rewards.input_checks import reward_field_problems
     from engine.algorithms.context_fit import check_prompts_fit
     from engine.model.loading import context_length, load_tokenizer, resolve_model_path, tokenizer_chat_template
 

@@ -86,7 +86,7 @@ class Columns:
 
     @classmethod
     def from_config(cls, cfg) -> "Columns":
-        """From a preset's data section (engine.preset.schema.DataConfig)."""
+        """From a preset's data section (engine.data.config.DataConfig)."""
         pattern = compile_answer_pattern(cfg.answer_pattern) if cfg.answer_pattern else None
         return cls(cfg.prompt_field, cfg.answer_field, cfg.chosen_field, cfg.rejected_field, pattern)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from engine.data.columns import Columns, missing_columns_message, row_to_example
 from engine.data.examples import Example
 from engine.hub.access import download_hint, hub_offline
-from engine.preset.paths import link_problem, local_or_hub_id
+from engine.foundation.paths import link_problem, local_or_hub_id
 
 __all__ = ["load_dataset_splits", "open_split", "sample_rows"]
 

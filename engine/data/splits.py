@@ -13,8 +13,8 @@ from engine.data.examples import Example
 from engine.data.files import load_prompt_file
 from engine.data.hf_datasets import load_dataset_splits
 from engine.data.tasks import ACCURACY_REWARD, make_task
-from engine.preset.schema import DataConfig
-from engine.preset.paths import link_problem, resolve_data_path
+from engine.data.config import DataConfig
+from engine.foundation.paths import link_problem, resolve_data_path
 
 __all__ = ["load_splits", "accuracy_reward_name", "PromptStream"]
 

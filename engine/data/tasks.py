@@ -41,8 +41,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.data.examples import Example, _split_unique, is_eval_prompt
-from engine.preset.options import Registry
-from engine.rl.registry import Registry as VariantRegistry
+from engine.foundation.registry import Registry
 
 __all__ = [
     "Example",
@@ -290,7 +289,7 @@ class Task:
 
 # The tasks (name -> generator, as a mapping), what `data.task` may name: the preset
 # validates against it and the set-up window lists it when its form is built.
-TASKS: VariantRegistry[Task] = VariantRegistry("task", field="data.task")
+TASKS: Registry[Task] = Registry("task", field="data.task", skip=_COMMON_ARGS)
 
 
 class _Declared(Mapping):
@@ -330,12 +329,9 @@ register_task("arithmetic", make_arithmetic_examples, corrupt=corrupt_integer_an
               accuracy_reward="numeric_match", help="evaluate a small integer expression: `calc (2+3)*4 =` -> ` 20`")
 
 
-_REGISTRY = Registry("task", TASKS, skip=_COMMON_ARGS)
-
-
 def _task_factory(name: str) -> Callable[..., tuple[list[Example], list[Example]]]:
     """Look a task up by name, naming the allowed ones when it is unknown."""
-    return _REGISTRY.factory(name)
+    return TASKS.factory(name)
 
 
 def task_options(name: str) -> dict[str, object]:
@@ -345,7 +341,7 @@ def task_options(name: str) -> dict[str, object]:
         >>> task_options("sort")
         {'min_len': 3, 'max_len': 6}
     """
-    return _REGISTRY.options(name)
+    return TASKS.options(name)
 
 
 def check_task_options(name: str, options: dict) -> None:
@@ -370,7 +366,7 @@ def check_task_options(name: str, options: dict) -> None:
         ("arithmetic", "max_abs_answer"): (1, 1_000_000),
     }
     allowed = task_options(name)
-    _REGISTRY.check(name, options, ranges={option: span for (task, option), span in ranges.items() if task == name})
+    TASKS.check_options(name, options, ranges={option: span for (task, option), span in ranges.items() if task == name})
     lengths = {**allowed, **options}
     if name == "sort" and lengths["min_len"] > lengths["max_len"]:
         raise ValueError(

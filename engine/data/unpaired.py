@@ -114,7 +114,7 @@ def load_unpaired_splits(cfg, seed: int, base_dir: Path | None = None,
     pairs); a file's or data set's rows checked (`unpaired_rows`; `where` names a row's
     place, default its split and number).
 
-    >>> from engine.preset.schema import DataConfig
+    >>> from engine.data.config import DataConfig
     >>> train, held_out = load_unpaired_splits(DataConfig(task="sort", num_train=4, num_eval=2), seed=0)
     >>> len(train), [row.fields["label"] for row in train[:2]]
     (8, [True, False])

@@ -42,15 +42,17 @@ from engine.episodes.builtin import Calculator
 from engine.episodes.tool_threads import MAX_UNSTOPPED, ToolThreads, run_in_thread
 from engine.rewards.custom import fault_line, import_user_file
 from engine.rewards.time_limit import stuck_at
-from engine.rl.registry import split_file_name
-from engine.run.stopping import own_exit, own_exits_as
+from engine.foundation.registry import Registry, split_file_name
+from engine.foundation.stopping import own_exit, own_exits_as
 
 __all__ = ["ENVIRONMENTS", "EnvironmentProblem", "EnvironmentError", "EnvironmentSpec", "EpisodeEnvironment",
            "ToolResult", "load_environment", "environment_problem", "check_environment"]
 
 FIELD = "data.environment"
 RESET, REWARD = "reset", "get_reward"
-ENVIRONMENTS: dict[str, type] = {"calculator": Calculator}
+# The built-in environments (name -> class, as a mapping) that `data.environment` may name.
+ENVIRONMENTS: Registry = Registry("environment", field="data.environment")
+ENVIRONMENTS.register("calculator", Calculator)
 
 _TOOL_HELP = ("transformers builds each tool's description for the model from the method: a type hint on every "
               "parameter (str, int, float, bool, list[...], dict[...]) and a docstring with a description and an "

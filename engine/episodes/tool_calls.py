@@ -28,6 +28,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from engine.foundation.registry import Registry
+
 __all__ = ["FORMATS", "ToolCall", "parse_tool_calls", "detect_format", "call_format", "as_message_tool_calls"]
 
 FORMATS = ("hermes", "llama3_json", "pythonic")
@@ -177,7 +179,11 @@ def _pythonic(text: str) -> list[ToolCall]:
     return [_pythonic_call(element) for element in tree.body.elts]
 
 
-_PARSERS = {"hermes": _hermes, "llama3_json": _llama3_json, "pythonic": _pythonic}
+# The tool-call formats (name -> parser, as a mapping) that `data.tool_call_format` may name.
+TOOL_CALL_FORMATS: Registry = Registry("tool-call format", field="data.tool_call_format")
+TOOL_CALL_FORMATS.register("hermes", _hermes, "Hermes: <tool_call>{JSON}</tool_call> blocks")
+TOOL_CALL_FORMATS.register("llama3_json", _llama3_json, "Llama 3: one JSON object, after <|python_tag|> or alone")
+TOOL_CALL_FORMATS.register("pythonic", _pythonic, "a Python list of calls: [name(key=value), ...]")
 
 
 def parse_tool_calls(text: str, fmt: str) -> list[ToolCall]:
@@ -192,10 +198,10 @@ def parse_tool_calls(text: str, fmt: str) -> list[ToolCall]:
         >>> parse_tool_calls('<tool_call>{"name": "calculate", "arguments": {</tool_call>', "hermes")[0].problem
         'the tool call is not valid JSON: Expecting property name enclosed in double quotes (at character 36)'
     """
-    if fmt not in _PARSERS:
+    if fmt not in TOOL_CALL_FORMATS:
         raise ValueError(f"data.tool_call_format: {fmt!r} is not a tool-call format; the formats are: "
                          + ", ".join(FORMATS))
-    return _PARSERS[fmt](text)
+    return TOOL_CALL_FORMATS[fmt](text)
 
 
 def detect_format(chat_template: str | None) -> str | None:

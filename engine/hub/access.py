@@ -47,8 +47,8 @@ def hub_ids_of(preset, base_dir=None) -> list[str]:
     """The hub ids a preset loads (model, data set): names that are no local path. A
     model path that looks local but is missing is no hub id either (the hub would only
     say it is not one; engine.preset.paths.model_path_problem says what is wrong)."""
-    from engine.preset.paths import local_or_hub_id
-    from engine.rewards.paths import looks_like_local_path
+    from engine.foundation.paths import local_or_hub_id
+    from engine.foundation.paths import looks_like_local_path
 
     ids = []
     model = preset.model.name_or_path

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from engine.data.columns import is_conversation
 from engine.data.examples import Example
-from engine.preset.paths import resolve_data_path
+from engine.foundation.paths import resolve_data_path
 
 __all__ = ["ChatFormat", "chat_format", "conversation", "answer_text", "template_examples", "FolderTemplater"]
 

@@ -19,9 +19,9 @@ from torch import nn
 
 from engine.model.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
 from engine.model.activations import fuse_activations
-from engine.preset.schema import ModelConfig
-from engine.preset.limits import context_problem
-from engine.preset.paths import model_path_problem
+from engine.model.config import ModelConfig
+from engine.foundation.limits import context_problem
+from engine.foundation.paths import model_path_problem
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def check_context_fits(tokenizer, prompts: list[str], max_completion_length: int
                        where=None, tools_tokens: int = 0) -> int:
     """Length in tokens of the longest prompt; ValueError when it plus
     max_completion_length does not fit the model's context `limit` (the message, from
-    engine/preset/limits.py, names the longest prompt by `where(its index)` when given,
+    engine/foundation/limits.py, names the longest prompt by `where(its index)` when given,
     and the tools' descriptions when they take most of it: `tools_tokens`, with
     data.environment)."""
     # verbose=False: the tokenizer's own "longer than the maximum" warning says less than we do.

@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 
 from engine.model.kv_cache import preallocate
-from engine.rl.losses import completion_mask
+from engine.model.tensors import completion_mask
 
 
 @dataclass

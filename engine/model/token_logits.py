@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from engine.rl.losses import entropy_from_logits, selective_log_softmax
+from engine.model.tensors import entropy_from_logits, selective_log_softmax
 from engine.model.memory_estimate import LOGIT_CHUNK_ELEMENTS  # one number for the engine and the estimate
 
 __all__ = ["LOGIT_CHUNK_ELEMENTS", "TokenLogits", "OutputHead", "output_head"]

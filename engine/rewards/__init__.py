@@ -3,7 +3,7 @@
 A preset's ``rewards`` entry names one of three kinds, each in a module of its own:
 
 * ``builtin.py``: the registry rewards (``exact_match``, ``numeric_match``, ...), each a
-  factory whose keyword options are its signature (engine/preset/options.py checks them);
+  factory whose keyword options are its signature (engine/foundation/registry.py checks them);
 * ``model.py``: ``reward_model``, a Hugging Face sequence-classification model, and
   ``process_model.py``: ``process_reward_model``, a model scoring each step (the only
   modules here that import torch; imported only when a preset uses one);
@@ -63,13 +63,7 @@ from engine.rewards.kinds import (
     reward_options,
     split_custom_name,
 )
-from engine.rewards.paths import (
-    absolute_reward_paths,
-    looks_like_local_path,
-    num_labels_message,
-    resolve_reward_model,
-    reward_source_problems,
-)
+from engine.rewards.paths import absolute_reward_paths, num_labels_message, resolve_reward_model, reward_source_problems
 from engine.rewards.steps import (
     STEP_DELIMITER_DEFAULT,
     StepScore,
@@ -96,7 +90,6 @@ __all__ = [
     "check_reward",
     "check_reward_model_options",
     "describe_component",
-    "looks_like_local_path",
     "resolve_reward_model",
     "num_labels_message",
     "build_reward",

@@ -2,7 +2,7 @@
 
 A factory takes keyword-only options (all with defaults) and returns the reward
 callable (see engine/rewards/base.py for its shape), so a preset can name a reward
-plus options and :func:`build_reward` checks them (engine/preset/options.py: the factory's
+plus options and :func:`build_reward` checks them (engine/foundation/registry.py: the factory's
 signature is its option list).
 
 Example:
@@ -16,15 +16,13 @@ from __future__ import annotations
 import numbers
 import re
 from collections import Counter
-from typing import Callable
 
 import engine.rewards.math_parse as math_parse
-from engine.preset.options import Registry
+from engine.foundation.registry import Registry
 from engine.rewards.base import MissingFieldError, RewardError, RewardFunc
 
 __all__ = [
     "REWARDS",
-    "REGISTRY",
     "build_reward",
     "exact_match",
     "numeric_match",
@@ -392,20 +390,12 @@ def sort_steps(*, answer_field: str = "answer") -> RewardFunc:
 sort_steps.returns_steps = True
 
 
-REWARDS: dict[str, Callable[..., RewardFunc]] = {
-    "exact_match": exact_match,
-    "numeric_match": numeric_match,
-    "regex_format": regex_format,
-    "sort_position": sort_position,
-    "sort_inclusion_order": sort_inclusion_order,
-    "length_penalty": length_penalty,
-    "math_answer": math_answer,
-    "think_answer_format": think_answer_format,
-    "sort_steps": sort_steps,
-}
-
-
-REGISTRY: Registry[Callable[..., RewardFunc]] = Registry("reward", REWARDS)
+# The registry rewards (name -> factory, as a mapping), what a reward's `name` may be.
+REWARDS: Registry = Registry("reward", field="rewards.N.name")
+for _factory in (exact_match, numeric_match, regex_format, sort_position, sort_inclusion_order, length_penalty,
+                 math_answer, think_answer_format, sort_steps):
+    REWARDS.register(_factory.__name__, _factory)
+del _factory
 
 
 def build_reward(name: str, **options: object) -> RewardFunc:
@@ -419,6 +409,6 @@ def build_reward(name: str, **options: object) -> RewardFunc:
         ...
         ValueError: reward 'numeric_match' has no option 'tol'; allowed options: answer_field='answer', tolerance=1e-06, which='last'.
     """
-    factory = REGISTRY.factory(name)
-    REGISTRY.check(name, options)
+    factory = REWARDS.factory(name)
+    REWARDS.check_options(name, options)
     return factory(**options)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from engine.rewards.builtin import REGISTRY, build_reward
+from engine.rewards.builtin import REWARDS, build_reward
 
 __all__ = [
     "REWARD_MODEL",
@@ -106,7 +106,7 @@ def reward_kind(name: str) -> str:
         ...
         ValueError: 'my_rewards.py' is not FILE.py:FUNCTION; a custom reward names a Python file and a function in it, e.g. my_rewards.py:brevity
     """
-    if name in REGISTRY.factories:
+    if name in REWARDS:
         return "registry"
     if name == REWARD_MODEL:
         return "reward_model"
@@ -120,7 +120,7 @@ def reward_kind(name: str) -> str:
             "function in it, e.g. my_rewards.py:brevity"
         )
     raise ValueError(
-        f"unknown reward {name!r}; allowed: {', '.join(sorted(REGISTRY.factories))}, "
+        f"unknown reward {name!r}; allowed: {', '.join(sorted(REWARDS))}, "
         f"{REWARD_MODEL} (a learned reward model), {PROCESS_REWARD_MODEL} (a model scoring each step) "
         "or FILE.py:FUNCTION (your own Python function)"
     )
@@ -206,7 +206,7 @@ def _check_dtype(kind: str, options: dict) -> None:
 def _check_count(kind: str, option: str, value: object, allow_none: bool) -> None:
     """ValueError unless ``value`` is an int >= 1 (or None when allowed) and at most the
     batch (``batch_size``) or token (``max_length``) limit no GPU gets past."""
-    from engine.preset.limits import MAX_BATCH, MAX_TOKENS, short_repr
+    from engine.foundation.limits import MAX_BATCH, MAX_TOKENS, short_repr
 
     if value is None and allow_none:
         return
@@ -273,7 +273,7 @@ def check_process_reward_model_options(options: dict) -> None:
 
 
 def _check_custom_options(function: str, options: dict) -> None:
-    from engine.preset.limits import plain_data_problem
+    from engine.foundation.limits import plain_data_problem
 
     for option, value in options.items():
         if not (isinstance(option, str) and option.isidentifier()):
@@ -315,7 +315,7 @@ def check_reward(name: str, options: dict) -> str:
     try:
         if kind == "registry":
             # Names, types, and numbers finite and not too large to be meant.
-            REGISTRY.check(name, options, ranges={})
+            REWARDS.check_options(name, options, ranges={})
             build_reward(name, **options)  # cheap: a closure, no model
         elif kind == "custom":
             _check_custom_options(split_custom_name(name)[1], options)
@@ -348,7 +348,7 @@ def is_step_reward_entry(cfg) -> bool:
     """
     if getattr(cfg, "step_delimiter", None) is not None or cfg.name == PROCESS_REWARD_MODEL:
         return True
-    factory = REGISTRY.factories.get(cfg.name)
+    factory = REWARDS.get(cfg.name)
     return bool(getattr(factory, "returns_steps", False))
 
 
@@ -367,4 +367,4 @@ def reward_options(name: str) -> dict[str, object]:
         return dict(REWARD_MODEL_OPTIONS)
     if name == PROCESS_REWARD_MODEL:
         return dict(PROCESS_REWARD_MODEL_OPTIONS)
-    return REGISTRY.options(name)
+    return REWARDS.options(name)

@@ -4,74 +4,23 @@ Relative paths are looked up against the preset's folder first, then the current
 folder; :func:`absolute_reward_paths` fixes them in a copy of the preset (a run's
 preset.yaml), :func:`reward_source_problems` finds what is missing without importing
 user code or loading a model (the workbench's checks use it). Torch-free.
-
-Example:
-    >>> looks_like_local_path("org/model"), looks_like_local_path(".\\\\rm")
-    (False, True)
 """
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 from pathlib import Path
 
+from engine.foundation.paths import link_problem, looks_like_local_path
 from engine.rewards.custom import find_reward_file, static_problems
 from engine.rewards.kinds import reward_kind, split_custom_name
 
 __all__ = [
-    "looks_like_local_path",
-    "link_problem",
-    "stat_errno",
     "resolve_reward_model",
     "absolute_reward_paths",
     "num_labels_message",
     "reward_source_problems",
 ]
-
-
-def looks_like_local_path(name_or_path: str) -> bool:
-    """A hub id is ``name`` or ``org/name``; anything starting like a path is a folder.
-
-    Example:
-        >>> looks_like_local_path("org/model"), looks_like_local_path("./rm"), looks_like_local_path("a/b/c")
-        (False, True, True)
-    """
-    return name_or_path.startswith(("/", "./", "../", "~", ".\\")) or name_or_path.count("/") > 1
-
-
-def stat_errno(path: Path) -> int | None:
-    """The errno stat() gives for `path` (following symlinks), None when it succeeds."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.errno
-    return None
-
-
-def link_problem(path: str | Path) -> str | None:
-    """What is wrong with a path that is a symlink leading nowhere: a symlink loop, or a
-    dangling symlink (naming what it points to); None for anything else (a real file or
-    folder, or a path that is simply missing).
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as folder:
-        ...     (Path(folder) / "link").symlink_to("gone")
-        ...     (Path(folder) / "a").symlink_to("b"); (Path(folder) / "b").symlink_to("a")
-        ...     link_problem(Path(folder) / "link"), link_problem(Path(folder) / "a")
-        ...     link_problem(Path(folder)), link_problem(Path(folder) / "missing")
-        ("a dangling symlink (it points to 'gone', which does not exist)", 'a symlink loop (its links point back at each other)')
-        (None, None)
-    """
-    path = Path(path)
-    error = stat_errno(path)
-    if error == errno.ELOOP:
-        return "a symlink loop (its links point back at each other)"
-    if error is not None and path.is_symlink():
-        return f"a dangling symlink (it points to {os.readlink(path)!r}, which does not exist)"
-    return None
 
 
 def resolve_reward_model(model: str, base_dir=None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.rewards.base import RewardTimeout
-from engine.run.stopping import own_exit, own_exits_as
+from engine.foundation.stopping import own_exit, own_exits_as
 
 TIMEOUT_OPTION = "reward_timeout"
 

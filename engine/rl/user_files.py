@@ -12,13 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.rewards.custom import find_reward_file, read_function
-from engine.rl.registry import Registry, RegistryChoice, split_file_name
+from engine.foundation.registry import Registry, RegistryChoice, split_file_name
 
 
 def user_function_fields(algorithm) -> list[tuple[str, str, Registry]]:
     """The fields of a preset's ``algorithm`` section that name a user's function:
     (``algorithm.FIELD``, the value, the field's registry), read off the section's
-    registry-choice fields (engine.rl.registry.RegistryChoice) that accept files.
+    registry-choice fields (engine.foundation.registry.RegistryChoice) that accept files.
 
     e.g. GRPOConfig(advantage_estimator="my_advantages.py:median_baseline")
          -> [("algorithm.advantage_estimator", "my_advantages.py:median_baseline", ESTIMATORS)]

@@ -6,7 +6,7 @@ the rounding keeps a 1,000-step run's trajectories to a few MB.
 
 from __future__ import annotations
 
-from engine.rl.losses import kl_k3
+from engine.rl.kl import kl_k3
 
 
 def _round(values) -> list:

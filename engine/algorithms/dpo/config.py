@@ -7,10 +7,10 @@ from typing import ClassVar, Literal, Union
 from pydantic import Field, model_validator
 
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
-from engine.preset.base import Float
+from engine.foundation.section import Float
 from engine.rl.catalog import DPO_LOSSES
-from engine.rl.registry import choice_of
-from engine.preset.limits import MAX_COEF, MAX_TOKENS
+from engine.foundation.registry import choice_of
+from engine.foundation.limits import MAX_COEF, MAX_TOKENS
 
 
 class DPOConfig(AlgorithmSection):

@@ -9,9 +9,9 @@ from pydantic import Field, field_validator, model_validator
 from engine.algorithms.config_base import OnlineAlgorithm
 from engine.rl.catalog import (AGGREGATIONS, ESTIMATORS, IMPORTANCE_LEVELS, POLICY_LOSSES, REWARD_AGGREGATIONS,
                                 REWARD_SCALINGS)
-from engine.rl.registry import choice_of
-from engine.preset.base import Float
-from engine.preset.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS
+from engine.foundation.registry import choice_of
+from engine.foundation.section import Float
+from engine.foundation.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS
 
 
 class GRPOConfig(OnlineAlgorithm):

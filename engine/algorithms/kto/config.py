@@ -7,10 +7,10 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
-from engine.preset.base import Float
-from engine.preset.limits import MAX_COEF, MAX_TOKENS
+from engine.foundation.section import Float
+from engine.foundation.limits import MAX_COEF, MAX_TOKENS
 from engine.rl.catalog import KTO_LOSSES
-from engine.rl.registry import choice_of
+from engine.foundation.registry import choice_of
 
 # Eq. (8) of the KTO paper, as TRL 1.16 applies it: the desirable side's weighted count
 # should be 1 to 4/3 times the undesirable side's.

@@ -7,10 +7,10 @@ from typing import ClassVar, Literal, Union
 from pydantic import Field, field_validator
 
 from engine.algorithms.config_base import OnlineAlgorithm
-from engine.preset.base import Float
-from engine.preset.limits import MAX_COEF, MAX_REWARD_SCALE, MAX_TEMPERATURE, MAX_TOKENS
+from engine.foundation.section import Float
+from engine.foundation.limits import MAX_COEF, MAX_REWARD_SCALE, MAX_TEMPERATURE, MAX_TOKENS
 from engine.rl.catalog import DPO_LOSSES
-from engine.rl.registry import choice_of
+from engine.foundation.registry import choice_of
 
 PAIR = 2  # completions sampled per prompt: the pair the rewards rank
 # The DPO losses TRL's OnlineDPOTrainer takes (its `loss_type` choices).

@@ -8,9 +8,9 @@ from pydantic import Field
 
 from engine.algorithms.config_base import OnlineAlgorithm, UpdateBatch
 from engine.rl.catalog import KL_ESTIMATORS
-from engine.rl.registry import choice_of
-from engine.preset.base import Float
-from engine.preset.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS, MAX_REWARD_SCALE, MAX_TEMPERATURE, MAX_TOKENS
+from engine.foundation.registry import choice_of
+from engine.foundation.section import Float
+from engine.foundation.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS, MAX_REWARD_SCALE, MAX_TEMPERATURE, MAX_TOKENS
 
 
 class PPOConfig(OnlineAlgorithm):

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from engine.preset.limits import path_text, range_text, short_repr
+from engine.foundation.limits import path_text, range_text, short_repr
 
 class PresetError(ValueError):
     """A preset that cannot be used; `str()` is a readable list of problems."""

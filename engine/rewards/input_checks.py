@@ -1,32 +1,20 @@
-"""A preset checked against its inputs, before a run would find out at step 1: the data
-columns the rewards read (`reward_field_problems`) and where a prompt came from
-(`prompt_location`). Shared by `rl-engine validate`, the run's own set-up
-(engine/algorithms/base.py) and the window's checks (workbench/setup/checks.py), so all
-three say the same thing; `context_problem` (engine/preset/limits.py, which
-engine/model/loading.py uses too) is re-exported for the window. Torch-free.
+"""The rewards checked against the data, before a run would find out at step 1: the
+data columns the registry rewards read (`reward_field_problems`). Shared by
+`rl-engine validate`, the run's own set-up (engine/algorithms/base.py) and the window's
+checks (workbench/setup/checks.py), so all three say the same thing. Torch-free.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from engine.data.examples import Example
+from engine.data.location import source_name
+from engine.rewards.builtin import REWARDS
+from engine.rewards.kinds import reward_options
 
-from engine.data import Example
-from engine.data.columns import Columns
-from engine.data.files import load_prompt_file
-from engine.preset.limits import context_problem  # noqa: F401 (re-exported: one import for the window)
-from engine.preset.paths import resolve_data_path
-from engine.rewards import REWARDS, reward_options
-
-__all__ = ["data_columns", "reward_field_problems", "context_problem", "prompt_location"]
+__all__ = ["data_columns", "reward_field_problems"]
 
 # The data fields the rewards see under a fixed name, and the preset field naming the column.
 _RENAMED = {"answer": "answer_field", "chosen": "chosen_field", "rejected": "rejected_field"}
-
-
-def _source(cfg) -> str:
-    if cfg.task is not None:
-        return f"task {cfg.task!r}"
-    return f"data set {cfg.dataset!r}" if cfg.dataset is not None else f"data file {cfg.path}"
 
 
 def data_columns(cfg, examples: list[Example]) -> list[str]:
@@ -34,7 +22,7 @@ def data_columns(cfg, examples: list[Example]) -> list[str]:
     rows carry (the answer column under its own name, not the `answer` the rewards see).
 
     Example:
-        >>> from engine.preset.schema import DataConfig
+        >>> from engine.data.config import DataConfig
         >>> cfg = DataConfig(task=None, path="d.csv", answer_field="label")
         >>> data_columns(cfg, [Example("2+2", {"answer": "4", "id": 1})])
         ['prompt', 'label', 'id']
@@ -76,19 +64,5 @@ def reward_field_problems(preset, examples: list[Example]) -> list[tuple[str, st
             fix = (f"set rewards.{index}.options.answer_field to the column that holds the reference answer, "
                    f"or add a {column!r} column to the data")
         problems.append((f"rewards.{index}", f"reward {reward.name!r} needs the data column {column!r}, but "
-                                             f"{_source(cfg)} has only {columns}; {fix}"))
+                                             f"{source_name(cfg)} has only {columns}; {fix}"))
     return problems
-
-
-def prompt_location(cfg, base_dir: Path | str | None, example: Example) -> str:
-    """Where an example's row is, for a message: 'row 7 of data file /d.jsonl' (row 1 is
-    the first record); for a data set or a task, its name and the prompt's first words."""
-    if cfg.path is not None:
-        path = resolve_data_path(cfg.path, base_dir)
-        try:
-            rows = load_prompt_file(path, columns=Columns.from_config(cfg))
-            return f"row {rows.index(example) + 1} of data file {path}"
-        except (ValueError, OSError):  # changed since it was read: its start is still a clue
-            pass
-    start = example.prompt if isinstance(example.prompt, str) else str(example.prompt)
-    return f"{_source(cfg)}, the prompt starting {start[:40]!r}"

@@ -1,5 +1,6 @@
-"""Registries of variants: the one place a name (a loss type, an estimator, a task) is
-known, and what the rest of the engine may know about it.
+"""Registries: the one place a name (a loss type, an estimator, a task, a reward, an
+environment, a tool-call format) is known, and what the rest of the engine may know
+about it. The engine's one Registry class.
 
 A :class:`Registry` maps a name to an :class:`Entry`: a one-line help, the function
 (a callable, or a lazy ``"module:attr"`` string imported on first use, so registering
@@ -17,6 +18,12 @@ is available.
 A preset value ``FILE.py:FUNCTION`` (where the registry accepts files) names a user's
 function, which ``engine.rl.user_code.resolve`` loads (never this module).
 
+Options of a factory: the registry rewards and the built-in tasks are named factories
+whose parameters, with their defaults, are the options a preset may set.
+:meth:`Registry.options` lists them and :meth:`Registry.check_options` checks a
+preset's options against them: each option's name, its type (read from the default)
+and, when asked, that a number is finite and in range.
+
 Torch-free: the preset schema and the workbench import it.
 
 Example:
@@ -28,6 +35,16 @@ Example:
     15
     >>> scalers.problem("doubel")
     "unknown scaler 'doubel' (did you mean `double`?); one of: double"
+    >>> def greet(*, name: str = "you", times: int = 1):
+    ...     return (name + " ") * times
+    >>> greetings = Registry("greeting")
+    >>> _ = greetings.register("greet", greet)
+    >>> greetings.options("greet")
+    {'name': 'you', 'times': 1}
+    >>> greetings.check_options("greet", {"times": "2"})
+    Traceback (most recent call last):
+    ...
+    ValueError: greeting 'greet': option 'times' must be int (default 1), got str '2'.
 """
 
 from __future__ import annotations
@@ -38,11 +55,12 @@ import inspect
 import re
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from collections.abc import Mapping
 from typing import Annotated, Any, Callable, Generic, Iterator, TypeVar
 
-__all__ = ["Entry", "Registry", "RegistryChoice", "choice_of", "split_file_name", "FILE_FORM"]
+from engine.foundation.limits import MAX_OPTION_MAGNITUDE, number_problem, short_repr
+
+__all__ = ["Entry", "Registry", "RegistryChoice", "choice_of", "split_file_name", "FILE_FORM", "type_ok"]
 
 D = TypeVar("D")
 
@@ -127,11 +145,13 @@ class Registry(Mapping, Generic[D]):
     file holds, when not this one: a file loss_type holds a surrogate); ``given``: the
     options the engine passes to this kind's functions (a function's keyword-only
     parameters must be among them); ``file_declares``: the declarations of a user's
-    function that declares nothing itself.
+    function that declares nothing itself; ``skip``: the parameters of a factory that
+    are not options a preset sets (a task's ``seed``, say).
     """
 
     def __init__(self, kind: str, *, field: str = "", files: bool = False, file_kind: Registry | None = None,
-                 file_help: str = "", given: tuple[str, ...] = (), file_declares: D | None = None):
+                 file_help: str = "", given: tuple[str, ...] = (), file_declares: D | None = None,
+                 skip: tuple[str, ...] = ()):
         self.kind = kind
         self.field = field
         self.files = files
@@ -139,6 +159,7 @@ class Registry(Mapping, Generic[D]):
         self.file_help = file_help
         self.given = given
         self.file_declares = file_declares
+        self.skip = frozenset(skip)
         self._entries: dict[str, Entry[D]] = {}
 
     # ---------------------------------------------------------------- registering
@@ -255,6 +276,52 @@ class Registry(Mapping, Generic[D]):
             lines.append(f"{FILE_FORM}: {self.file_help or 'your own function, in a file next to the preset'}")
         return "\n".join(lines)
 
+    # ------------------------------------------------------- a factory's options
+
+    def factory(self, name: str) -> Callable:
+        """The factory ``name``; ValueError naming the allowed ones when unknown."""
+        try:
+            return self[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown {self.kind} {name!r}; allowed {self.kind}s: {', '.join(sorted(self))}."
+            ) from None
+
+    def options(self, name: str) -> dict[str, object]:
+        """The options of the factory ``name`` with their defaults, in the signature's
+        order (every parameter but ``skip``'s)."""
+        signature = inspect.signature(self.factory(name))
+        return {p.name: p.default for p in signature.parameters.values() if p.name not in self.skip}
+
+    def check_options(self, name: str, options: Mapping,
+                      ranges: Mapping[str, tuple[float, float]] | None = None) -> None:
+        """ValueError naming the first option of ``name`` that is unknown or of the wrong type.
+
+        With ``ranges`` (option -> (low, high); others within +-MAX_OPTION_MAGNITUDE)
+        a number option must also be finite and in its range; with None, numbers are
+        not checked.
+        """
+        allowed = self.options(name)
+        listing = ", ".join(f"{k}={v!r}" for k, v in allowed.items())
+        for option, value in options.items():
+            if not isinstance(option, str) or option not in allowed:
+                raise ValueError(
+                    f"{self.kind} {name!r} has no option {short_repr(option)}; allowed options: {listing}."
+                )
+            default = allowed[option]
+            if not type_ok(value, default):
+                # A list or mapping is never an option's type: keep the message short.
+                got = short_repr(value) if isinstance(value, (list, dict)) else f"{type(value).__name__} {value!r}"
+                raise ValueError(
+                    f"{self.kind} {name!r}: option {option!r} must be {type(default).__name__} "
+                    f"(default {default!r}), got {got}."
+                )
+            if ranges is not None:
+                low, high = ranges.get(option, (-MAX_OPTION_MAGNITUDE, MAX_OPTION_MAGNITUDE))
+                problem = number_problem(value, low, high)
+                if problem:
+                    raise ValueError(f"{self.kind} {name!r}: option {option!r} {problem}.")
+
     # ------------------------------------------------------------------ resolving
 
     def resolve(self, value: str) -> Entry:
@@ -266,6 +333,24 @@ class Registry(Mapping, Generic[D]):
         if self.files and split_file_name(value):
             raise ValueError(f"{value} is a user's function: resolve it with engine.rl.user_code.resolve")
         return self.entry(value)  # raises with the allowed names
+
+
+def type_ok(value: object, default: object) -> bool:
+    """Whether ``value`` fits an option whose default is ``default``: the default's
+    type, where an int is a fine float (``tolerance: 0``) and a bool is never a number
+    (``min_len: true`` is certainly a mistake).
+
+    Example:
+        >>> type_ok(0, 0.5), type_ok(True, 3), type_ok(False, True), type_ok("6", 6)
+        (True, False, True, False)
+    """
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, type(default))
 
 
 def first_line(doc: str | None) -> str:

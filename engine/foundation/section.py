@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from engine.preset.limits import MAX_TEMPERATURE, MAX_TOKENS
+from engine.foundation.limits import MAX_TEMPERATURE, MAX_TOKENS
 
 __all__ = ["Float", "SamplingFields", "Section"]
 

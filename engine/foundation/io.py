@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from engine.preset.errors import PresetError
-from engine.preset.limits import MAX_FILE_BYTES, LimitError, decode_preset_bytes, one_line, parse_yaml, short_repr
+from engine.foundation.errors import PresetError
+from engine.foundation.limits import MAX_FILE_BYTES, LimitError, decode_preset_bytes, one_line, parse_yaml, short_repr
 
 if TYPE_CHECKING:
     from engine.preset.schema import Preset
