@@ -137,7 +137,7 @@ def _misbehaved(exc: BaseException) -> str | None:
 def _user_call(call, fault):
     """``call()`` (the environment's own code, in the engine's thread), its failures
     raised as ``fault(exc)``: an exception, a ``sys.exit()`` and a KeyboardInterrupt it
-    raised itself (engine/run/stopping.own_exits_as). A real Ctrl-C is kept: the run is
+    raised itself (engine/foundation/stopping.own_exits_as). A real Ctrl-C is kept: the run is
     aborted."""
     def guarded():
         try:
