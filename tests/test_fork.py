@@ -193,7 +193,7 @@ def test_fork_from_here_launches_the_fork_and_lists_it(window, qtbot, trained_ru
     window.runs_view.select_paths([parent])
     assert window.runs_view.fork_button.isEnabled()
     qtbot.mouseClick(window.runs_view.fork_button, Qt.LeftButton)
-    dialog = window.fork_dialog
+    dialog = window.fork.dialog
     assert dialog is not None and dialog.isVisible()
     qtbot.keyClick(dialog.checkpoint, Qt.Key_Up)
     qtbot.mouseClick(dialog.sets.viewport(), Qt.LeftButton)
@@ -202,7 +202,7 @@ def test_fork_from_here_launches_the_fork_and_lists_it(window, qtbot, trained_ru
         qtbot.mouseClick(dialog.fork_button, Qt.LeftButton)
     fork = launched.args[0]
     assert fork.parent == folder.resolve() and fork.name.startswith(f"{parent.name}-fork-2-")
-    assert window.engine.command[3:5] == ["fork", str(parent.resolve())]
+    assert window.run_control.engine.command[3:5] == ["fork", str(parent.resolve())]
     with qtbot.waitSignal(window.engine_finished, timeout=150_000) as finished:
         pass
     assert finished.args[0] == 0, (fork / "workbench" / "engine-output.log").read_text()

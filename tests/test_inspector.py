@@ -331,7 +331,8 @@ def test_prompt_history_page(inspector, tmp_path):
 
 def test_samples_double_click_opens_the_trajectory(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
-    from workbench.main_window import INSPECTOR, SAMPLES, MainWindow
+    from workbench.main_window import MainWindow
+    from workbench.window.names import INSPECTOR, SAMPLES
     from workbench.settings import Settings
 
     run_dir = grpo_run(tmp_path / "runs", steps=3)

@@ -96,8 +96,8 @@ def test_the_cli_and_the_window_resolve_a_preset_the_same_way(preset_folder, win
             raise OSError("not started in this test")
 
     monkeypatch.setattr(run_control, "EngineProcess", NoEngine)
-    assert window.open_preset(preset_folder / "p.yaml")
-    assert window.run() is None
+    assert window.presets.open_preset(preset_folder / "p.yaml")
+    assert window.run_control.run() is None
     by_window = launched[0]
     assert by_window["data"]["path"] == data_path and by_window["rewards"][-1]["name"] == reward_name
     assert preset_from_dict(by_window) == by_cli

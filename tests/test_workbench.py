@@ -19,7 +19,7 @@ from engine.preset.schema import preset_from_dict
 from workbench import runs
 from workbench.app import classify_target, create_window
 from workbench.runs.launcher import AttachedEngine, EngineProcess
-from workbench.main_window import CANCEL, DISCARD, LEAVE_RUNNING, LOG, RUNS, SAMPLES, SAVE, SETUP
+from workbench.window.names import CANCEL, DISCARD, LEAVE_RUNNING, LOG, RUNS, SAMPLES, SAVE, SETUP
 from workbench.settings import Settings
 from workbench.setup import schema
 from workbench.setup.editors import BoolEditor, ChoiceEditor, NamesEditor
@@ -127,11 +127,11 @@ def test_every_form_field_round_trips_through_a_preset_file(window, make_window,
     assert not panel.validate_now() or all(p == "model.name_or_path" for p, _ in panel.problems)
 
     path = tmp_path / "round-trip.yaml"
-    assert window.save_as(path)
+    assert window.presets.save_as(path)
     assert preset_from_dict(yaml.safe_load(path.read_text())).model_dump(mode="json") == window.doc.data
 
     other = make_window()
-    assert other.open_preset(path)
+    assert other.presets.open_preset(path)
     assert other.doc.data == window.doc.data
     for spec in schema.leaf_specs(other.doc.data):
         assert other.setup.editor(spec.path).value() == window.setup.editor(spec.path).value(), spec.path
@@ -175,8 +175,8 @@ def test_invalid_values_show_the_engines_message_and_block_run(window, qtbot):
     assert "divisible by algorithm.num_generations" in row.error.text()
     assert "1 problem" in panel.summary.text()
 
-    click(qtbot, window, window.act_run)
-    assert window.engine is None
+    click(qtbot, window, window.run_control.act_run)
+    assert window.run_control.engine is None
     assert "Cannot run" in window.run_message.text() and "training.batch_size" in window.run_message.text()
     assert window.tabs.currentIndex() == SETUP
 
@@ -211,31 +211,31 @@ def test_unsaved_changes_are_not_lost_silently(window, tmp_path):
     edit(window.setup.editor("training.seed"), 5)
     assert window.isWindowModified()
     window.ask = Asked(CANCEL)
-    window.new_preset()
+    window.presets.new_preset()
     assert window.doc.get("training.seed") == 5
     window.ask = Asked(DISCARD)
-    window.new_preset()
+    window.presets.new_preset()
     assert window.doc.get("training.seed") == 0 and not window.isWindowModified()
 
     path = tmp_path / "p.yaml"
-    assert window.save_as(path)
+    assert window.presets.save_as(path)
     edit(window.setup.editor("training.seed"), 9)
     window.ask = Asked(SAVE)
-    assert window.open_bundled(Path(__file__).resolve().parents[1] / "presets" / "grpo-sort.yaml")
+    assert window.presets.open_bundled(Path(__file__).resolve().parents[1] / "presets" / "grpo-sort.yaml")
     assert window.doc.get("name") == "grpo-sort"
     assert yaml.safe_load(path.read_text())["training"]["seed"] == 9
 
 
 def test_bundled_and_recent_presets(window, tmp_path):
     bundled = Path(__file__).resolve().parents[1] / "presets" / "grpo-sort.yaml"
-    assert window.open_bundled(bundled)
+    assert window.presets.open_bundled(bundled)
     assert window.doc.get("name") == "grpo-sort" and window.doc.path is None and not window.doc.dirty
-    window._fill_bundled()
-    assert "grpo-sort" in [a.text() for a in window.bundled_menu.actions()]
+    window.presets.fill_bundled()
+    assert "grpo-sort" in [a.text() for a in window.presets.bundled_menu.actions()]
     saved = tmp_path / "mine.yaml"
-    window.save_as(saved)
-    window._fill_recent()
-    assert str(saved.resolve()) in [a.text() for a in window.recent_menu.actions()]
+    window.presets.save_as(saved)
+    window.presets.fill_recent()
+    assert str(saved.resolve()) in [a.text() for a in window.presets.recent_menu.actions()]
     assert Settings.load(tmp_path / "config" / "settings.json").recent_presets[0] == str(saved.resolve())
 
 
@@ -246,7 +246,7 @@ def test_run_fills_plots_samples_and_progress(window, qtbot):
     window.doc.new(small_preset())
     with qtbot.waitSignal(window.engine_finished, timeout=ENGINE_TIMEOUT_MS) as finished:
         run_dir = click_run(qtbot, window)
-        assert run_dir is not None and window.act_stop.isEnabled() and not window.act_run.isEnabled()
+        assert run_dir is not None and window.run_control.act_stop.isEnabled() and not window.run_control.act_run.isEnabled()
         assert "starting" in window.header.status.text()
 
         def reward_plotted():
@@ -266,7 +266,7 @@ def test_run_fills_plots_samples_and_progress(window, qtbot):
     assert window.samples.model.rowCount() == 12  # 3 steps x log_completions 4
     assert window.header.progress.value() == 3 and window.header.progress.maximum() == 3
     assert "done" in window.header.status.text()
-    assert window.act_run.isEnabled() and not window.act_stop.isEnabled()
+    assert window.run_control.act_run.isEnabled() and not window.run_control.act_stop.isEnabled()
 
 
 def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot):
@@ -274,7 +274,7 @@ def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot):
     run_dir = click_run(qtbot, window)
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=ENGINE_TIMEOUT_MS)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000) as finished:
-        click(qtbot, window, window.act_stop)
+        click(qtbot, window, window.run_control.act_stop)
         assert "Stopping" in window.run_message.text()
     assert finished.args == [0]
     window.tick()
@@ -290,7 +290,7 @@ def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_win
     first.doc.new(small_preset(max_steps=400))
     run_dir = click_run(qtbot, first)
     qtbot.waitUntil(lambda: first.shown[0].metrics.size >= 1, timeout=ENGINE_TIMEOUT_MS)
-    pid = first.engine.pid
+    pid = first.run_control.engine.pid
     first.ask = Asked(DISCARD, CANCEL)  # unsaved preset: discard; the run question: cancel
     first.close()
     assert first.isVisible()
@@ -300,12 +300,12 @@ def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_win
 
     second = make_window()
     run = second.open_run(run_dir)
-    assert isinstance(second.engine, AttachedEngine) and second.act_stop.isEnabled()
+    assert isinstance(second.run_control.engine, AttachedEngine) and second.run_control.act_stop.isEnabled()
     assert "running" in second.header.status.text()
     steps = run.metrics.size
     qtbot.waitUntil(lambda: second.shown[0].metrics.size > steps, timeout=60_000)  # plots continue
     with qtbot.waitSignal(second.engine_finished, timeout=60_000):
-        click(qtbot, second, second.act_stop)
+        click(qtbot, second, second.run_control.act_stop)
     second.tick()
     assert run.status == "stopped" and rundir.complete_checkpoints(run_dir)
 
@@ -321,7 +321,7 @@ def test_a_failing_engine_shows_its_message_and_the_log(window, qtbot, tmp_path)
     data = small_preset()
     data["rewards"].append({"name": "my_rewards.py:strict", "weight": 0.5})
     (folder / "failing.yaml").write_text(yaml.safe_dump(data))
-    assert window.open_preset(folder / "failing.yaml")
+    assert window.presets.open_preset(folder / "failing.yaml")
     with qtbot.waitSignal(window.engine_finished, timeout=ENGINE_TIMEOUT_MS) as finished:
         assert click_run(qtbot, window) is not None
     assert finished.args == [1]
@@ -342,7 +342,7 @@ def test_an_engine_that_exits_without_a_result_is_reported(window, qtbot, tmp_pa
     bad.write_text("training: {batch_size: 7}\n")  # the engine refuses it (status 2), writing nothing
     engine = EngineProcess(run_dir, bad, parent=window)
     engine.start()
-    window._attach(engine, run_dir)
+    window.run_control.attach(engine, run_dir)
     window.open_run(run_dir)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000) as finished:
         pass

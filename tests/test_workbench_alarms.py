@@ -19,7 +19,7 @@ from workbench.alarms import model as alarm_model
 from workbench.alarms.details import details_html
 from workbench.alarms.model import alarm_from_event
 from workbench.dashboard import markers
-from workbench.main_window import DASHBOARD, INSPECTOR, SAMPLES
+from workbench.window.names import DASHBOARD, INSPECTOR, SAMPLES
 from workbench.runs import rundata
 from workbench.runs.rundata import RunData
 from workbench_helpers import write_run

@@ -43,7 +43,7 @@ def open_from_runs_tab(qtbot, window, run: Path) -> ExportDialog:
     window.runs_view.select_paths([run])
     assert window.runs_view.export_button.isEnabled()
     qtbot.mouseClick(window.runs_view.export_button, Qt.LeftButton)
-    dialog = window.export_dialog
+    dialog = window.export.dialog
     assert dialog is not None and dialog.run_dir == run.resolve()
     qtbot.waitExposed(dialog)
     return dialog
@@ -65,7 +65,7 @@ def start(qtbot, window, dialog):
     """Click Export; the export job it started."""
     assert dialog.export_button.isEnabled(), dialog.problem.text()
     qtbot.mouseClick(dialog.export_button, Qt.LeftButton)
-    job = window.export_job
+    job = window.export.job
     assert job is not None and job.running and dialog.running
     assert not dialog.export_button.isEnabled() and dialog.cancel_button.isVisible()
     return job
@@ -123,8 +123,8 @@ def test_the_export_button_writes_the_adapter_of_the_chosen_checkpoint_with_prog
 
 def test_file_menu_exports_several_at_once_into_the_default_folders(window, qtbot, run):
     window.open_run(run)
-    window.act_export.trigger()
-    dialog = window.export_dialog
+    window.export.act_export.trigger()
+    dialog = window.export.dialog
     assert dialog is not None and dialog.run_dir == run.resolve()
     qtbot.waitExposed(dialog)
     click_box(qtbot, dialog.boxes["tensorboard"])
@@ -153,7 +153,7 @@ def test_an_output_folder_that_is_not_empty_or_is_a_file_is_refused(window, qtbo
     assert "exists and is not empty" in dialog.problem.text() and "LoRA adapter" in dialog.problem.text()
     assert not dialog.export_button.isEnabled()
     qtbot.mouseClick(dialog.export_button, Qt.LeftButton)
-    assert window.export_job is None
+    assert window.export.job is None
     type_text(qtbot, dialog.folders["adapter"], str(full / "keep.txt"))
     assert "is a file" in dialog.problem.text() and not dialog.export_button.isEnabled()
     type_text(qtbot, dialog.folders["adapter"], str(tmp_path / "new"))
@@ -174,7 +174,7 @@ def test_a_run_without_a_checkpoint_gives_only_its_events(window, qtbot, run, tm
     menu = window.runs_view.context_menu(row)
     action = next(a for a in menu.actions() if a.text() == "Export…")
     action.trigger()
-    dialog = window.export_dialog
+    dialog = window.export.dialog
     assert dialog is not None and dialog.run_dir == run.resolve()
     assert not dialog.checkpoint.isEnabled() and dialog.boxes["tensorboard"].isChecked()
     assert not dialog.boxes["adapter"].isChecked() and dialog.problem.text() == ""
@@ -186,8 +186,8 @@ def test_a_run_without_a_checkpoint_gives_only_its_events(window, qtbot, run, tm
     bare = tmp_path / "runs" / "bare"
     bare.mkdir()
     (bare / rundir.PRESET_FILE).write_text((run / rundir.PRESET_FILE).read_text())
-    window.export_dialog = None
-    assert window.export_run(bare) is None and window.export_dialog is None
+    window.export.dialog = None
+    assert window.export.export_run(bare) is None and window.export.dialog is None
     assert "bare has nothing to export" in window.run_message.text()
 
 

@@ -24,7 +24,7 @@ from engine.run import rundir
 from inspector_helpers import dpo_side, grpo_record, write_steps
 from workbench.inspector import GROUP_PAGE, TRAJECTORY_PAGE
 from workbench.inspector.export import tooltip_html
-from workbench.main_window import INSPECTOR, SAMPLES
+from workbench.window.names import INSPECTOR, SAMPLES
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)
 
 GROUP_RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],

@@ -15,7 +15,9 @@ import yaml
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from workbench.main_window import DISCARD, STOP_RUN, MainWindow
+from workbench.main_window import MainWindow
+
+from workbench.window.names import DISCARD, STOP_RUN
 from workbench.settings import Settings
 from workbench_helpers import small_preset, type_text
 from window_fixtures import panel  # noqa: F401 (fixture)
@@ -204,7 +206,7 @@ def window(qtbot, tmp_path, monkeypatch):
 
 def open_through_the_dialog(window, monkeypatch, path) -> None:
     monkeypatch.setattr("workbench.main_window.QFileDialog.getOpenFileName", lambda *a, **k: (str(path), ""))
-    window.open_preset_dialog()
+    window.presets.open_preset_dialog()
     assert window.doc.path == path
 
 
@@ -242,7 +244,7 @@ def test_an_unknown_key_is_shown_in_its_section_and_renamed_with_one_click(windo
     assert banner.isHidden()
     panel.validate_now()
     assert panel.problems == []
-    assert window.save()
+    assert window.presets.save()
     saved = yaml.safe_load(path.read_text())
     assert "learnin_rate" not in path.read_text() and saved["training"]["learning_rate"] == 0.002
 
@@ -270,7 +272,7 @@ def test_unknown_keys_at_the_top_and_in_nested_sections_are_removed_or_renamed(w
     assert panel.doc.get("algorithm.temperature") == 0.5
     panel.validate_now()
     assert panel.problems == []
-    assert window.save()
+    assert window.presets.save()
     text = path.read_text()
     assert not any(typo in text for typo in ("notes", "alhpa", "temprature"))
     saved = yaml.safe_load(text)
@@ -293,7 +295,7 @@ def test_an_unknown_key_in_a_reward_component_is_shown_on_it(window, qtbot, tmp_
     assert panel.rewards.items[1].weight.line.text() == "0.5"
     panel.validate_now()
     assert panel.problems == []
-    assert window.save()
+    assert window.presets.save()
     assert "wieght" not in path.read_text() and yaml.safe_load(path.read_text())["rewards"][1]["weight"] == 0.5
 
 
@@ -325,7 +327,7 @@ def test_renaming_onto_a_field_the_file_sets_asks_first(window, qtbot, tmp_path,
     assert panel.doc.get("training.learning_rate") == 0.5 and "learnin_rate" not in panel.doc.data["training"]
     panel.validate_now()
     assert panel.problems == []
-    assert window.save()
+    assert window.presets.save()
     saved = yaml.safe_load(path.read_text())
     assert saved["training"]["learning_rate"] == 0.5 and "learnin_rate" not in saved["training"]
 

@@ -66,7 +66,7 @@ def test_a_file_that_is_no_preset_gives_one_line_naming_it(window, tmp_path, nam
     path.write_bytes(content)
     before = window.doc.data
 
-    assert getattr(window, how)(path) is False  # refused, as a user opening it sees
+    assert getattr(window.presets, how)(path) is False  # refused, as a user opening it sees
 
     ((title, text),) = window.ask.messages  # told once
     assert title == "Cannot open preset"

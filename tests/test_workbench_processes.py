@@ -64,7 +64,7 @@ def launched(monkeypatch):
 def run_once(qtbot, window, launched) -> tuple[EngineProcess, str]:
     """Click Run; the engine it made and the status bar's message about it."""
     with qtbot.waitSignal(window.run_launched, timeout=30_000):
-        click(qtbot, window, window.act_run)
+        click(qtbot, window, window.run_control.act_run)
     engine, message = launched[-1], window.run_message.text()
     engine.poll()  # no process behind it: marked ended, so Run is enabled again
     return engine, message
@@ -158,9 +158,9 @@ def test_the_memory_note_is_per_process(panel, qtbot):
 def test_run_is_refused_while_the_processes_do_not_fit(window, qtbot, launched):
     window.doc.new(small_preset())
     type_processes(qtbot, window.setup.launch.processes, "4")
-    window.run()
+    window.run_control.run()
     assert launched == [] and "--nproc-per-node 4" in window.run_message.text()
-    qtbot.waitUntil(lambda: "--nproc-per-node 4" in window.act_run.toolTip(), timeout=5000)
+    qtbot.waitUntil(lambda: "--nproc-per-node 4" in window.run_control.act_run.toolTip(), timeout=5000)
 
 
 def test_micro_batch_auto_is_a_problem_at_its_field_with_several_processes(panel, qtbot):
@@ -218,7 +218,7 @@ def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot, sta
     assert launcher.runs.read_process_record(run_dir)["command"][-2:] == ["--nproc-per-node", "2"]
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=30_000)
     with qtbot.waitSignal(window.engine_finished, timeout=30_000) as finished:
-        click(qtbot, window, window.act_stop)
+        click(qtbot, window, window.run_control.act_stop)
     assert finished.args == [0]
     window.tick()
     assert window.shown[0].status == "stopped"

@@ -24,7 +24,7 @@ from PySide6.QtGui import QDesktopServices
 
 from engine.run import rundir
 from workbench import app, runs
-from workbench.main_window import CANCEL, DISCARD, RUNS
+from workbench.window.names import CANCEL, DISCARD, RUNS
 from workbench.runs import launcher
 from workbench.runs.export_dialog import ExportDialog
 from workbench.runs.launcher import EngineHandle, EngineProcess
@@ -91,15 +91,15 @@ def select_in_runs_tab(window, run_dir: Path) -> None:
 def test_kill_asks_first_and_says_no_checkpoint_exists_yet(window, qtbot, tmp_path):
     run_dir = write_run(tmp_path / "runs", "live", steps=7, status="running")
     engine = IdleEngine(run_dir, parent=window)
-    window._attach(engine, run_dir)
+    window.run_control.attach(engine, run_dir)
     window.open_run(run_dir)
     window.ask = asked = Asked(CANCEL)
-    click(qtbot, window, window.act_kill)
+    click(qtbot, window, window.run_control.act_kill)
     assert asked.questions == ["Kill the run?"] and engine.signals == [] and not engine.killed
 
     texts = []
     window.ask = lambda title, text, choices: texts.append(text) or KILL
-    click(qtbot, window, window.act_kill)
+    click(qtbot, window, window.run_control.act_kill)
     assert engine.killed and engine.signals
     assert "No checkpoint exists yet" in texts[0] and "7 steps" in texts[0]
     assert "Resume starts the run again from step 0" in texts[0]
@@ -110,11 +110,11 @@ def test_kill_says_the_steps_since_the_last_checkpoint_are_lost(window, qtbot, t
     checkpoint = run_dir / rundir.CHECKPOINTS_DIR / "step_000004"
     checkpoint.mkdir(parents=True)
     (checkpoint / rundir.CHECKPOINT_STATE).write_text('{"step": 4}')
-    window._attach(IdleEngine(run_dir, parent=window), run_dir)
+    window.run_control.attach(IdleEngine(run_dir, parent=window), run_dir)
     window.open_run(run_dir)
     texts = []
     window.ask = lambda title, text, choices: texts.append(text) or CANCEL
-    click(qtbot, window, window.act_kill)
+    click(qtbot, window, window.run_control.act_kill)
     assert "step_000004" in texts[0] and "3 steps" in texts[0] and "lost" in texts[0]
 
 
@@ -172,9 +172,9 @@ def test_resume_from_the_runs_tab_launches_rl_engine_resume_in_the_run_folder(wi
         qtbot.mouseClick(button, Qt.LeftButton)
     engine = started[-1]
     assert engine.command[1:] == ["-m", "engine", "resume", str(run_dir.resolve()), "--quiet"]
-    assert engine.run_dir == run_dir.resolve() and window.engine is engine
+    assert engine.run_dir == run_dir.resolve() and window.run_control.engine is engine
     assert [r.run_dir for r in window.shown] == [run_dir.resolve()]  # the dashboard follows it, same folder
-    assert window.act_stop.isEnabled() and not window.header.failure.isVisible()
+    assert window.run_control.act_stop.isEnabled() and not window.header.failure.isVisible()
 
 
 # ------------------------------------------------------------- a real resume
@@ -186,7 +186,7 @@ def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot, stand
     qtbot.waitUntil(lambda: bool(rundir.complete_checkpoints(run_dir)), timeout=STAND_IN_TIMEOUT_MS)
     window.ask = asked = Asked(KILL)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000):
-        click(qtbot, window, window.act_kill)
+        click(qtbot, window, window.run_control.act_kill)
     assert asked.questions == ["Kill the run?"]
     banner = window.header.failure
     assert banner.isVisible() and banner.resume_button.isEnabled()
@@ -213,7 +213,7 @@ def test_kill_before_the_first_checkpoint_then_resume_starts_the_run_again(windo
     qtbot.waitUntil(lambda: len(steps()) >= 2, timeout=STAND_IN_TIMEOUT_MS)
     window.ask = Asked(KILL)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000):
-        click(qtbot, window, window.act_kill)
+        click(qtbot, window, window.run_control.act_kill)
     assert not rundir.complete_checkpoints(run_dir)
     banner = window.header.failure
     assert banner.isVisible() and banner.resume_button.isEnabled()
@@ -240,7 +240,7 @@ def test_kill_before_the_first_checkpoint_then_resume_starts_the_run_again(windo
 def test_the_status_changes_as_soon_as_run_finished_is_read(window, qtbot, tmp_path):
     run_dir = write_run(tmp_path / "runs", "stopping", steps=4, status="running")
     engine = IdleEngine(run_dir, parent=window)
-    window._attach(engine, run_dir)
+    window.run_control.attach(engine, run_dir)
     window.open_run(run_dir)
     engine.stop()
     window._update_header()
@@ -288,8 +288,8 @@ def test_make_run_opens_the_bundled_preset_as_an_untitled_copy(qtbot, tmp_path, 
 
 
 def test_the_bundled_menu_lists_the_hub_presets(window, qtbot):
-    window._fill_bundled()
-    actions = {a.text(): a for a in window.bundled_menu.actions() if a.text()}
+    window.presets.fill_bundled()
+    actions = {a.text(): a for a in window.presets.bundled_menu.actions() if a.text()}
     hub = sorted((ROOT / "presets" / "hub").glob("*.yaml"))
     assert hub and all(path.stem in actions for path in hub)
     actions[hub[0].stem].trigger()
@@ -300,7 +300,7 @@ def test_a_new_preset_runs_as_it_is(window, qtbot, tmp_path):
     assert window.setup.validate_now() == []  # the first document of a window (one opened on a run)
     window.doc.new(small_preset())
     window.ask = lambda *a: DISCARD
-    click(qtbot, window, window.act_new)
+    click(qtbot, window, window.presets.act_new)
     assert window.doc.get("model.name_or_path") == "builtin:tiny"
     assert window.setup.validate_now() == []  # what the Run button checks
-    assert window.act_run.isEnabled()
+    assert window.run_control.act_run.isEnabled()

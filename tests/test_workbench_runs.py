@@ -30,7 +30,8 @@ from engine.preset.schema import preset_from_dict
 from workbench import app, runs, xcb_check
 from workbench.dashboard import run_colour
 from workbench.runs.launcher import AttachedEngine
-from workbench.main_window import DISCARD, RUNS, MainWindow
+from workbench.main_window import MainWindow
+from workbench.window.names import DISCARD, RUNS
 from workbench.window.run_control import KILL
 from workbench_helpers import small_preset, write_run
 from window_fixtures import Asked, click, click_run, make_window, window  # noqa: F401 (fixtures)
@@ -69,7 +70,7 @@ def test_plain_rl_workbench_opens_the_bundled_runnable_preset(qtbot, tmp_path, m
     expected = preset_from_dict(yaml.safe_load(bundled.read_text())).model_dump(mode="json")
     assert preset_from_dict(window.doc.data).model_dump(mode="json") == expected
     assert window.doc.path is None and not window.doc.dirty  # Save writes a copy, not the shipped file
-    assert window.act_run.isEnabled()
+    assert window.run_control.act_run.isEnabled()
 
 
 # ----------------------------------------------------------------- kill, stop
@@ -87,7 +88,7 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     assert b"Loading weights" not in output
     window.ask = Asked(KILL)  # Kill asks first (tests/test_workbench_resume.py)
     with qtbot.waitSignal(window.engine_finished, timeout=60_000) as finished:
-        click(qtbot, window, window.act_kill)
+        click(qtbot, window, window.run_control.act_kill)
     assert finished.args == [-signal.SIGKILL]
 
     status = header_status(window)
@@ -104,8 +105,8 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     bar = window.run_message.text()
     assert "killed by signal SIGKILL" in bar and "None" not in bar
     assert runs_tab_status(window, run_dir) == status
-    assert not window.act_stop.isEnabled() and window.act_run.isEnabled()
-    assert "no run of this window is in progress" in window.act_stop.toolTip()
+    assert not window.run_control.act_stop.isEnabled() and window.run_control.act_run.isEnabled()
+    assert "no run of this window is in progress" in window.run_control.act_stop.toolTip()
 
     # A second window (or a restart) says the same.
     assert runs.summarize_run(run_dir).status == "killed"
@@ -128,7 +129,7 @@ CHILD_WINDOW = textwrap.dedent("""
     window = MainWindow(Settings(runs_folder=sys.argv[1]), settings_path=None)
     window.doc.new(yaml.safe_load(open(sys.argv[2])))
     window.show()
-    run_dir = window.run()
+    run_dir = window.run_control.run()
     print(run_dir, flush=True)
     app.exec()
 """)
@@ -174,13 +175,13 @@ def test_a_run_whose_window_was_sigkilled_runs_on_in_a_new_window_and_stops(make
 
     second = make_window()
     run = second.open_run(run_dir)
-    assert isinstance(second.engine, AttachedEngine) and second.engine.pid == engine_pid
+    assert isinstance(second.run_control.engine, AttachedEngine) and second.run_control.engine.pid == engine_pid
     assert header_status(second) == "running" == runs_tab_status(second, run_dir)
-    assert second.act_stop.isEnabled() and f"pid {engine_pid}" in second.act_stop.toolTip()
+    assert second.run_control.act_stop.isEnabled() and f"pid {engine_pid}" in second.run_control.act_stop.toolTip()
     steps = run.metrics.size
     qtbot.waitUntil(lambda: second.shown[0].metrics.size > steps, timeout=60_000)  # live
     with qtbot.waitSignal(second.engine_finished, timeout=90_000) as finished:
-        click(qtbot, second, second.act_stop)
+        click(qtbot, second, second.run_control.act_stop)
         assert "SIGTERM" in second.run_message.text()
     assert finished.args == [None]  # not this window's child: no exit code to read...
     bar = second.run_message.text()
@@ -202,12 +203,12 @@ def test_a_run_started_in_a_terminal_can_be_killed_from_the_window(window, qtbot
                         timeout=STAND_IN_TIMEOUT_MS)
         assert runs.read_process_record(run_dir) is None  # not launched by a window
         window.open_run(run_dir)
-        assert isinstance(window.engine, AttachedEngine) and window.engine.pid == engine.pid
-        assert window.act_kill.isEnabled() and f"pid {engine.pid}" in window.act_kill.toolTip()
+        assert isinstance(window.run_control.engine, AttachedEngine) and window.run_control.engine.pid == engine.pid
+        assert window.run_control.act_kill.isEnabled() and f"pid {engine.pid}" in window.run_control.act_kill.toolTip()
         assert header_status(window) == "running" == runs_tab_status(window, run_dir)
         window.ask = Asked(KILL)
         with qtbot.waitSignal(window.engine_finished, timeout=60_000):
-            click(qtbot, window, window.act_kill)
+            click(qtbot, window, window.run_control.act_kill)
         assert engine.wait(30) == -signal.SIGKILL
     finally:
         if engine.poll() is None:
@@ -222,10 +223,10 @@ def test_stop_and_kill_say_why_they_are_greyed_out(window, qtbot, tmp_path):
     run_dir = write_run(tmp_path / "runs", "headless", steps=5, status="running", start=time.time() - 10)
     window.open_run(run_dir)
     assert header_status(window) == "running"
-    assert not window.act_stop.isEnabled() and not window.act_kill.isEnabled()
-    tip = window.act_stop.toolTip()
+    assert not window.run_control.act_stop.isEnabled() and not window.run_control.act_kill.isEnabled()
+    tip = window.run_control.act_stop.toolTip()
     assert "started outside this window" in tip and "Ctrl-C" in tip
-    assert window.toolbar.widgetForAction(window.act_stop).toolTip() == tip  # on the greyed button too
+    assert window.toolbar.widgetForAction(window.run_control.act_stop).toolTip() == tip  # on the greyed button too
 
 
 # --------------------------------------------------------------- status bar
@@ -234,19 +235,19 @@ def test_stop_and_kill_say_why_they_are_greyed_out(window, qtbot, tmp_path):
 def test_status_bar_messages_go_when_their_cause_goes(window, qtbot, tmp_path):
     window.doc.new(small_preset())
     window.doc.set("training.batch_size", 7)
-    click(qtbot, window, window.act_run)
-    assert window.engine is None and "Cannot run" in window.run_message.text()
+    click(qtbot, window, window.run_control.act_run)
+    assert window.run_control.engine is None and "Cannot run" in window.run_message.text()
     window.doc.set("training.batch_size", 8)
     qtbot.waitUntil(lambda: "Cannot run" not in window.run_message.text(), timeout=10_000)
 
     broken = tmp_path / "broken.yaml"
     broken.write_text("training: [unclosed\n")
     window.ask = Asked(DISCARD, "OK", DISCARD)  # unsaved edits: discard; the error: OK
-    assert not window.open_preset(broken)
+    assert not window.presets.open_preset(broken)
     assert "Cannot open preset" in window.run_message.text()
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(small_preset()))
-    assert window.open_preset(good)
+    assert window.presets.open_preset(good)
     assert "Cannot open" not in window.run_message.text() and "Opened" in window.run_message.text()
 
 

@@ -29,7 +29,7 @@ from workbench.inspector.colors import diverging_hex
 from workbench.inspector.export import export_html, summary_parts, tooltip_html
 from workbench.inspector.index import build_group
 from workbench.inspector.steps import Reference, StepComponent, badges, record_steps
-from workbench.main_window import SAMPLES
+from workbench.window.names import SAMPLES
 from workbench.playground import model as playground_model
 from workbench.playground.model import Completion, ScoreResult
 from workbench.playground.results import ResultsTable, steps_column

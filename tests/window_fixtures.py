@@ -19,7 +19,8 @@ from workbench.inspector import InspectorView
 from workbench.runs.rundata import RunData
 from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.runs.samples_view import SamplesView
-from workbench.main_window import DISCARD, STOP_RUN, MainWindow
+from workbench.main_window import MainWindow
+from workbench.window.names import DISCARD, STOP_RUN
 from workbench.settings import Settings
 from workbench.setup.document import PresetDocument
 from workbench.setup.panel import SetupPanel
@@ -68,7 +69,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
 
     yield make
     for window in made:
-        engine = window.engine
+        engine = window.run_control.engine
         if isinstance(engine, EngineProcess) and engine.popen is not None and engine.popen.poll() is None:
             engine.popen.kill()
             engine.popen.wait(30)
@@ -114,7 +115,7 @@ def click(qtbot, window: MainWindow, action) -> None:
 def click_run(qtbot, window: MainWindow) -> Path:
     """Click Run; the run folder it launched."""
     with qtbot.waitSignal(window.run_launched, timeout=30_000) as launched:
-        click(qtbot, window, window.act_run)
+        click(qtbot, window, window.run_control.act_run)
     return launched.args[0]
 
 

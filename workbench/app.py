@@ -78,14 +78,14 @@ def create_window(argv: list[str]):
     window = MainWindow(settings)
     window.show()
     if kind == "preset":
-        window.open_preset(args.target)
+        window.presets.open_preset(args.target)
     elif kind == "run":
         window.open_run(args.target)
     else:
         preset = default_preset()
         if preset is not None:
             # Untitled (Save writes a copy): the first thing a new user sees can run.
-            window.open_bundled(preset)
+            window.presets.open_bundled(preset)
     return window
 
 

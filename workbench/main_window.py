@@ -6,19 +6,21 @@ milliseconds when nothing is new); a run model that read something new announces
 (RunData.updated) and the views that show it (dashboard, samples, header) redraw
 themselves. Nothing the window does waits on the engine.
 
-The preset actions (workbench/window/presets.py) and Run / Stop / Kill
-(workbench/window/run_control.py) are mixins of MainWindow; the tab and answer names
-are in workbench/window/names.py.
+MainWindow composes: the views, and four controllers it owns, each given what it needs
+(the document, the set-up form, the window's callbacks: workbench/window/hooks.py):
+`presets` (workbench/window/presets.py: New, Open, Save, recent and bundled menus),
+`run_control` (run_control.py: Run, Stop, Kill, Resume, the window's engine and a run's
+status), `fork` (fork.py) and `export` (export.py). The tab and answer names are in
+workbench/window/names.py.
 """
 
 from __future__ import annotations
 
 import html
-import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
@@ -37,23 +39,23 @@ from workbench.alarms.model import arrival_message
 from workbench.alarms.panel import AlarmsPanel
 from workbench.dashboard import Dashboard, run_colour
 from workbench.inspector import InspectorView
-from workbench.runs.launcher import AttachedEngine, EngineHandle
 from workbench.runs.log_view import LogView
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData
 from workbench.runs.runs_view import DifferencesTable, RunsView
 from workbench.runs.samples_view import SamplesView
 from workbench.settings import Settings
-from workbench.setup import PresetDocument, SetupPanel
-from workbench.window.names import (CANCEL, DASHBOARD, DISCARD, INSPECTOR, LEAVE_RUNNING, LOG,  # noqa: F401
-                                    RUNS, SAMPLES, SAVE, SETUP, STOP_RUN)
-from workbench.window.export import ExportMixin
-from workbench.window.fork import ForkMixin
-from workbench.window.presets import PresetsMixin
-from workbench.window.run_control import RunControlMixin, run_dir_name  # noqa: F401
+from workbench.setup.document import PresetDocument
+from workbench.setup.panel import SetupPanel
+from workbench.window.export import ExportController
+from workbench.window.fork import ForkController
+from workbench.window.hooks import WindowHooks, make_action
+from workbench.window.names import DASHBOARD, INSPECTOR, LOG, RUNS, SAMPLES
+from workbench.window.presets import PresetsController
+from workbench.window.run_control import RunControl
 
 
-class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWindow):
+class MainWindow(QMainWindow):
     """Signals: `run_launched(path)`, `engine_finished(exit code)` (tests wait on them)."""
 
     run_launched = Signal(Path)
@@ -66,8 +68,6 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.settings = settings or Settings.load(settings_path)
         self._settings_path = settings_path
         self.doc = PresetDocument()
-        self.engine: EngineHandle | None = None
-        self.engine_dir: Path | None = None
         self.shown: list[RunData] = []
         self._cache: dict[Path, RunData] = {}
         self._message_kind: str | None = None  # what the status bar message is about (show_message)
@@ -135,16 +135,25 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.run_message = QLabel()
         self.run_message.setObjectName("run-message")
         self.run_message.setTextFormat(Qt.RichText)  # show_message escapes the text it is given
+
+        # Tests replace `ask`: the hooks call the window's method of the moment.
+        hooks = WindowHooks(self, ask=lambda *a: self.ask(*a), tell=self.tell, show_message=self.show_message,
+                            clear_message=self.clear_message, message_kind=lambda: self._message_kind,
+                            show_tab=self.tabs.setCurrentIndex, save_settings=self._save_settings)
+        self.presets = PresetsController(hooks, self.doc, self.settings, lambda path: self._run_data(path).preset)
+        self.run_control = RunControl(hooks, self.doc, self.setup, self.settings, lambda: self.shown,
+                                      self._run_data, self.open_run, self.run_launched.emit, self._engine_finished)
+        self.fork = ForkController(hooks, self.settings, self.run_control)
+        self.export = ExportController(hooks, lambda: self.shown[0].run_dir if self.shown else None)
         self._make_actions()
         self.statusBar().addWidget(self.run_message, 1)
 
         self.doc.dirty_changed.connect(lambda _dirty: self._update_title())
         self.doc.replaced.connect(self._update_title)
         self.doc.saved.connect(lambda _path: self._update_title())
-        self.setup.validated.connect(self._validated)
         self.header.show_log.connect(self.show_engine_log)
-        self.header.resume_requested.connect(lambda: self.resume())
-        self.header.resume_blocked = self.resume_blocked
+        self.header.resume_requested.connect(lambda: self.run_control.resume())
+        self.header.resume_blocked = self.run_control.resume_blocked
         self.samples.inspect_requested.connect(self.inspect)
         self.alarms.inspect_requested.connect(self.inspect)
         self.alarms.samples_requested.connect(self.show_samples_of_steps)
@@ -153,10 +162,10 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.dashboard.alarm_clicked.connect(lambda alarm: self.alarms.select_event(alarm.event))
         self.runs_view.open_requested.connect(self.open_run)
         self.runs_view.compare_requested.connect(self.compare_runs)
-        self.runs_view.preset_requested.connect(self.load_run_preset)
-        self.runs_view.fork_requested.connect(self.fork_run)
-        self.runs_view.export_requested.connect(self.export_run)
-        self.runs_view.resume_requested.connect(self.resume)
+        self.runs_view.preset_requested.connect(self.presets.load_run_preset)
+        self.runs_view.fork_requested.connect(self.fork.fork_run)
+        self.runs_view.export_requested.connect(self.export.export_run)
+        self.runs_view.resume_requested.connect(self.run_control.resume)
         self.runs_view.folder_changed.connect(self._runs_folder_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
 
@@ -166,62 +175,43 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.timer.start()
         self.resize(1500, 950)
         self._update_title()
-        self._update_actions()
+        self.run_control.update_actions()
 
     # ================================================================= actions
 
     def _make_actions(self) -> None:
-        def action(text, slot, shortcut=None, tip=""):
-            act = QAction(text, self)
-            act.triggered.connect(lambda _checked=False: slot())
-            if shortcut:
-                act.setShortcut(shortcut)
-            if tip:
-                act.setToolTip(tip)
-                act.setStatusTip(tip)
-            return act
-
-        self.act_new = action("New", self.new_preset, QKeySequence.New, "A new preset with every field at its default")
-        self.act_open = action("Open…", self.open_preset_dialog, QKeySequence.Open, "Open a preset (YAML)")
-        self.act_save = action("Save", self.save, QKeySequence.Save, "Save the preset")
-        self.act_save_as = action("Save As…", self.save_as_dialog, QKeySequence.SaveAs, "Save the preset to a new file")
-        self.act_open_run = action("Open Run Folder…", self.open_run_dialog, None, "Open a past or running run")
-        self.act_run = action("▶ Run", self.run, "Ctrl+R", "Start the engine on this preset, in a new run folder")
-        self.act_stop = action("■ Stop", self.stop, None,
-                               "Ask the engine to stop after its current step (it saves a checkpoint)")
-        self.act_kill = action("Kill", self.kill, None, "Kill the engine now (the step in progress is lost)")
-        self.act_quit = action("Quit", self.close, QKeySequence.Quit)
-
+        presets, control = self.presets, self.run_control
+        self.act_open_run = make_action(self, "Open Run Folder…", self.open_run_dialog, None,
+                                        "Open a past or running run")
+        self.act_quit = make_action(self, "Quit", self.close, QKeySequence.Quit)
         menu = self.menuBar().addMenu("&File")
-        menu.addAction(self.act_new)
-        menu.addAction(self.act_open)
-        self.recent_menu = menu.addMenu("Open Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
-        self.bundled_menu = menu.addMenu("Bundled Presets")
-        self.bundled_menu.aboutToShow.connect(self._fill_bundled)
-        menu.addAction(self.act_save)
-        menu.addAction(self.act_save_as)
+        menu.addAction(presets.act_new)
+        menu.addAction(presets.act_open)
+        menu.addMenu(presets.recent_menu)
+        menu.addMenu(presets.bundled_menu)
+        menu.addAction(presets.act_save)
+        menu.addAction(presets.act_save_as)
         menu.addSeparator()
         menu.addAction(self.act_open_run)
-        menu.addAction(self.make_export_action())  # File ▸ Export Run… (workbench/window/export.py)
+        menu.addAction(self.export.act_export)  # File ▸ Export Run… (workbench/window/export.py)
         menu.addSeparator()
         menu.addAction(self.act_quit)
         run_menu = self.menuBar().addMenu("&Run")
-        for act in (self.act_run, self.act_stop, self.act_kill):
+        for act in control.actions:
             run_menu.addAction(act)
 
         bar = QToolBar("Main")
         bar.setObjectName("main-toolbar")
         bar.setMovable(False)
         bar.setToolButtonStyle(Qt.ToolButtonTextOnly)
-        for act in (self.act_new, self.act_open, self.act_save, self.act_save_as):
+        for act in (presets.act_new, presets.act_open, presets.act_save, presets.act_save_as):
             bar.addAction(act)
         recent = bar.addAction("Recent ▾")
-        recent.triggered.connect(lambda: self._popup(self.recent_menu, bar, recent))
+        recent.triggered.connect(lambda: self._popup(presets.recent_menu, bar, recent))
         bundled = bar.addAction("Bundled ▾")
-        bundled.triggered.connect(lambda: self._popup(self.bundled_menu, bar, bundled))
+        bundled.triggered.connect(lambda: self._popup(presets.bundled_menu, bar, bundled))
         bar.addSeparator()
-        for act in (self.act_run, self.act_stop, self.act_kill):
+        for act in control.actions:
             bar.addAction(act)
         self.addToolBar(bar)
         self.toolbar = bar
@@ -292,23 +282,12 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.alarms.set_run(run)
         self.inspector.set_run(run)
         self.log_view.set_run(path)
-        if self.engine_dir is None or self.engine_dir.resolve() != path:
-            self._maybe_attach(path)
+        self.run_control.maybe_attach(path)
         self.clear_message("error")
-        self.header.set_runs(self.shown, self._header_status)
-        self._update_actions()
+        self.header.set_runs(self.shown, self.run_control.header_status)
+        self.run_control.update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return run
-
-    def _maybe_attach(self, path: Path) -> None:
-        """A run left running by an earlier window: attach to its engine so Stop works
-        (unless this window is already running an engine of its own)."""
-        if self.engine is not None and self.engine.running:
-            return
-        run = self._run_data(path)
-        ref = runs.find_engine(path, run.started)
-        if ref is not None and run.status in ("running", "empty") and ref.alive() and runs.can_signal(ref.pid):
-            self._attach(AttachedEngine.from_ref(path, ref, self.settings.stop_timeout_s, parent=self), path)
 
     def open_run_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open run", str(self.settings.runs_path))
@@ -330,41 +309,23 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
         self.clear_message("error")
-        self.header.set_runs(self.shown, self._header_status)
-        self._update_actions()
+        self.header.set_runs(self.shown, self.run_control.header_status)
+        self.run_control.update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
         return runs_
-
-    def _status(self, run: RunData) -> tuple[str, str]:
-        """The run's status and note, by the one rule the runs list uses too
-        (runs.describe_run); for this window's own engine, the process it holds."""
-        alive = None
-        if self.engine is not None and self.engine_dir is not None and self.engine_dir.resolve() == run.run_dir:
-            alive = True if self.engine.running else None
-            if alive and getattr(self.engine, "resuming", False) and \
-                    (run.started or {}).get("time", 0) < (self.engine.started_at or 0):
-                # Until its run_resumed event, the events are the last attempt's (stopped, killed).
-                return "starting", "resuming (from the last checkpoint, or from step 0 when there is none): " \
-                                   "the engine is loading the model"
-        age = time.time() - run.last_time if run.last_time else None
-        events_status = run.status if run.status != "empty" else "running"
-        return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
-
-    def _header_status(self, run: RunData) -> tuple[str, str]:
-        """The header's status of a run: _status, or `stopping` while this window's
-        engine finishes its last step (only until its final event is read: the engine
-        takes a moment to exit after it, and the run is stopped from then on)."""
-        if self.engine is not None and self.engine.running and self.engine.stop_requested \
-                and self.engine_dir and self.engine_dir.resolve() == run.run_dir and run.status in ("running", "empty"):
-            return "running", "stopping: finishing the current step and saving a checkpoint…"
-        return self._status(run)
 
     def _update_header(self) -> None:
         """Re-judge the statuses on show: the header redraws itself on new events, but an
         engine can end (or go stale) without writing one."""
         self.header.update_view()
-        if not (self.engine is not None and self.engine.running) and self._ticks % 25 == 0:
-            self._update_actions()  # a run on show may have started or ended elsewhere
+        if not self.run_control.running and self._ticks % 25 == 0:
+            self.run_control.update_actions()  # a run on show may have started or ended elsewhere
+
+    def _engine_finished(self, code) -> None:
+        """The window's engine ended (RunControl said so in the status bar)."""
+        self._update_header()
+        self.runs_view.refresh()
+        self.engine_finished.emit(code)
 
     def show_engine_log(self) -> None:
         run = self.shown[0] if self.shown else None
@@ -413,24 +374,17 @@ class MainWindow(PresetsMixin, RunControlMixin, ForkMixin, ExportMixin, QMainWin
     # ================================================================== close
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if not self.confirm_discard() or not self.close_export():
+        if not self.presets.confirm_discard() or not self.export.close_export() or not self.run_control.may_close():
             event.ignore()
             return
-        if self.engine is not None and self.engine.running:
-            answer = self.ask(
-                "A run is in progress",
-                f"{self.engine.run_dir.name} is still training. Stop it (it finishes its step and saves a "
-                "checkpoint), or leave it running? A run left running shows as running when you open the "
-                "window again, and its plots continue.",
-                [STOP_RUN, LEAVE_RUNNING, CANCEL])
-            if answer == CANCEL:
-                event.ignore()
-                return
-            if answer == STOP_RUN:
-                # The stop line is delivered before the window goes; the engine then
-                # stops on its own, so closing never waits on it.
-                self.engine.stop()
-            self.engine.detach()
         self.timer.stop()
         self._save_settings()
         event.accept()
+
+    def _update_title(self) -> None:
+        self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
+        self.setWindowModified(self.doc.dirty)
+
+    def _save_settings(self) -> None:
+        self.settings.smoothing = self.dashboard.smoothing_weight
+        self.settings.save(self._settings_path)

@@ -1,6 +1,6 @@
 """"Export…" (the Runs tab's button, a run's context menu, File ▸ Export Run…): the
 export dialog, then the engine's `export` command run in the background while the
-dialog and the status bar show its progress. A mixin of MainWindow.
+dialog and the status bar show its progress. `ExportController`, owned by MainWindow.
 
 Why QProcess here and not subprocess.Popen as for runs (runs/launcher.py): an export
 is not left running when the window closes, its output is read as it comes (the
@@ -12,14 +12,15 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
-from PySide6.QtGui import QAction
 
 from engine.run import rundir
 from workbench.runs.export_dialog import KINDS, ExportDialog
 from workbench.runs.launcher import engine_environment
 from workbench.runs.status import clean_output
+from workbench.window.hooks import WindowHooks, make_action
 from workbench.window.names import CANCEL, CANCEL_EXPORT
 
 _PROGRESS = re.compile(r"progress: (\d+)/(\d+) (.*)")
@@ -171,48 +172,46 @@ class ExportJob(QObject):
         self.done.emit(ok, message)
 
 
-class ExportMixin:
-    """Export a run's adapter, a merged model or its TensorBoard events."""
+class ExportController:
+    """Export a run's adapter, a merged model or its TensorBoard events: File ▸ Export
+    Run… (`act_export`, on the run `shown_run()` gives; None: none) and the Runs tab's
+    Export. `dialog` and `job`: the last export's."""
 
-    export_dialog: ExportDialog | None = None
-    export_job: ExportJob | None = None
-
-    def make_export_action(self) -> QAction:
-        """File ▸ Export Run…: the export dialog on the run on show."""
-        act = QAction("Export Run…", self)
-        tip = "Export the run on show: its LoRA adapter, a merged model or its TensorBoard events"
-        act.setToolTip(tip)
-        act.setStatusTip(tip)
-        act.triggered.connect(lambda _checked=False: self.export_open_run())
-        self.act_export = act
-        return act
+    def __init__(self, window: WindowHooks, shown_run: Callable[[], Path | None]):
+        self.window, self.shown_run = window, shown_run
+        self.dialog: ExportDialog | None = None
+        self.job: ExportJob | None = None
+        self.act_export = make_action(window.parent, "Export Run…", self.export_open_run, None,
+                                      "Export the run on show: its LoRA adapter, a merged model or its TensorBoard "
+                                      "events")
 
     def export_open_run(self) -> ExportDialog | None:
-        if not self.shown:
-            self.refuse("Open a run first (File ▸ Open Run Folder…, or the Runs tab), then export it.")
+        run_dir = self.shown_run()
+        if run_dir is None:
+            self.window.refuse("Open a run first (File ▸ Open Run Folder…, or the Runs tab), then export it.")
             return None
-        return self.export_run(self.shown[0].run_dir)
+        return self.export_run(run_dir)
 
     def export_run(self, path: str | Path) -> ExportDialog | None:
         """Open the export dialog on a run (not modal: the window goes on). While an
         export runs, its dialog comes back instead."""
-        if self.export_job is not None and self.export_job.running and self.export_dialog is not None:
-            self.refuse(f"An export of {self.export_dialog.run_dir.name} is in progress; cancel it or wait for it "
+        if self.job is not None and self.job.running and self.dialog is not None:
+            self.window.refuse(f"An export of {self.dialog.run_dir.name} is in progress; cancel it or wait for it "
                         "before exporting again.")
-            self.export_dialog.show()
-            self.export_dialog.raise_()
-            return self.export_dialog
+            self.dialog.show()
+            self.dialog.raise_()
+            return self.dialog
         path = Path(path).resolve()
         if not rundir.complete_checkpoints(path) and not (path / rundir.EVENTS_FILE).exists():
-            self.refuse(f"{path.name} has nothing to export: no complete checkpoint (one is saved every "
+            self.window.refuse(f"{path.name} has nothing to export: no complete checkpoint (one is saved every "
                         "training.save_steps steps and when a run ends or is stopped) and no events.")
             return None
-        if self.export_dialog is not None:
-            self.export_dialog.deleteLater()
-        dialog = ExportDialog(path, parent=self)
+        if self.dialog is not None:
+            self.dialog.deleteLater()
+        dialog = ExportDialog(path, parent=self.window.parent)
         dialog.export_requested.connect(lambda: self.start_export(dialog))
         dialog.cancel_requested.connect(self.cancel_export)
-        self.export_dialog = dialog
+        self.dialog = dialog
         dialog.show()
         return dialog
 
@@ -220,29 +219,29 @@ class ExportMixin:
         """Run `python -m engine export RUN --checkpoint step_N --adapter OUT ... --quiet
         --progress` in the background; its progress and result go to the dialog and the
         status bar."""
-        if self.export_job is not None and self.export_job.running:
-            self.refuse("An export is in progress; cancel it or wait for it.")
+        if self.job is not None and self.job.running:
+            self.window.refuse("An export is in progress; cancel it or wait for it.")
             return None
         if dialog.check():
             return None
-        job = ExportJob(dialog.command(), dialog.run_dir, dialog.outputs(), parent=self)
+        job = ExportJob(dialog.command(), dialog.run_dir, dialog.outputs(), parent=self.window.parent)
         name = dialog.run_dir.name
         job.progressed.connect(lambda done, total, what: self._export_progressed(dialog, done, total, what))
         job.done.connect(lambda ok, message: self._export_done(dialog, job, ok, message))
-        self.export_job = job
+        self.job = job
         dialog.set_running(True)
-        self.show_message(f"Exporting {name}…", "export")
+        self.window.show_message(f"Exporting {name}…", "export")
         job.start()
         return job
 
     def close_export(self) -> bool:
         """The window is closing: an export in progress is cancelled (nothing half-written
         is left) if the user agrees. False: keep the window open."""
-        job = self.export_job
+        job = self.job
         if job is None or not job.running:
             return True
-        name = self.export_dialog.run_dir.name if self.export_dialog is not None else "A run"
-        answer = self.ask("An export is in progress",
+        name = self.dialog.run_dir.name if self.dialog is not None else "A run"
+        answer = self.window.ask("An export is in progress",
                           f"{name} is being exported. Closing the window cancels the export (nothing "
                           "half-written is left); or keep the window open until it is done.",
                           [CANCEL_EXPORT, CANCEL])
@@ -252,15 +251,15 @@ class ExportMixin:
         return True
 
     def cancel_export(self) -> None:
-        if self.export_job is not None and self.export_job.running:
-            self.export_job.cancel()
-            if self.export_dialog is not None:
-                self.export_dialog.status.setText("cancelling…")
-            self.show_message("Cancelling the export…", "export")
+        if self.job is not None and self.job.running:
+            self.job.cancel()
+            if self.dialog is not None:
+                self.dialog.status.setText("cancelling…")
+            self.window.show_message("Cancelling the export…", "export")
 
     def _export_progressed(self, dialog: ExportDialog, done: int, total: int, what: str) -> None:
         dialog.show_progress(done, total, what)
-        self.show_message(f"Exporting {dialog.run_dir.name} ({done}/{total}): {what}", "export")
+        self.window.show_message(f"Exporting {dialog.run_dir.name} ({done}/{total}): {what}", "export")
 
     def _export_done(self, dialog: ExportDialog, job: ExportJob, ok: bool, message: str) -> None:
         name = dialog.run_dir.name
@@ -270,8 +269,8 @@ class ExportMixin:
             if "--checkpoint" in job.command:
                 made = f"{job.command[job.command.index('--checkpoint') + 1]}: {made}"
             dialog.show_result(True, f"Exported {made}", list(job.outputs.values()))
-            self.show_message(f"Exported {name}: {made}", "export")
+            self.window.show_message(f"Exported {name}: {made}", "export")
         else:
             dialog.show_result(False, message, [])
-            self.show_message(f"Export of {name} {'cancelled' if job.cancelled else 'failed'}: {message}",
+            self.window.show_message(f"Export of {name} {'cancelled' if job.cancelled else 'failed'}: {message}",
                               "export" if job.cancelled else "error")

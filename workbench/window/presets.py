@@ -1,15 +1,22 @@
 """The window's presets: New, Open, Save, Save as, the recent and bundled menus, a run's
-preset as a new one. A mixin of MainWindow (which holds doc, settings, tabs, dashboard)."""
+preset as a new one. `PresetsController`, owned by MainWindow, with the actions and
+menus it fills; it is given the document, the settings and the window's callbacks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QFileDialog
+from typing import Callable
 
-from engine.preset.errors import PresetError
+from PySide6.QtGui import QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
+
+from engine.foundation.errors import PresetError
 from workbench.settings import bundled_presets
 from workbench.setup import REPO_ROOT
+from workbench.settings import Settings
+from workbench.setup.document import PresetDocument
+from workbench.window.hooks import WindowHooks, make_action
 from workbench.window.names import CANCEL, DISCARD, SAVE, SETUP
 
 
@@ -32,10 +39,28 @@ def is_bundled(path: str | Path) -> bool:
     return True
 
 
-class PresetsMixin:
-    """The preset actions of MainWindow."""
+class PresetsController:
+    """New, Open, Save, Save As, Open Recent, Bundled Presets, and a run's preset as a
+    new one, on `doc`. `window`: the dialogs' parent and the window's callbacks
+    (workbench/window/hooks.py); `run_preset(run dir)` a run's resolved preset (None:
+    none)."""
 
-    def _fill_recent(self) -> None:
+    def __init__(self, window: WindowHooks, doc: PresetDocument, settings: Settings,
+                 run_preset: Callable[[Path], dict | None]):
+        self.window, self.doc, self.settings, self.run_preset = window, doc, settings, run_preset
+        parent: QWidget = window.parent
+        self.act_new = make_action(parent, "New", self.new_preset, QKeySequence.New,
+                                   "A new preset with every field at its default")
+        self.act_open = make_action(parent, "Open…", self.open_preset_dialog, QKeySequence.Open, "Open a preset (YAML)")
+        self.act_save = make_action(parent, "Save", self.save, QKeySequence.Save, "Save the preset")
+        self.act_save_as = make_action(parent, "Save As…", self.save_as_dialog, QKeySequence.SaveAs,
+                                       "Save the preset to a new file")
+        self.recent_menu = QMenu("Open Recent", parent)
+        self.recent_menu.aboutToShow.connect(self.fill_recent)
+        self.bundled_menu = QMenu("Bundled Presets", parent)
+        self.bundled_menu.aboutToShow.connect(self.fill_bundled)
+
+    def fill_recent(self) -> None:
         self.recent_menu.clear()
         paths = [p for p in self.settings.recent_presets]
         if not paths:
@@ -45,7 +70,7 @@ class PresetsMixin:
             act.setEnabled(Path(path).exists())
             act.triggered.connect(lambda _c=False, p=path: self.open_preset(p))
 
-    def _fill_bundled(self) -> None:
+    def fill_bundled(self) -> None:
         self.bundled_menu.clear()
         presets = bundled_presets()
         if not presets:
@@ -62,16 +87,12 @@ class PresetsMixin:
                 act.setToolTip(f"{path}: its model is downloaded from the Hugging Face hub")
                 act.triggered.connect(lambda _c=False, p=path: self.open_bundled(p))
 
-    def _update_title(self) -> None:
-        self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
-        self.setWindowModified(self.doc.dirty)
-
     def confirm_discard(self) -> bool:
         """True when the current preset may be replaced: no unsaved changes, or the user
         saved them or chose to discard them."""
         if not self.doc.dirty:
             return True
-        answer = self.ask("Unsaved changes", f"Save the changes to {self.doc.title}?", [SAVE, DISCARD, CANCEL])
+        answer = self.window.ask("Unsaved changes", f"Save the changes to {self.doc.title}?", [SAVE, DISCARD, CANCEL])
         if answer == SAVE:
             return self.save()
         return answer == DISCARD
@@ -79,14 +100,14 @@ class PresetsMixin:
     def new_preset(self) -> None:
         if self.confirm_discard():
             self.doc.new()
-            self.clear_message("error", "problems")
-            self.tabs.setCurrentIndex(SETUP)
+            self.window.clear_message("error", "problems")
+            self.window.show_tab(SETUP)
 
     def open_preset_dialog(self) -> None:
         if not self.confirm_discard():
             return
         start = str(self.doc.base_dir or Path.cwd())
-        path, _ = QFileDialog.getOpenFileName(self, "Open preset", start, "Presets (*.yaml *.yml);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self.window.parent, "Open preset", start, "Presets (*.yaml *.yml);;All files (*)")
         if path:
             self.open_preset(path, confirmed=True)
 
@@ -98,12 +119,12 @@ class PresetsMixin:
         try:
             self.doc.open(path)
         except PresetError as exc:
-            self.tell("Cannot open preset", str(exc))
+            self.window.tell("Cannot open preset", str(exc))
             return False
         self.settings.add_recent(path)
-        self._save_settings()
-        self.show_message(f"Opened {path}")
-        self.tabs.setCurrentIndex(SETUP)
+        self.window.save_settings()
+        self.window.show_message(f"Opened {path}")
+        self.window.show_tab(SETUP)
         return True
 
     def open_bundled(self, path: Path, confirmed: bool = False) -> bool:
@@ -114,16 +135,16 @@ class PresetsMixin:
         try:
             data = self._read_preset(path)
         except PresetError as exc:
-            self.tell("Cannot open preset", str(exc))
+            self.window.tell("Cannot open preset", str(exc))
             return False
         self.doc.new(data, clean=True)
-        self.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
-        self.tabs.setCurrentIndex(SETUP)
+        self.window.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
+        self.window.show_tab(SETUP)
         return True
 
     @staticmethod
     def _read_preset(path: Path) -> dict:
-        from engine.preset.io import read_preset_dict
+        from engine.foundation.io import read_preset_dict
 
         data = read_preset_dict(path)
         if not isinstance(data, dict):
@@ -137,13 +158,13 @@ class PresetsMixin:
 
     def save_as_dialog(self) -> bool:
         start = str(self.doc.path or (Path.cwd() / f"{self.doc.get('name') or 'preset'}.yaml"))
-        path, _ = QFileDialog.getSaveFileName(self, "Save preset as", start, "Presets (*.yaml *.yml)")
+        path, _ = QFileDialog.getSaveFileName(self.window.parent, "Save preset as", start, "Presets (*.yaml *.yml)")
         return self.save_as(path) if path else False
 
     def save_as(self, path: str | Path) -> bool:
         _, problems = self.doc.validate()
         if problems:
-            answer = self.ask("The preset has problems",
+            answer = self.window.ask("The preset has problems",
                               f"{len(problems)} field(s) are not valid yet; the engine will refuse this preset "
                               "until they are fixed. Save it anyway, as it is?", ["Save anyway", CANCEL])
             if answer != "Save anyway":
@@ -151,24 +172,20 @@ class PresetsMixin:
         try:
             self.doc.save(path)
         except OSError as exc:
-            self.tell("Cannot save preset", f"{path}: {exc.strerror or exc}")
+            self.window.tell("Cannot save preset", f"{path}: {exc.strerror or exc}")
             return False
         self.settings.add_recent(path)
-        self._save_settings()
-        self.show_message(f"Saved {path}")
+        self.window.save_settings()
+        self.window.show_message(f"Saved {path}")
         return True
 
     def load_run_preset(self, run_dir: Path) -> None:
         """Start a new preset from a run's resolved preset (to run a variation)."""
         if not self.confirm_discard():
             return
-        run = self._run_data(run_dir)
-        if not run.preset:
-            self.tell("No preset", f"{run_dir} has no preset.yaml")
+        preset = self.run_preset(run_dir)
+        if not preset:
+            self.window.tell("No preset", f"{run_dir} has no preset.yaml")
             return
-        self.doc.new(run.preset)
-        self.tabs.setCurrentIndex(SETUP)
-
-    def _save_settings(self) -> None:
-        self.settings.smoothing = self.dashboard.smoothing_weight
-        self.settings.save(self._settings_path)
+        self.doc.new(preset)
+        self.window.show_tab(SETUP)

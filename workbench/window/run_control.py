@@ -1,6 +1,8 @@
 """Run, Stop, Kill and Resume: launching the engine on the form's preset into a new run
 folder, continuing a run that ended early in its own folder (`rl-engine resume`),
-attaching to an engine, and the actions' states and tool tips. A mixin of MainWindow."""
+attaching to an engine, the actions' states and tool tips, and a run's status as this
+window sees it (its own engine's process). `RunControl`, owned by MainWindow, holds the
+window's engine; it is given the set-up form, the document and the window's callbacks."""
 
 from __future__ import annotations
 
@@ -8,15 +10,19 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import yaml
+from PySide6.QtGui import QAction
 
 from engine.run import rundir
 from engine.preset.paths import absolute_preset_paths
 from workbench import runs
-from workbench.runs.launcher import EngineHandle, EngineProcess, engine_resume_command, launch_of
+from workbench.runs.launcher import AttachedEngine, EngineHandle, EngineProcess, engine_resume_command, launch_of
 from workbench.runs.status import last_checkpoint, resume_problem
-from workbench.window.names import CANCEL, SETUP
+from workbench.runs.rundata import RunData
+from workbench.window.hooks import WindowHooks, make_action
+from workbench.window.names import CANCEL, LEAVE_RUNNING, SETUP, STOP_RUN
 
 KILL = "Kill"
 
@@ -31,25 +37,52 @@ def run_dir_name(preset_name: str, now: float | None = None) -> str:
     return f"{safe}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
-class RunControlMixin:
-    """The Run / Stop / Kill control of MainWindow."""
 
-    def _validated(self, problems: list) -> None:
+class RunControl:
+    """Run, Stop, Kill and Resume, and the engine this window started or attached to
+    (`engine`, running in `engine_dir`).
+
+    Given: `window`'s callbacks (workbench/window/hooks.py); `doc` and `setup` (the
+    set-up form: its checks before a launch, the processes and GPUs it launches on);
+    `settings`; `shown()` the runs on show; `run_data(path)` the window's model of a
+    run; `open_run(path)` shows one; `launched(run dir)` after a launch and
+    `finished(exit code)` after the engine ended (the window's signals)."""
+
+    def __init__(self, window: WindowHooks, doc, setup, settings, shown: Callable[[], list[RunData]],
+                 run_data: Callable[[Path], RunData], open_run: Callable[[Path], object],
+                 launched: Callable[[Path], None], finished: Callable[[object], None]):
+        self.window, self.doc, self.setup, self.settings = window, doc, setup, settings
+        self.shown, self.run_data, self.open_run = shown, run_data, open_run
+        self.launched, self.finished = launched, finished
+        self.engine: EngineHandle | None = None
+        self.engine_dir: Path | None = None
+        parent = window.parent
+        self.act_run = make_action(parent, "▶ Run", self.run, "Ctrl+R",
+                                   "Start the engine on this preset, in a new run folder")
+        self.act_stop = make_action(parent, "■ Stop", self.stop, None,
+                                    "Ask the engine to stop after its current step (it saves a checkpoint)")
+        self.act_kill = make_action(parent, "Kill", self.kill, None,
+                                    "Kill the engine now (the step in progress is lost)")
+        setup.validated.connect(self.validated)
+
+    @property
+    def actions(self) -> tuple[QAction, QAction, QAction]:
+        return self.act_run, self.act_stop, self.act_kill
+
+    @property
+    def running(self) -> bool:
+        return self.engine is not None and self.engine.running
+
+    def validated(self, problems: list) -> None:
         if problems:
             path, message = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             self.act_run.setToolTip(f"Cannot run yet: {path + ': ' if path else ''}{message}{more}")
-            if self._message_kind == "problems":  # a refused Run: say what is left to fix
-                self.show_message(self._problems_text(problems), "problems")
+            if self.window.message_kind() == "problems":  # a refused Run: say what is left to fix
+                self.window.show_message(problems_text(problems), "problems")
         else:
             self.act_run.setToolTip("Start the engine on this preset, in a new run folder")
-            self.clear_message("problems")
-
-    @staticmethod
-    def _problems_text(problems: list) -> str:
-        path, message = problems[0]
-        return (f"Cannot run: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the preset. "
-                f"First: {path + ': ' if path else ''}{message}")
+            self.window.clear_message("problems")
 
     def run(self) -> Path | None:
         """Launch the engine on the form's preset (saved or not). Refused, with the
@@ -59,12 +92,12 @@ class RunControlMixin:
         problems = self.setup.validate_now()
         if problems:
             path, message = problems[0]
-            self.show_message(self._problems_text(problems), "problems")
-            self.tabs.setCurrentIndex(SETUP)
+            self.window.show_message(problems_text(problems), "problems")
+            self.window.show_tab(SETUP)
             self.setup.focus_field(path)
             return None
-        if self.engine is not None and self.engine.running:
-            self.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before starting another.")
+        if self.running:
+            self.window.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before starting another.")
             return None
         preset, _ = self.doc.validate()
         folder = self.settings.runs_path
@@ -82,54 +115,74 @@ class RunControlMixin:
             # reward file or reward-model folder is made absolute (the engine's one rule).
             data = absolute_preset_paths(preset, self.doc.base_dir).model_dump(mode="json")
             launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-            engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s, parent=self,
-                                   processes=self.setup.launch.process_count(), gpus=self.setup.launch.gpu_list())
+            processes = self.setup.launch.process_count()
+            engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s,
+                                   parent=self.window.parent, processes=processes, gpus=self.setup.launch.gpu_list())
+        except OSError as exc:
+            self.window.show_message(f"Cannot start the engine: {exc}", "error")
+            if run_dir is not None:
+                remove_unstarted(run_dir)
+            return None
+        many = f" in {processes} processes (torchrun)" if processes > 1 else ""
+        return self.start(engine, run_dir, f"Started {run_dir}{many}", remove_on_failure=True)
+
+    def start(self, engine: EngineProcess, run_dir: Path, message: str, remove_on_failure: bool) -> Path | None:
+        """Start `engine` as this window's (Run, Resume, a fork), show `message` and the
+        run. A start that fails says why; `remove_on_failure`: the run folder goes too
+        while the engine has written nothing in it (a folder with no engine behind it
+        would list as a run forever)."""
+        try:
             engine.start()
         except OSError as exc:
-            self.show_message(f"Cannot start the engine: {exc}", "error")
-            if run_dir is not None and not (run_dir / rundir.EVENTS_FILE).exists():
-                # Only what this method wrote is there; a folder with no engine behind
-                # it would list as a run forever.
-                shutil.rmtree(run_dir, ignore_errors=True)
+            self.window.show_message(f"Cannot start the engine: {exc}", "error")
+            if remove_on_failure:
+                remove_unstarted(run_dir)
             return None
-        self._attach(engine, run_dir)
-        many = f" in {engine.processes} processes (torchrun)" if engine.processes > 1 else ""
-        self.show_message(f"Started {run_dir}{many}", "engine")
+        self.attach(engine, run_dir)
+        self.window.show_message(message, "engine")
         self.open_run(run_dir)
-        self.run_launched.emit(run_dir)
+        self.launched(run_dir)
         return run_dir
 
-    def refuse(self, reason: str) -> None:
-        self.show_message(reason, "refused")
-
-    def _attach(self, engine: EngineHandle, run_dir: Path) -> None:
+    def attach(self, engine: EngineHandle, run_dir: Path) -> None:
         self.engine = engine
         self.engine_dir = Path(run_dir)
         engine.finished.connect(self._engine_finished)
-        engine.stopping.connect(lambda: self._update_actions())
-        engine.escalated.connect(lambda text: self.show_message(f"{engine.run_dir.name}: {text}", "engine"))
-        self._update_actions()
+        engine.stopping.connect(lambda: self.update_actions())
+        engine.escalated.connect(lambda text: self.window.show_message(f"{engine.run_dir.name}: {text}", "engine"))
+        self.update_actions()
+
+    def maybe_attach(self, path: Path) -> None:
+        """A run left running by an earlier window: attach to its engine so Stop works
+        (unless this window is already running an engine of its own)."""
+        if self.running or (self.engine_dir is not None and self.engine_dir.resolve() == Path(path).resolve()):
+            return
+        run = self.run_data(path)
+        ref = runs.find_engine(path, run.started)
+        if ref is not None and run.status in ("running", "empty") and ref.alive() and runs.can_signal(ref.pid):
+            self.attach(AttachedEngine.from_ref(path, ref, self.settings.stop_timeout_s, parent=self.window.parent),
+                        path)
 
     def stop(self) -> None:
-        if self.engine is not None and self.engine.running:
+        if self.running:
             self.engine.stop()
             how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to pid {self.engine.pid})"
-            self.show_message(f"Stopping{how}: the engine finishes its current step and saves a checkpoint…",
-                              "engine")
-            self._update_actions()
+            self.window.show_message(f"Stopping{how}: the engine finishes its current step and saves a "
+                                     "checkpoint…", "engine")
+            self.update_actions()
 
     def kill(self) -> None:
         """Kill the engine now, once the user has agreed to lose the steps since the last
         checkpoint (all of them, when there is none yet: then Resume starts it again from
         step 0)."""
-        if self.engine is None or not self.engine.running:
+        if not self.running:
             return
-        if self.ask("Kill the run?", self._kill_question(), [KILL, CANCEL]) == KILL and self.engine.running:
+        if self.window.ask("Kill the run?", self._kill_question(), [KILL, CANCEL]) == KILL and self.engine.running:
             self.engine.kill()
 
     def _kill_question(self) -> str:
         run_dir = self.engine.run_dir
-        run = self._run_data(run_dir)
+        run = self.run_data(run_dir)
         run.poll()
         step = run.last_step
         saved = last_checkpoint(run_dir)
@@ -150,63 +203,81 @@ class RunControlMixin:
         launched as Run launches `run`, in as many processes as it had; the dashboard
         follows it there."""
         if run_dir is None:
-            if len(self.shown) != 1:
+            shown = self.shown()
+            if len(shown) != 1:
                 return None
-            run_dir = self.shown[0].run_dir
+            run_dir = shown[0].run_dir
         run_dir = Path(run_dir).resolve()
-        if self.engine is not None and self.engine.running:
-            self.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before resuming another.")
+        if self.running:
+            self.window.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before resuming another.")
             return None
-        run = self._run_data(run_dir)
+        run = self.run_data(run_dir)
         run.poll()
-        problem = resume_problem(run_dir, self._status(run)[0])
+        problem = resume_problem(run_dir, self.status(run)[0])
         if problem:
-            self.refuse(f"Cannot resume {run_dir.name}: {problem}")
+            self.window.refuse(f"Cannot resume {run_dir.name}: {problem}")
             return None
         record = runs.read_process_record(run_dir)
         processes, gpus = launch_of(record.get("command", []) if record else [])
         command = engine_resume_command(run_dir, processes=processes, gpus=gpus)
         engine = EngineProcess(run_dir, run_dir / rundir.PRESET_FILE, stop_timeout_s=self.settings.stop_timeout_s,
-                               parent=self, processes=processes, command=command)
+                               parent=self.window.parent, processes=processes, command=command)
         engine.resuming = True
-        try:
-            engine.start()
-        except OSError as exc:
-            self.show_message(f"Cannot start the engine: {exc}", "error")
-            return None
-        self._attach(engine, run_dir)
         saved = last_checkpoint(run_dir)
-        self.show_message(f"Resuming {run_dir.name} from {saved[0]}" if saved else
-                          f"Starting {run_dir.name} again from step 0 (it has no checkpoint)", "engine")
-        self.open_run(run_dir)
-        self.run_launched.emit(run_dir)
-        return run_dir
+        return self.start(engine, run_dir, f"Resuming {run_dir.name} from {saved[0]}" if saved else
+                          f"Starting {run_dir.name} again from step 0 (it has no checkpoint)", remove_on_failure=False)
 
     def resume_blocked(self) -> str | None:
         """Why no run can be resumed now, whatever its state (the header's Resume)."""
-        if self.engine is not None and self.engine.running:
+        if self.running:
             return f"a run of this window is in progress ({self.engine.run_dir.name})"
         return None
 
     def _engine_finished(self, code) -> None:
         run_dir = self.engine_dir
-        run = self._cache.get(run_dir) if run_dir else None
+        run = self.run_data(run_dir) if run_dir else None
         if run is not None:
             run.poll()
         how = runs.describe_exit(code, bool(self.engine and self.engine.killed))
         name = run_dir.name if run_dir else "the engine"
         outcome = ""
         if run is not None:
-            status, _ = self._status(run)
+            status, _ = self.status(run)
             outcome = f"; the run is {status}"
-        self.show_message(f"{name}: the engine {how}{outcome}", "engine")
-        self._update_actions()
-        self._update_header()
-        self.runs_view.refresh()
-        self.engine_finished.emit(code)
+        self.window.show_message(f"{name}: the engine {how}{outcome}", "engine")
+        self.update_actions()
+        self.finished(code)
 
-    def _update_actions(self) -> None:
-        running = self.engine is not None and self.engine.running
+    # ------------------------------------------------------------- statuses
+
+    def _is_mine(self, run: RunData) -> bool:
+        return self.engine is not None and self.engine_dir is not None and self.engine_dir.resolve() == run.run_dir
+
+    def status(self, run: RunData) -> tuple[str, str]:
+        """The run's status and note, by the one rule the runs list uses too
+        (runs.describe_run); for this window's own engine, the process it holds."""
+        alive = None
+        if self._is_mine(run):
+            alive = True if self.engine.running else None
+            if alive and getattr(self.engine, "resuming", False) and \
+                    (run.started or {}).get("time", 0) < (self.engine.started_at or 0):
+                # Until its run_resumed event, the events are the last attempt's (stopped, killed).
+                return "starting", "resuming (from the last checkpoint, or from step 0 when there is none): " \
+                                   "the engine is loading the model"
+        age = time.time() - run.last_time if run.last_time else None
+        events_status = run.status if run.status != "empty" else "running"
+        return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
+
+    def header_status(self, run: RunData) -> tuple[str, str]:
+        """The header's status of a run: status(), or `stopping` while this window's
+        engine finishes its last step (only until its final event is read: the engine
+        takes a moment to exit after it, and the run is stopped from then on)."""
+        if self.running and self.engine.stop_requested and self._is_mine(run) and run.status in ("running", "empty"):
+            return "running", "stopping: finishing the current step and saving a checkpoint…"
+        return self.status(run)
+
+    def update_actions(self) -> None:
+        running = self.running
         self.act_stop.setEnabled(running and not self.engine.stop_requested)
         self.act_kill.setEnabled(running)
         self.act_run.setEnabled(not running)
@@ -227,8 +298,9 @@ class RunControlMixin:
 
     def _why_no_stop(self) -> str:
         """Why Stop and Kill are greyed out, in words (their tool tips)."""
-        run = self.shown[0] if len(self.shown) == 1 else None
-        if run is None or self._status(run)[0] not in ("running", "starting", "stale"):
+        shown = self.shown()
+        run = shown[0] if len(shown) == 1 else None
+        if run is None or self.status(run)[0] not in ("running", "starting", "stale"):
             return "no run of this window is in progress"
         ref = runs.find_engine(run.run_dir, run.started)
         if ref is None:
@@ -238,3 +310,36 @@ class RunControlMixin:
             return (f"{run.name} runs as pid {ref.pid}, a process of another user: stop it with Ctrl-C in its "
                     f"terminal, or as that user: kill -TERM {ref.pid}")
         return f"{run.name} (pid {ref.pid}) is not attached to this window"
+
+    def may_close(self) -> bool:
+        """The window is closing: a run in progress is stopped (it finishes its step and
+        saves a checkpoint) or left running, as the user says; False: keep the window."""
+        if not self.running:
+            return True
+        answer = self.window.ask(
+            "A run is in progress",
+            f"{self.engine.run_dir.name} is still training. Stop it (it finishes its step and saves a "
+            "checkpoint), or leave it running? A run left running shows as running when you open the "
+            "window again, and its plots continue.",
+            [STOP_RUN, LEAVE_RUNNING, CANCEL])
+        if answer == CANCEL:
+            return False
+        if answer == STOP_RUN:
+            # The stop line is delivered before the window goes; the engine then
+            # stops on its own, so closing never waits on it.
+            self.engine.stop()
+        self.engine.detach()
+        return True
+
+
+def problems_text(problems: list) -> str:
+    path, message = problems[0]
+    return (f"Cannot run: {len(problems)} problem{'s' if len(problems) > 1 else ''} in the preset. "
+            f"First: {path + ': ' if path else ''}{message}")
+
+
+def remove_unstarted(run_dir: Path) -> None:
+    """A run folder the engine wrote nothing in (no events) goes: only the window wrote
+    there, and with no engine behind it it would list as a run forever."""
+    if not (Path(run_dir) / rundir.EVENTS_FILE).exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
