@@ -238,9 +238,15 @@ def test_a_kto_run_logs_trls_metrics_labelled_records_and_samples(tmp_path):
             [beta * (lp - ref) for lp, ref in zip(record["logprob"], record["ref_logprob"])], rel=1e-2, abs=2e-4)
         assert sum(record["implicit_reward"]) == pytest.approx(record["reward"], abs=1e-3)
         assert len(record["entropy"]) == len(record["tokens"])
+        # the update's effect on the row's tokens (engine/algorithms/update_effect.py), as every algorithm records it
+        assert record["logprob_change"] == pytest.approx(
+            [after - before for after, before in zip(record["logprob_after"], record["logprob"])], rel=1e-2, abs=2e-3)
+    assert {"update/against_advantage_ratio", "update/change_pos_adv_mean"} <= set(metrics[-1])
     started = events[0]
     assert started["records"] == {"layout": "single", "token_values": ["implicit_reward", "logprob", "ref_logprob",
-                                                                       "entropy"], "preferred": ["implicit_reward"]}
+                                                                       "entropy", "logprob_after", "logprob_change"],
+                                  "preferred": ["implicit_reward"]}
+    assert started["sample_fields"][0]["key"] == "label"  # the samples table's column (declaration.py)
     assert {"kl", "kto_rewards", "kto_logps", "kto_eval", "loss"} <= {p["key"] for p in started["plots"]}
     evals = [e for e in events if e["type"] == "eval"]
     assert evals[0]["label_accuracy"] == 0.0  # every implicit reward exactly 0 at the start

@@ -35,7 +35,7 @@ SAMPLE_KEYS = {"index", "group", "prompt", "completion", "rejected", "reward", "
 RECORD_KEYS = {"step", "index", "group", "prompt", "beta", "margin", "score_margin", "tie", "chosen", "rejected",
                "algorithm"}
 SIDE_KEYS = {"completion", "token_ids", "tokens", "logprob", "ref_logprob", "implicit_reward", "entropy", "kl",
-             "top_ids", "top_tokens", "top_probs", "reward", "rewards"}
+             "top_ids", "top_tokens", "top_probs", "reward", "rewards", "logprob_after", "logprob_change"}
 
 
 def online_preset(training=None, **algorithm) -> dict:
@@ -194,6 +194,9 @@ def test_a_run_logs_trls_metrics_pair_records_and_samples(tmp_path):
             assert set(side) == SIDE_KEYS
             assert side["implicit_reward"] == pytest.approx(
                 [beta * (lp - ref) for lp, ref in zip(side["logprob"], side["ref_logprob"])], rel=1e-2, abs=2e-5)
+            # the update's effect on the side's tokens (engine/algorithms/update_effect.py)
+            assert side["logprob_change"] == pytest.approx(
+                [after - before for after, before in zip(side["logprob_after"], side["logprob"])], rel=1e-2, abs=2e-3)
             total = side["rewards"]["exact_match"] + 0.5 * side["rewards"]["sort_position"]
             without_eos = side["tokens"][-1] != "<eos>"
             assert side["reward"] == pytest.approx(total - (penalty if without_eos else 0.0))

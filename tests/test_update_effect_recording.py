@@ -101,3 +101,26 @@ def test_ppo_and_dpo_record_it_too(tmp_path, monkeypatch):
             [a - b for a, b in zip(values["logprob_after"], values["logprob"])], abs=5e-3)  # each rounded to 4 digits
     metrics = next(e for e in rundir.read_events(tmp_path / "dpo") if e["type"] == "metrics")
     assert metrics["update/change_pos_adv_mean"] is not None and metrics["update/change_neg_adv_mean"] is not None
+
+
+def test_kto_and_online_dpo_record_it_too(tmp_path, monkeypatch):
+    """The two algorithms that gained it when the base took over the step (issue 37): each
+    recorded row's log-probability after the update equals a forward pass written out here;
+    the change is per token in the records; the update/* metrics have both signs (KTO's
+    desirable rows and online DPO's chosen completions count as pushed up)."""
+    for name, algorithm in (("kto", {"name": "kto", "max_completion_length": 16}),
+                            ("online_dpo", {"name": "online_dpo", "max_completion_length": 14})):
+        trainer, result = one_step(tmp_path / name, monkeypatch, algorithm)
+        last = result.outputs
+        rows = last.rows if name == "kto" else last.rollout
+        after = last.logprob_after
+        recorded = 4 if name == "kto" else 8  # record_rollouts counts online DPO's pairs
+        assert after is not None and after.shape[0] == recorded, name
+        for row in range(recorded):
+            n = int(rows.lengths[row])
+            assert torch.allclose(after[row, :n], logprobs_by_hand(trainer.model, rows, row,
+                                                                   trainer.policy.pass_temperature), atol=1e-5), name
+        metrics = next(e for e in rundir.read_events(tmp_path / name / "run") if e["type"] == "metrics")
+        assert metrics["update/change_pos_adv_mean"] is not None and metrics["update/change_neg_adv_mean"] is not None
+        started = next(e for e in rundir.read_events(tmp_path / name / "run") if e["type"] == "run_started")
+        assert {"update_effect", "update_change"} <= {p["key"] for p in started["plots"]}, name

@@ -10,6 +10,8 @@ run_failed with its file and line.
 
 from __future__ import annotations
 
+import inspect
+
 import textwrap
 from pathlib import Path
 
@@ -49,8 +51,12 @@ def two_args(x, y):
     return x
 
 
-def wants_temperature(rewards, mask, *, temperature):
+def wants_learning_rate(rewards, mask, *, learning_rate):
     return rewards
+
+
+def reads_temperature(rewards, mask, *, temperature):
+    return rewards / temperature
 
 
 def positional_option(rewards, mask, num_generations=4):
@@ -109,12 +115,15 @@ def test_a_signature_that_does_not_fit_is_refused_naming_the_field(variants):
         resolve(POLICY_LOSSES, "my_variants.py:two_args", variants.parent)
     assert str(caught.value).startswith(
         "algorithm.loss_type: my_variants.py:two_args takes (x, y) but a policy loss is called with "
-        "(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length, "
-        "sapo_temperature_pos, sapo_temperature_neg)")
+        "(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high, or any field of the "
+        "algorithm section)")
     assert caught.value.user_location == (str(variants), line_of(variants, "def two_args"))
-    with pytest.raises(UserFunctionError, match="algorithm.advantage_estimator: my_variants.py:wants_temperature "
-                                                "asks for option 'temperature', which the engine does not give"):
-        resolve(ESTIMATORS, "my_variants.py:wants_temperature", variants.parent)
+    # training.learning_rate is not the algorithm section's: refused; algorithm.temperature is: given
+    with pytest.raises(UserFunctionError, match="algorithm.advantage_estimator: my_variants.py:wants_learning_rate "
+                                                "asks for option 'learning_rate', which the engine does not give"):
+        resolve(ESTIMATORS, "my_variants.py:wants_learning_rate", variants.parent)
+    assert resolve(ESTIMATORS, "my_variants.py:reads_temperature", variants.parent).options == {
+        "temperature": inspect.Parameter.empty}
     with pytest.raises(UserFunctionError, match=r"takes 'num_generations' as a positional parameter.*put `\*,`"):
         resolve(ESTIMATORS, "my_variants.py:positional_option", variants.parent)
 
@@ -296,8 +305,8 @@ def test_a_run_whose_loss_raises_reports_its_file_and_line(tmp_path):
 
 def test_a_run_refuses_a_wrong_signature_before_it_starts(tmp_path, variants):
     run = tmp_path / "run"
-    result = cli("run", write_preset(tmp_path, advantage_estimator="my_variants.py:wants_temperature"),
+    result = cli("run", write_preset(tmp_path, advantage_estimator="my_variants.py:wants_learning_rate"),
                  "--run-dir", run, "--quiet")
     assert result.code == 2, result.err
-    assert "algorithm.advantage_estimator: " in result.err and "asks for option 'temperature'" in result.err
+    assert "algorithm.advantage_estimator: " in result.err and "asks for option 'learning_rate'" in result.err
     assert "Traceback" not in result.err

@@ -15,6 +15,28 @@ def plot(key: str, title: str, *metrics: str, eval: tuple[str, ...] = ()) -> dic
     return out
 
 
+def sample_field(key: str, title: str, kind: str, help: str, **words: str) -> dict:
+    """One entry of a trainer's SAMPLE_FIELDS: a key its samples events carry on each row
+    besides the ones every row has, and how a reader shows it. `kind`: text, number, flag
+    (with `true` and `false`, the words for each), scores (name -> number), baseline
+    (ReMax's greedy completion, shown by its reward), steps (reward label -> step scores),
+    episode. See docs/run-directory.md, run_started."""
+    return {"key": key, "title": title, "kind": kind, "help": help, **words}
+
+
+REJECTED = sample_field("rejected", "rejected", "text", "the pair's rejected completion")
+TIE = sample_field("tie", "tie", "flag", "whether the pair's two scores tied (the first sampled is then chosen)",
+                   true="yes", false="no")
+LABEL = sample_field("label", "label", "flag", "whether the row's completion is desirable",
+                     true="desirable", false="undesirable")
+COMPONENT_ADVANTAGES = sample_field("component_advantages", "advantage per reward", "scores",
+                                    "each reward's own group-normalised advantage (GDPO)")
+BASELINE = sample_field("baseline", "greedy baseline", "baseline",
+                        "the reward of the prompt's greedy completion, the group's baseline (ReMax)")
+STEPS = sample_field("steps", "steps", "steps", "each step's score from the step rewards, in order")
+EPISODE = sample_field("episode", "episode", "episode", "the multi-turn episode: turns, tool calls, how it ended")
+
+
 # The plots every sampling algorithm shows (GRPO, PPO); each trainer lists its own.
 ROLLOUT_PLOTS = (
     plot("reward", "Reward", "reward", "reward_std"),
@@ -54,6 +76,14 @@ class Declares:
     PLOTS: tuple[dict, ...] = ()
     RECORDS: dict = {"layout": "single", "token_values": [], "preferred": ["advantage"]}
     RECORDS_UPDATE_EFFECT: bool = False
+    SAMPLE_FIELDS: tuple[dict, ...] = ()  # what its samples rows carry besides the common keys
+
+    def sample_fields(self) -> list[dict]:
+        """The fields this run's samples carry (SAMPLE_FIELDS, and those its preset adds)."""
+        fields = [dict(f) for f in self.SAMPLE_FIELDS]
+        if getattr(self, "episodes", None) is not None:
+            fields.append(dict(EPISODE))
+        return fields
 
     def declaration(self) -> dict:
         plots, records = [dict(p) for p in self.PLOTS], dict(self.RECORDS)
@@ -63,4 +93,4 @@ class Declares:
         if getattr(self, "episodes", None) is not None:
             plots += [dict(p) for p in EPISODE_PLOTS]
             records["episodes"] = True
-        return {"plots": plots, "records": records}
+        return {"plots": plots, "records": records, "sample_fields": self.sample_fields()}

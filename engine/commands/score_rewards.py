@@ -357,8 +357,8 @@ def group_advantages_of(preset, totals: list[float], groups: list, group_size: i
         mask = torch.ones(len(order), 1)  # unused by the estimators computable from texts
         baseline_rewards = (torch.tensor([baselines[i]["total"] for i in order], dtype=torch.float32)
                             if greedy else None)
-        values = estimator.call(rewards, mask, num_generations=group_size, scale_rewards=algo.scale_rewards,
-                                baseline_rewards=baseline_rewards)
+        values = estimator.call(rewards, mask, baseline_rewards=baseline_rewards,
+                                **{**algo.model_dump(), "num_generations": group_size})  # the section's fields
         if estimator.declares.uses_scale_rewards and REWARD_SCALINGS.declares(algo.scale_rewards).spans_batch:
             about["notes"].append(f"scale_rewards batch: the std is over these {len(order)} completions; "
                                   "a run's is over its whole batch")

@@ -394,13 +394,15 @@ def explained_variance(values, returns, mask):
     return float(1 - err.var() / var) if var > 0 else float("nan")
 
 
-def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewards, baseline_rewards=None,
-                        step_rewards=None, step_ends=None, base_dir=None):
+def estimate_advantages(estimator, rewards, mask, *, baseline_rewards=None, step_rewards=None, step_ends=None,
+                        base_dir=None, **options):
     """Advantages by the estimator a preset names (registered, or a user's `FILE.py:FUNCTION`
-    relative to `base_dir`), given the options it declares. `baseline_rewards` (B,): each
-    row's prompt's greedy completion's reward, for an estimator that declares
-    `greedy_baseline` (None for the others); `step_rewards` and `step_ends` (B, T): the
-    step tensors (engine/rl/process.py) for one that declares `step_rewards`.
+    relative to `base_dir`), given the options it names: `options` (num_generations,
+    scale_rewards; in a run, every field of the algorithm's section), and the engine's
+    tensors: `baseline_rewards` (B,), each row's prompt's greedy completion's reward, for
+    an estimator that declares `greedy_baseline` (None for the others); `step_rewards` and
+    `step_ends` (B, T), the step tensors (engine/rl/process.py) for one that declares
+    `step_rewards`.
 
     e.g. "rloo", rewards [1, 0, 0, 1, 1, 1], G 3 -> [1, -0.5, -0.5, 0, 0, 0]
     """
@@ -408,5 +410,5 @@ def estimate_advantages(estimator, rewards, mask, *, num_generations, scale_rewa
     from engine.rl.user_code import resolve
 
     entry = resolve(ESTIMATORS, estimator, base_dir)
-    return entry.call(rewards, mask, num_generations=num_generations, scale_rewards=scale_rewards,
-                      baseline_rewards=baseline_rewards, step_rewards=step_rewards, step_ends=step_ends)
+    return entry.call(rewards, mask, baseline_rewards=baseline_rewards, step_rewards=step_rewards,
+                      step_ends=step_ends, **options)

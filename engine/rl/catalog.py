@@ -40,13 +40,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from engine.rl.registry import Registry
+from engine.foundation.registry import Registry
 
 __all__ = [
     "PolicyLoss", "Surrogate", "Aggregation", "Estimator", "RewardScaling", "DPOLoss", "ImportanceLevel",
     "POLICY_LOSSES", "SURROGATES", "AGGREGATIONS", "ESTIMATORS", "REWARD_SCALINGS", "KL_ESTIMATORS",
     "IMPORTANCE_LEVELS", "DPO_LOSSES", "KTOLoss", "KTO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
-    "policy_loss_parts", "micro_batch_weight", "length_neutral_loss_types", "register_policy_loss",
+    "policy_loss_parts", "micro_batch_weight", "surrogate_options", "offer_section_fields", "length_neutral_loss_types", "register_policy_loss",
     "unregister_policy_loss", "upper_clip", "wants_greedy_baseline", "RewardAggregation", "REWARD_AGGREGATIONS",
 ]
 
@@ -163,9 +163,9 @@ class ImportanceLevel:
 
 # ----------------------------------------------------------------------- registries
 
+# given: the engine's own options; the GRPO section's fields join them (offer_section_fields).
 SURROGATES: Registry[Surrogate] = Registry(
-    "policy surrogate", given=("log_ratio", "epsilon_low", "epsilon_high", "max_completion_length",
-                               "sapo_temperature_pos", "sapo_temperature_neg"),
+    "policy surrogate", given=("log_ratio", "epsilon_low", "epsilon_high"),
     files=True, file_declares=Surrogate())  # files: a FILE.py:FUNCTION loss type is its own surrogate
 AGGREGATIONS: Registry[Aggregation] = Registry(
     "loss aggregation", field="algorithm.loss_aggregation", given=("max_completion_length",))
@@ -175,7 +175,7 @@ POLICY_LOSSES: Registry[PolicyLoss] = Registry(
 ESTIMATORS: Registry[Estimator] = Registry(
     "advantage estimator", field="algorithm.advantage_estimator", files=True,
     file_help="your own estimator in a file next to the preset",
-    given=("num_generations", "scale_rewards", "baseline_rewards", "step_rewards", "step_ends"),
+    given=("baseline_rewards", "step_rewards", "step_ends"),  # and the section's fields (offer_section_fields)
     file_declares=Estimator())
 REWARD_AGGREGATIONS: Registry[RewardAggregation] = Registry(
     "reward aggregation", field="algorithm.multi_objective_aggregation")
@@ -346,6 +346,36 @@ def upper_clip(loss_type: str, epsilon: float, epsilon_high: float | None) -> fl
     declared = SURROGATES.declares(surrogate) if surrogate in SURROGATES else None  # a user's: epsilon
     default = getattr(declared, "default_epsilon_high", None)
     return epsilon if default is None else default
+
+
+def surrogate_options(algorithm) -> dict:
+    """What a GRPO run's surrogate and aggregation may ask for by name (engine.rl.losses.grpo_loss's
+    `options`): every field of the algorithm's section, and the clip range as the surrogate
+    takes it, epsilon_low (the section's epsilon) and epsilon_high (`upper_clip`'s). The run
+    and `rl-engine validate`'s dry run of a user's surrogate both take them from here.
+
+    >>> from engine.algorithms.grpo.config import GRPOConfig
+    >>> options = surrogate_options(GRPOConfig(loss_type="cispo", delta=2.0))
+    >>> options["epsilon_low"], options["epsilon_high"], options["delta"], options["sapo_temperature_neg"]
+    (0.2, 5.0, 2.0, 1.05)
+    """
+    return {**algorithm.model_dump(), "epsilon_low": algorithm.epsilon,
+            "epsilon_high": upper_clip(algorithm.loss_type, algorithm.epsilon, algorithm.epsilon_high)}
+
+
+def offer_section_fields(section, *registries: Registry) -> None:
+    """Every field of an algorithm's preset section becomes an option the registries'
+    functions may name (their `given`, which a user's function's signature is checked
+    against, `given` and then `section_fields`): the section module calls it once, below
+    its class, so that a new option is a field there and a keyword of the function that
+    reads it, and nothing else.
+
+    e.g. offer_section_fields(GRPOConfig, SURROGATES) -> SURROGATES.section_fields holds 'delta'
+    """
+    for registry in registries:  # several sections may offer to one registry (DPO's losses: DPO, online DPO)
+        offered = getattr(registry, "section_fields", ())
+        registry.section_fields = (*offered, *(name for name in section.model_fields
+                                               if name not in registry.given and name not in offered))
 
 
 def wants_greedy_baseline(entry) -> bool:

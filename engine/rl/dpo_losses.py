@@ -39,14 +39,16 @@ def sequence_logps(logprobs, mask, average=False):
 
 
 def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, *,
-             beta, loss_type="sigmoid", label_smoothing=0.0):
+             beta, loss_type="sigmoid", **options):
     """Direct Preference Optimization losses, per pair, by the registered `loss_type`.
 
     With h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)):
       sigmoid: -(1 - eps) * log sigmoid(beta * h) - eps * log sigmoid(-beta * h)
       hinge:   relu(1 - beta * h)
       ipo:     (h - 1 / (2 * beta))^2, on length-averaged logps
-    Implicit rewards: beta * (log pi - log ref) of each side, detached.
+    Implicit rewards: beta * (log pi - log ref) of each side, detached. `options`: what
+    the loss type may ask for by name besides beta (label_smoothing; in a run, every field
+    of the algorithm's section).
 
     input:  four (B,) sequence logps
     output: (losses (B,), chosen_rewards (B,), rejected_rewards (B,))
@@ -58,7 +60,7 @@ def dpo_loss(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps,
     if loss_type not in DPO_LOSSES:
         raise ValueError(f"unknown DPO loss_type {loss_type!r}; allowed: {', '.join(DPO_LOSSES.names())}")
     h = (chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps)
-    losses = DPO_LOSSES.entry(loss_type).call(h, beta=beta, label_smoothing=label_smoothing)
+    losses = DPO_LOSSES.entry(loss_type).call(h, beta=beta, **options)
     chosen_rewards = beta * (chosen_logps - ref_chosen_logps).detach()
     rejected_rewards = beta * (rejected_logps - ref_rejected_logps).detach()
     return losses, chosen_rewards, rejected_rewards

@@ -36,7 +36,7 @@ def apo_zero_unpaired_row_losses(logratios, desirable, kl, *, beta):
 
 
 def kto_loss(policy_logps, ref_logps, desirable, kl, *, beta, desirable_weight=1.0, undesirable_weight=1.0,
-             loss_type="kto"):
+             loss_type="kto", **options):
     """KTO's per-row losses by the registered `loss_type`, weighted, and the rows'
     implicit rewards.
 
@@ -47,6 +47,8 @@ def kto_loss(policy_logps, ref_logps, desirable, kl, *, beta, desirable_weight=1
             undesirable_weight x it; rewards (B,) = beta * (policy - ref), detached)
 
     The batch's loss is losses.mean() (TRL: nanmean over the concatenated rows).
+    `options`: what the loss type may ask for by name besides beta (in a run, every field
+    of the algorithm's section).
 
     e.g. beta 0.1, z = policy - ref = [2, -1], desirable [True, False], kl 0.5,
          desirable_weight 1, undesirable_weight 2 ("kto"): [0.46257, 0.92513], rewards [0.2, -0.1]
@@ -56,7 +58,7 @@ def kto_loss(policy_logps, ref_logps, desirable, kl, *, beta, desirable_weight=1
     if loss_type not in KTO_LOSSES:
         raise ValueError(f"unknown KTO loss_type {loss_type!r}; allowed: {', '.join(KTO_LOSSES.names())}")
     logratios = policy_logps - ref_logps
-    row_losses = KTO_LOSSES.entry(loss_type).call(logratios, desirable, kl, beta=beta)
+    row_losses = KTO_LOSSES.entry(loss_type).call(logratios, desirable, kl, beta=beta, **options)
     weights = torch.where(desirable, torch.as_tensor(desirable_weight, dtype=row_losses.dtype, device=row_losses.device),
                           torch.as_tensor(undesirable_weight, dtype=row_losses.dtype, device=row_losses.device))
     return weights * row_losses, beta * logratios.detach()

@@ -14,86 +14,13 @@ Every function here is pure: no module state, no optimiser, no model.
 """
 
 import torch
-import torch.nn.functional as F
 
 from engine.rl.catalog import AGGREGATIONS, IMPORTANCE_LEVELS, POLICY_LOSSES, SURROGATES, policy_loss_parts
 from engine.rl.user_code import resolve
-from engine.rl.dpo_losses import dpo_loss, sequence_logps  # noqa: F401  (re-exported)
-from engine.rl.importance import clip_fraction, sequence_log_ratio  # noqa: F401  (re-exported)
-from engine.rl.kl import bias_corrected_k3, kl_k1, kl_k3  # noqa: F401  (re-exported)
-from engine.rl.masking import masked_mean  # noqa: F401  (re-exported)
-from engine.rl.surrogates import clipped_surrogate  # noqa: F401  (re-exported)
-
-
-def selective_log_softmax(logits, index):
-    """Log-probability of the chosen token at every position.
-
-    Same result as ``log_softmax(logits).gather(-1, index)`` but never holds a
-    second (B, T, V) tensor, which for a 150k vocabulary is gigabytes.
-
-    input:  logits (B, T, V) float, index (B, T) long
-    output: (B, T) log p(index)
-
-    e.g. logits [[[0, ln 3]]], index [[1]] -> softmax [1/4, 3/4] -> [[ln 0.75]]
-    """
-    if logits.dtype in (torch.float32, torch.float64):
-        chosen = torch.gather(logits, -1, index.unsqueeze(-1)).squeeze(-1)  # (B, T)
-        # A few rows at a time so logsumexp's temporaries stay near 2**24 elements,
-        # not (B, T, V): one chunk for a small vocabulary, a row for a 150k one.
-        rows = max(1, (1 << 24) // max(1, logits.shape[1] * logits.shape[2]))
-        log_norm = torch.cat([torch.logsumexp(chunk, dim=-1) for chunk in logits.split(rows)])  # (B, T)
-        return chosen - log_norm
-    # In bf16/fp16, "logit - logsumexp" loses the small differences that matter
-    # (both terms are large and only ~3 significant digits survive), so let
-    # log_softmax do the subtraction internally, still one row at a time.
-    rows = [
-        F.log_softmax(row, dim=-1).gather(-1, idx.unsqueeze(-1)).squeeze(-1)  # (T,)
-        for row, idx in zip(logits, index)
-    ]
-    return torch.stack(rows)  # (B, T)
-
-
-def entropy_from_logits(logits, chunk_size=128):
-    """Entropy of softmax(logits) in nats, per position.
-
-    Works on ``chunk_size`` token positions at a time (flattened over B and T),
-    so peak extra memory is (chunk_size, V) in fp32 whatever the batch size.
-
-    input:  logits (B, T, V)
-    output: (B, T) float32, H = -sum_v p_v log p_v
-
-    e.g. logits [[[0, ln 3]]] -> p [1/4, 3/4] -> [[0.5623]]; uniform over V -> ln V
-    """
-    vocab = logits.shape[-1]
-    flat = logits.reshape(-1, vocab)  # (B*T, V)
-    parts = []
-    for chunk in flat.split(chunk_size, dim=0):
-        logp = F.log_softmax(chunk.float(), dim=-1)  # (chunk, V); fp32 for accuracy
-        p = logp.exp()
-        # A -inf logit (masked-out vocab entry) gives 0 * -inf = nan; its true
-        # contribution to the entropy is 0.
-        parts.append(-torch.where(p > 0, p * logp, 0.0).sum(-1))
-    return torch.cat(parts).reshape(logits.shape[:-1])  # (B, T)
-
-
-def completion_mask(completion_ids, eos_token_id):
-    """1 for real completion tokens, 0 for everything after the first EOS.
-
-    The EOS token itself is kept: the policy chose to stop there, and that
-    choice must get credit like any other token. Rows with no EOS (truncated
-    at max length) are all ones.
-
-    input:  completion_ids (B, T) long, eos_token_id int or iterable of ints
-    output: (B, T) int32
-
-    e.g. ids [[5, 2, 7, 2], [5, 5, 5, 5]], eos 2 -> [[1, 1, 0, 0], [1, 1, 1, 1]]
-    """
-    eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-    eos_ids = torch.tensor(eos_ids, dtype=completion_ids.dtype, device=completion_ids.device)
-    is_eos = torch.isin(completion_ids, eos_ids).int()  # (B, T)
-    # Number of EOS strictly before each position; > 0 means we are past the first one.
-    eos_before = is_eos.cumsum(dim=1) - is_eos  # (B, T)
-    return (eos_before == 0).int()
+from engine.rl.importance import clip_fraction
+from engine.rl.kl import bias_corrected_k3, kl_k3
+from engine.rl.masking import masked_mean
+from engine.rl.surrogates import clipped_surrogate
 
 
 def grpo_loss(
@@ -104,16 +31,12 @@ def grpo_loss(
     mask,
     *,
     beta,
-    epsilon_low,
-    epsilon_high,
     loss_type,
-    max_completion_length,
     importance_sampling_level="token",
     loss_aggregation=None,
     base_dir=None,
     use_bias_correction_kl=False,
-    sapo_temperature_pos=1.0,
-    sapo_temperature_neg=1.05,
+    **options,
 ):
     """GRPO loss: the loss type's surrogate + beta * k3 KL to the reference, aggregated.
 
@@ -125,8 +48,11 @@ def grpo_loss(
     The KL term is skipped entirely when beta == 0 or ref_logprobs is None;
     `use_bias_correction_kl` multiplies it by the importance ratio, kept in the graph
     (engine.rl.kl.bias_corrected_k3), and info["kl"] is then the corrected term's mean, as
-    TRL reports it. `sapo_temperature_pos/_neg` are the sapo surrogate's (the others
-    ignore them).
+    TRL reports it. `options`: what the surrogate and the aggregation may ask for by
+    name, each taking those it names (engine.rl.registry.Entry.call): epsilon_low and
+    epsilon_high, max_completion_length, and in a run every field of GRPO's preset section
+    (engine.rl.catalog.surrogate_options), so a surrogate's new option is a keyword of its
+    own and a field of the section, and nothing between them lists it.
     old_logprobs=None means on-policy (one step per batch): it is taken as
     logprobs.detach(), so ratio == 1 but the gradient is still A * grad log pi.
 
@@ -158,10 +84,8 @@ def grpo_loss(
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # (B, 1), broadcasts over T
     log_ratio = IMPORTANCE_LEVELS.entry(importance_sampling_level).call(logprobs, old_logprobs, mask)
-    per_token_loss, ratio, flags = surrogate.call(
-        logprobs, old_logprobs, advantages, mask, log_ratio=log_ratio, epsilon_low=epsilon_low,
-        epsilon_high=epsilon_high, max_completion_length=max_completion_length,
-        sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg)
+    per_token_loss, ratio, flags = surrogate.call(logprobs, old_logprobs, advantages, mask, log_ratio=log_ratio,
+                                                  **options)
     # The KL is still reported when beta == 0 but a reference is given: it is free.
     kl = None
     if ref_logprobs is not None:  # (B, T)
@@ -169,7 +93,7 @@ def grpo_loss(
               else kl_k3(logprobs, ref_logprobs))
     if kl is not None and beta != 0:
         per_token_loss = per_token_loss + beta * kl
-    loss = AGGREGATIONS.entry(aggregation_name).call(per_token_loss, mask, max_completion_length=max_completion_length)
+    loss = AGGREGATIONS.entry(aggregation_name).call(per_token_loss, mask, **options)
 
     declared = surrogate.declares or SURROGATES.file_declares
     reported = tuple(flags) if declared.metrics is None else declared.metrics  # None: every flag (a user's)

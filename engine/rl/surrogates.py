@@ -2,8 +2,10 @@
 aggregation, engine.rl.catalog): the per-token loss of a policy-gradient update.
 
 Contract: (logprobs (B, T) with grad, old_logprobs (B, T), advantages (B, 1) or (B, T),
-mask (B, T), *, options it declares out of log_ratio, epsilon_low, epsilon_high,
-max_completion_length, sapo_temperature_pos, sapo_temperature_neg)
+mask (B, T), *, the options it names: log_ratio, epsilon_low and epsilon_high (the
+engine's, engine.rl.catalog.surrogate_options) and any field of GRPO's preset section
+(sapo_temperature_pos, delta, max_completion_length, ...), which it receives by naming
+it: a new option is a field in engine/algorithms/grpo/config.py and a keyword here)
 -> (per_token_loss (B, T), ratio (B, T), flags {metric: (B, T) bool}).
 The caller has made padding inert (old_logprobs == logprobs there, so the ratio is 1)
 and masks and aggregates the per-token loss; each flag named in the entry's
@@ -16,7 +18,7 @@ CLIP_LOW, CLIP_HIGH, CLIP_REGION = "clip_ratio/low_mean", "clip_ratio/high_mean"
 CISPO_CLIPPED = "cispo_clip_ratio"  # TRL's metric: the share of tokens whose weight the cap cut
 
 
-def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high, log_ratio=None):
+def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high, log_ratio=None, delta=None):
     """PPO clipped surrogate, per token, as a loss (negated objective).
 
     loss = -min(ratio * A, clamp(ratio, 1 - eps_low, 1 + eps_high) * A)
@@ -36,6 +38,12 @@ def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_h
 
     `log_ratio` (B, T) or (B, 1), when given, replaces logprobs - old_logprobs (GSPO's
     sequence-level ratio, see engine.rl.importance.sequence_log_ratio).
+
+    `delta` (two-sided clipping, INTELLECT-2; TRL's `delta`): the unclipped branch's ratio
+    is capped at delta too, so a token with a negative advantage whose ratio ran far above
+    1 + epsilon_high no longer has an unbounded loss (and gets no gradient past delta).
+    The flags are counted on the capped ratio, as TRL counts them; `ratio` is returned as
+    it is. e.g. delta 2, A = -1, ratio 3 -> loss 2 (without delta: 3)
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)  # (B, 1), broadcasts over T
@@ -43,13 +51,14 @@ def clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_h
         log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio).expand_as(logprobs)  # (B, T)
     clipped_ratio = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    per_token_loss = -torch.min(ratio * advantages, clipped_ratio * advantages)
-    is_low_clipped = (ratio < 1 - epsilon_low) & (advantages < 0)
-    is_high_clipped = (ratio > 1 + epsilon_high) & (advantages > 0)
+    capped = ratio if delta is None else torch.clamp(ratio, max=delta)
+    per_token_loss = -torch.min(capped * advantages, clipped_ratio * advantages)
+    is_low_clipped = (capped < 1 - epsilon_low) & (advantages < 0)
+    is_high_clipped = (capped > 1 + epsilon_high) & (advantages > 0)
     return per_token_loss, ratio, is_low_clipped, is_high_clipped
 
 
-def clipped(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high):
+def clipped(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low, epsilon_high, delta=None):
     """The registry's `clipped`: :func:`clipped_surrogate` with its clip flags under TRL's
     metric names (low, high, and either: the region the inspector marks).
 
@@ -57,7 +66,7 @@ def clipped(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_low,
          -> loss [[-1, -1.28]], flags high [[F, T]], low [[F, F]], region [[F, T]]
     """
     loss, ratio, low, high = clipped_surrogate(logprobs, old_logprobs, advantages, epsilon_low, epsilon_high,
-                                               log_ratio=log_ratio)
+                                               log_ratio=log_ratio, delta=delta)
     return loss, ratio, {CLIP_LOW: low, CLIP_HIGH: high, CLIP_REGION: low | high}
 
 
@@ -84,7 +93,8 @@ def cispo(logprobs, old_logprobs, advantages, mask, *, log_ratio, epsilon_high):
     return per_token_loss, ratio, {CISPO_CLIPPED: capped.expand_as(logprobs)}
 
 
-def sapo(logprobs, old_logprobs, advantages, mask, *, log_ratio, sapo_temperature_pos, sapo_temperature_neg):
+def sapo(logprobs, old_logprobs, advantages, mask, *, log_ratio, sapo_temperature_pos=1.0,
+         sapo_temperature_neg=1.05):
     """SAPO (Soft Adaptive Policy Optimization, Gao et al. 2025): PPO's hard clip replaced
     by a sigmoid gate on the ratio, so a token's gradient fades smoothly as its ratio
     leaves 1 instead of dropping to 0 at 1 +- epsilon.

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.rewards.custom import def_line, fault_line, load_user_function
-from engine.rl.registry import Entry, Registry, first_line, split_file_name
+from engine.foundation.registry import Entry, Registry, first_line, split_file_name
 from engine.rl.user_files import user_function_fields
 
 __all__ = ["Contract", "CONTRACTS", "NonFinite", "UserFunctionError", "signature_problem", "resolve", "load_entry",
@@ -85,20 +85,24 @@ class UserFunctionError(ValueError):
 # ---------------------------------------------------------------------------- signature
 
 
-def _called_with(contract: Contract, given: tuple[str, ...]) -> str:
+def _called_with(contract: Contract, given: tuple[str, ...], section_fields: tuple[str, ...] = ()) -> str:
     options = f", *, {', '.join(given)}" if given else ""
+    if section_fields:
+        options += f"{',' if given else ', *'} or any field of the {contract.field.partition('.')[0]} section"
     return f"({', '.join(contract.tensors)}{options})"
 
 
-def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...]) -> str | None:
+def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...],
+                      section_fields: tuple[str, ...] = ()) -> str | None:
     """What keeps ``fn`` from being called as ``contract`` says (its tensors
     positionally, then only the keyword-only options it names out of ``given``), or
     None when it fits (or has no readable signature).
 
     e.g. def clip_cov(x, y): ... against the policy loss contract
          -> "takes (x, y) but a policy loss is called with (logprobs, old_logprobs,
-            advantages, mask, *, log_ratio, epsilon_low, epsilon_high, max_completion_length,
-            sapo_temperature_pos, sapo_temperature_neg)"
+            advantages, mask, *, log_ratio, epsilon_low, epsilon_high, or any field of the
+            algorithm section)"
+    `section_fields`: the section's fields, options a function may name besides `given`.
     """
     try:
         signature = inspect.signature(fn)
@@ -108,7 +112,9 @@ def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...]) 
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     star_args = any(p.kind is p.VAR_POSITIONAL for p in params)
     n = len(contract.tensors)
-    called = f"{contract.what} is called with {_called_with(contract, given)}"
+    called = f"{contract.what} is called with {_called_with(contract, given, section_fields)}"
+    gives = ", ".join(given) + (" and the fields of the section" if section_fields else "")
+    given = (*given, *section_fields)
     extra_required = [p.name for p in positional[n:] if p.default is p.empty]
     if (len(positional) < n and not star_args) or extra_required:
         return f"takes {signature} but {called}"
@@ -119,7 +125,7 @@ def signature_problem(fn: Callable, contract: Contract, given: tuple[str, ...]) 
     unknown = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in given]
     if unknown:
         return (f"asks for option {unknown[0]!r}, which the engine does not give {contract.what}; it gives "
-                f"{', '.join(given) or 'none'}. Give {unknown[0]!r} a default, or drop it")
+                f"{gives or 'none'}. Give {unknown[0]!r} a default, or drop it")
     return None
 
 
@@ -342,7 +348,8 @@ def load_entry(registry: Registry, value: str, base_dir: str | Path | None = Non
                                 f"{', '.join(registry.names())}")
     fn, path = load_user_function(value, base_dir=base_dir, where=contract.field, what=contract.what,
                                   error=UserFunctionError)
-    problem = signature_problem(fn, contract, registry.given)
+    # the options the engine computes, and the fields of the section (catalog.offer_section_fields)
+    problem = signature_problem(fn, contract, registry.given, getattr(registry, "section_fields", ()))
     if problem:
         raise _error(f"{contract.field}: {value} {problem}", _def_line(fn, path))
     function = split_file_name(value)[1]
@@ -398,18 +405,13 @@ def _nonfinite(tensor) -> str | None:
 
 def _try_surrogate(entry: Entry, batch: dict, algorithm) -> str:
     """Run a surrogate on the batch; a line saying what it returned, or UserFunctionError."""
-    from engine.rl.catalog import IMPORTANCE_LEVELS
+    from engine.rl.catalog import IMPORTANCE_LEVELS, surrogate_options
 
-    level = getattr(algorithm, "importance_sampling_level", "token")
-    log_ratio = IMPORTANCE_LEVELS[level](batch["logprobs"], batch["old_logprobs"], batch["mask"])
-    epsilon = getattr(algorithm, "epsilon", 0.2)
-    high = getattr(algorithm, "epsilon_high", None)
-    loss, _ratio, flags = entry.call(
-        batch["logprobs"], batch["old_logprobs"], batch["advantages"], batch["mask"], log_ratio=log_ratio,
-        epsilon_low=epsilon, epsilon_high=epsilon if high is None else high,
-        max_completion_length=getattr(algorithm, "max_completion_length", batch["mask"].shape[1]),
-        sapo_temperature_pos=getattr(algorithm, "sapo_temperature_pos", 1.0),
-        sapo_temperature_neg=getattr(algorithm, "sapo_temperature_neg", 1.05))
+    log_ratio = IMPORTANCE_LEVELS[algorithm.importance_sampling_level](batch["logprobs"], batch["old_logprobs"],
+                                                                       batch["mask"])
+    # the options a run gives it (the algorithm section's fields and the clip range)
+    loss, _ratio, flags = entry.call(batch["logprobs"], batch["old_logprobs"], batch["advantages"], batch["mask"],
+                                     log_ratio=log_ratio, **surrogate_options(algorithm))
     bad = _nonfinite(loss)
     if bad:
         raise _error(f"returned a per-token loss with {bad}", None)
@@ -424,9 +426,9 @@ def _try_surrogate(entry: Entry, batch: dict, algorithm) -> str:
 def _try_estimator(entry: Entry, batch: dict, algorithm) -> str:
     # baseline_rewards: each group's first reward, standing in for its greedy completion's (ReMax)
     baselines = batch["rewards"].view(-1, algorithm.num_generations)[:, :1].expand(-1, algorithm.num_generations)
-    advantages = entry.call(batch["rewards"], batch["mask"], num_generations=algorithm.num_generations,
-                            scale_rewards=getattr(algorithm, "scale_rewards", "group"),
-                            baseline_rewards=baselines.reshape(-1))
+    # the options a run gives it: the algorithm section's fields
+    advantages = entry.call(batch["rewards"], batch["mask"], baseline_rewards=baselines.reshape(-1),
+                            **algorithm.model_dump())
     bad = _nonfinite(advantages)
     if bad:
         raise _error(f"returned advantages with {bad}", None)

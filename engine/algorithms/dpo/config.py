@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
 from engine.foundation.section import Float
-from engine.rl.catalog import DPO_LOSSES
+from engine.rl.catalog import DPO_LOSSES, offer_section_fields
 from engine.foundation.registry import choice_of
 from engine.foundation.limits import MAX_COEF, MAX_TOKENS
 
@@ -60,3 +60,7 @@ class DPOConfig(AlgorithmSection):
     def playground_reason(self) -> str:
         return ("DPO trains on preference pairs and computes no advantages "
                 "(its rewards judge held-out generations only)")
+
+
+# Every field of the section is an option its loss types may name (engine.rl.catalog).
+offer_section_fields(DPOConfig, DPO_LOSSES)

@@ -10,7 +10,7 @@ precompute_ref_log_probs. Names of the knobs and metrics follow TRL's DPO traine
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -19,11 +19,12 @@ from engine.data import Example, load_splits, preference_pairs
 from engine.data.columns import is_conversation
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.model.rollout import Rollout
-from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
+from engine.algorithms.update_effect import effect_per_token
 from engine.algorithms.base import Trainer
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
-from engine.algorithms.declaration import plot
+from engine.algorithms.declaration import REJECTED, plot
 from engine.run.trajectories import token_fields
 
 PAIR = 2  # rows per preference pair: chosen, rejected
@@ -46,9 +47,29 @@ class DPOStepOutputs:
     logprob_after: torch.Tensor | None = None  # the recorded rows after the update (update_effect.py)
 
 
+@dataclass
+class DPOBatch(StepBatch):
+    """A DPO step's batch: its pairs (`samples` of them) as rows [chosen_0, rejected_0, ...],
+    the reference's logps of each side (and per token, None from the cache), the chosen
+    tokens' count (RPO's NLL); filled by the update: the policy's token logprobs and
+    logit sums of every row, each pair's implicit rewards and sequence logps, the
+    recorded rows' entropy and top-5."""
+
+    examples: list[Example] = field(kw_only=True)
+    ref_chosen: torch.Tensor = field(kw_only=True)
+    ref_rejected: torch.Tensor = field(kw_only=True)
+    ref_tokens: torch.Tensor | None = field(kw_only=True)
+    chosen_tokens: torch.Tensor = field(kw_only=True)
+    logps: torch.Tensor = field(kw_only=True)
+    logit_sums: torch.Tensor = field(kw_only=True)
+    per_pair: dict[str, torch.Tensor] = field(kw_only=True)
+    recorded: dict[str, list] = field(default_factory=lambda: {"entropy": [], "top": []}, kw_only=True)
+
+
 class DPOTrainer(Trainer):
     TEMPLATED_PAIRS = True
     MICRO_BATCH_UNIT = "preference pairs"
+    SAMPLES = False  # it reads its pairs
     # Metric names as TRL's DPO trainer logs them.
     PLOTS = (
         plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
@@ -65,6 +86,7 @@ class DPOTrainer(Trainer):
     RECORDS = {"layout": "pair", "sides": ["chosen", "rejected"],
                "token_values": ["implicit_reward", "logprob", "ref_logprob"],
                "preferred": ["implicit_reward", "advantage"]}
+    SAMPLE_FIELDS = (REJECTED,)
     RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
@@ -87,6 +109,7 @@ class DPOTrainer(Trainer):
         return train, held_out
 
     def setup_modules(self) -> None:
+        self.loss_options = self.algo.model_dump()  # dpo_loss's: the loss type takes the options it names
         # Filled by the first step when precompute_ref_log_probs is on (after run_started
         # and the first evaluation, so a reader sees the run begin at once).
         self.reference_cache: dict[tuple[str, str, str], tuple[float, float, int, int]] = {}
@@ -149,77 +172,72 @@ class DPOTrainer(Trainer):
 
     # ------------------------------------------------------------------ step
 
-    def train_step(self) -> StepResult[DPOStepOutputs]:
-        algo = self.algo
-        self.phase = "update"  # every pass of a DPO step runs in micro-batches of pairs
-        if algo.precompute_ref_log_probs and not self.reference_cache:
+    def prepare(self) -> DPOBatch:
+        """The step's pairs as rows and the reference's logps of each side."""
+        if self.algo.precompute_ref_log_probs and not self.reference_cache:
             self.precompute_reference(self.train_examples)
-        t0 = time.perf_counter()
+            self.start_clock()  # the one-off precomputation is not the first step's time
         examples = self.stream.take(self.cfg.batch_size)
         rows = self.pair_rows(examples)
-        mask = rows.completion_mask
         ref_chosen, ref_rejected, ref_tokens = self.reference_side_logps(examples, rows)
-        t1 = time.perf_counter()
+        self.rollout_done()
+        B, mask = len(examples), rows.completion_mask
+        return DPOBatch(rows, self.num_recorded(B) * PAIR, B, unit=PAIR, pass_group=PAIR, examples=examples,
+                        ref_chosen=ref_chosen, ref_rejected=ref_rejected, ref_tokens=ref_tokens,
+                        chosen_tokens=mask[0::PAIR].sum().clamp(min=1), logps=torch.zeros_like(mask),
+                        logit_sums=torch.zeros(B * PAIR, device=self.device),
+                        per_pair={k: torch.zeros(B, device=self.device)
+                                  for k in ("r_chosen", "r_rejected", "chosen", "rejected")})
 
-        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)  # no ratio in DPO: see set_update_mode
-        self.optimizer.zero_grad(set_to_none=True)
-        num_recorded = self.num_recorded(len(examples)) * PAIR
-        B = len(examples)
-        loss_total, nll_total = 0.0, 0.0
-        chosen_tokens = mask[0::PAIR].sum().clamp(min=1)
-        logps = torch.zeros_like(mask)
-        logit_sums = torch.zeros(B * PAIR, device=self.device)
-        recorded = {"entropy": [], "top": []}
-        # Per pair: implicit rewards and the policy's sequence logps of both sides.
-        per_pair = {k: torch.zeros(B, device=self.device) for k in ("r_chosen", "r_rejected", "chosen", "rejected")}
-        micro_batches = self.pair_micro_batches(B)
-        for index, mb in enumerate(micro_batches):
-            with self.synced(index, len(micro_batches)):
-                logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
-                token_logps = logits.logprobs(rows.completion_ids[mb])
-                chosen, rejected = self.side_logps(token_logps, mask[mb])
-                pairs = slice(mb.start // PAIR, mb.stop // PAIR)
-                losses, r_chosen, r_rejected = dpo_loss(
-                    chosen, rejected, ref_chosen[pairs], ref_rejected[pairs],
-                    beta=algo.beta, loss_type=algo.loss_type, label_smoothing=algo.label_smoothing)
-                loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
-                if algo.rpo_alpha is not None:
-                    # the chosen answers' NLL, a mean over every chosen token of the batch
-                    nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / chosen_tokens
-                    loss = loss + algo.rpo_alpha * nll
-                    nll_total += nll.item()
-                self.backward(loss)
-                loss_total += loss.item()
-                with torch.no_grad():
-                    logps[mb] = token_logps.detach()
-                    logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
-                    top = self.recorded_top(logits, mb, num_recorded)
-                    if top is not None:
-                        recorded["top"].append(top)
-                        recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
-                for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected),
-                                   ("chosen", chosen), ("rejected", rejected)):
-                    per_pair[key][pairs] = value.detach()
-        # Several processes: the loss shares summed, each row and pair from its process.
-        loss_total, nll_total = self.world.sum_floats([loss_total, nll_total])
-        mine_pairs, mine_rows = self.pair_share(B)
+    def part_micro_batches(self, part: UpdatePart) -> list[slice]:
+        return self.pair_micro_batches(part.size // PAIR)
+
+    def loss(self, batch: DPOBatch, micro: MicroBatch) -> MicroLoss:
+        """DPO's loss of one micro-batch of pairs (its share of the mean over the batch's
+        pairs), with RPO's NLL of the chosen answers."""
+        algo, rows, mb, B = self.algo, batch.rows, micro.rows, batch.samples
+        mask = rows.completion_mask
+        logits = self.completion_logits(rows, mb, group_size=PAIR)  # TokenLogits (b, T, V)
+        token_logps = logits.logprobs(rows.completion_ids[mb])
+        chosen, rejected = self.side_logps(token_logps, mask[mb])
+        pairs = slice(mb.start // PAIR, mb.stop // PAIR)
+        losses, r_chosen, r_rejected = dpo_loss(chosen, rejected, batch.ref_chosen[pairs], batch.ref_rejected[pairs],
+                                                **self.loss_options)
+        loss = losses.sum() / B  # the mean over all pairs, accumulated over micro-batches
+        metrics = {}
+        if algo.rpo_alpha is not None:
+            # the chosen answers' NLL, a mean over every chosen token of the batch
+            nll = -(token_logps[0::PAIR] * mask[mb][0::PAIR]).sum() / batch.chosen_tokens
+            loss = loss + algo.rpo_alpha * nll
+            metrics["nll_loss"] = nll.item()
+        with torch.no_grad():
+            batch.logps[mb] = token_logps.detach()
+            batch.logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
+            top = self.recorded_top(logits, mb, batch.num_recorded)
+            if top is not None:
+                batch.recorded["top"].append(top)
+                batch.recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
+        for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected), ("chosen", chosen),
+                           ("rejected", rejected)):
+            batch.per_pair[key][pairs] = value.detach()
+        return MicroLoss(loss, 1.0, metrics)
+
+    def update_effect_inputs(self, batch: DPOBatch):
+        # a token's "advantage" in DPO: +1 on the chosen side (pushed up), -1 on the rejected
+        side_sign = torch.tensor([1.0, -1.0], device=self.device).repeat(batch.samples)
+        return batch.logps, side_sign, batch.rows.completion_mask
+
+    def finish(self, batch: DPOBatch, update: UpdateResult) -> StepResult[DPOStepOutputs]:
+        B, rows, per_pair = batch.samples, batch.rows, batch.per_pair
+        mine_pairs, mine_rows = self.pair_share(B)  # several processes: each row and pair from its process
         for values in per_pair.values():
             self.world.combine_rows(values, mine_pairs)
-        for values in (logps, logit_sums):
+        for values in (batch.logps, batch.logit_sums):
             self.world.combine_rows(values, mine_rows)
-        grad_norm, ok = self.clip_and_step(loss_total)
-        after = logprobs_after_update(self, rows, num_recorded, group_size=PAIR)  # what the update did
-        t2 = time.perf_counter()
-        if not ok:
-            self.count_skipped_step()
-
-        self.step += 1
         r_chosen, r_rejected = per_pair["r_chosen"], per_pair["r_rejected"]
         V = self.model.get_output_embeddings().weight.shape[0]
-        lengths = mask.sum(-1)
-        tokens = int(lengths.sum()) + int(rows.prompt_mask.sum())
+        lengths = rows.completion_mask.sum(-1)
         metrics = {
-            "loss": loss_total if ok else None,
             "rewards/chosen": float(r_chosen.mean()),
             "rewards/rejected": float(r_rejected.mean()),
             "rewards/margins": float((r_chosen - r_rejected).mean()),
@@ -227,21 +245,16 @@ class DPOTrainer(Trainer):
             "logps/chosen": float(per_pair["chosen"].mean()),
             "logps/rejected": float(per_pair["rejected"].mean()),
             # Mean logit over the vocabulary and the side's tokens, as TRL logs it.
-            "logits/chosen": float(logit_sums[0::PAIR].sum() / (lengths[0::PAIR].sum() * V)),
-            "logits/rejected": float(logit_sums[1::PAIR].sum() / (lengths[1::PAIR].sum() * V)),
+            "logits/chosen": float(batch.logit_sums[0::PAIR].sum() / (lengths[0::PAIR].sum() * V)),
+            "logits/rejected": float(batch.logit_sums[1::PAIR].sum() / (lengths[1::PAIR].sum() * V)),
         }
-        if algo.rpo_alpha is not None:
-            metrics["nll_loss"] = nll_total
-        metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
-        metrics["grad_norm"] = grad_norm
-        # a token's "advantage" in DPO: +1 on the chosen side (pushed up), -1 on the rejected
-        side_sign = torch.tensor([1.0, -1.0], device=self.device).repeat(B)
-        metrics.update(effect_metrics(logps, after, side_sign, mask))
-        outputs = DPOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded,
+        if self.algo.rpo_alpha is not None:
+            metrics["nll_loss"] = update.metrics.get("nll_loss")
+        outputs = DPOStepOutputs(examples=batch.examples, rows=rows, logps=batch.logps, recorded=batch.recorded,
                                  r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
-                                 ref_recorded=self.recorded_reference(rows, num_recorded, group_size=PAIR)
-                                 if ref_tokens is None else ref_tokens[:num_recorded],
-                                 logprob_after=after)
+                                 ref_recorded=self.recorded_reference(rows, batch.num_recorded, group_size=PAIR)
+                                 if batch.ref_tokens is None else batch.ref_tokens[:batch.num_recorded],
+                                 logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: DPOStepOutputs) -> None:

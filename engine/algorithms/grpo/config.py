@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from engine.algorithms.config_base import OnlineAlgorithm
 from engine.rl.catalog import (AGGREGATIONS, ESTIMATORS, IMPORTANCE_LEVELS, POLICY_LOSSES, REWARD_AGGREGATIONS,
-                                REWARD_SCALINGS)
+                                REWARD_SCALINGS, SURROGATES, offer_section_fields)
 from engine.foundation.registry import choice_of
 from engine.foundation.section import Float
 from engine.foundation.limits import MAX_BATCH, MAX_COEF, MAX_REPEATS
@@ -33,6 +33,12 @@ class GRPOConfig(OnlineAlgorithm):
         "For loss_type cispo it is the cap on the importance weight itself, min(ratio, epsilon_high), and unset "
         "means 5.0 (MiniMax-M1 / ScaleRL's value; TRL falls back to epsilon, 0.2, which caps every token's weight "
         "at 0.2)."
+    )
+    delta: Union[Float, None] = Field(
+        None, gt=1.0, le=MAX_COEF, description="Two-sided clipping (INTELLECT-2; TRL's delta): the ratio is also "
+        "capped at delta where the clip does not bound it (a negative advantage and a ratio far above 1), so no "
+        "token's loss grows without limit; null: the one-sided clip. Keep it above 1 + epsilon_high. The clipped "
+        "surrogate's (grpo, dr_grpo, dapo)."
     )
     # The registry-backed fields take their allowed names (and the window its choices and
     # their help) from the registries of engine/rl/catalog.py, read when validating.
@@ -114,3 +120,8 @@ class GRPOConfig(OnlineAlgorithm):
 
     def playground_reason(self) -> str:
         return ""
+
+
+# Every field of the section is an option the surrogates, aggregations and estimators may name
+# (engine.rl.catalog.surrogate_options gives them in a run and in validate's dry run).
+offer_section_fields(GRPOConfig, SURROGATES, AGGREGATIONS, ESTIMATORS)

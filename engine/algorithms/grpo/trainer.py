@@ -12,22 +12,21 @@ Names of the knobs and metrics follow TRL's GRPO trainer.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.rl.advantages import estimate_advantages, group_reward_std, repeat_per_group
-from engine.rl.catalog import (ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATIONS, micro_batch_weight, upper_clip,
-                               wants_greedy_baseline)
-from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.rl.catalog import (ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATIONS, micro_batch_weight,
+                               surrogate_options, wants_greedy_baseline)
+from engine.algorithms.declaration import BASELINE, COMPONENT_ADVANTAGES, ROLLOUT_PLOTS, STEPS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.episodes import StepEpisodes
-from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdateResult
+from engine.algorithms.update_effect import effect_per_token
 from engine.rewards.base import RewardError
 from engine.rl.losses import grpo_loss
 from engine.rl.user_code import resolve
@@ -45,6 +44,30 @@ class GRPOStepOutputs(RolloutStepOutputs):
     top: tuple[torch.Tensor, torch.Tensor] | None
     ref_all: torch.Tensor | None
     ref_recorded: torch.Tensor | None
+
+
+@dataclass
+class GRPOBatch(StepBatch):
+    """A GRPO step's batch: the sampled rows' prompts, texts, rewards (totals, components,
+    step rewards), loss mask and advantages (and GDPO's per component, ReMax's baseline);
+    filled by the update: the first pass's logprobs (the old policy's), per-token values
+    and the recorded rows' top-5, and the reference's logprobs (None at beta 0)."""
+
+    prompts: list[str] = field(kw_only=True)
+    completions: list[str] = field(kw_only=True)
+    totals: list[float] = field(kw_only=True)
+    components: dict[str, list[float]] = field(kw_only=True)
+    steps: StepRewards = field(kw_only=True)
+    rewards: torch.Tensor = field(kw_only=True)
+    mask: torch.Tensor = field(kw_only=True)
+    advantages: torch.Tensor = field(kw_only=True)
+    component_advantages: torch.Tensor | None = field(kw_only=True)
+    baseline: GreedyBaseline | None = field(kw_only=True)
+    per_token: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
+    old_logprobs: dict[int, torch.Tensor] = field(default_factory=dict, kw_only=True)
+    tops: list = field(default_factory=list, kw_only=True)
+    ref_all: torch.Tensor | None = field(default=None, kw_only=True)
+    seq_weights: list[float] = field(default_factory=list, kw_only=True)
 
 
 @dataclass
@@ -103,6 +126,9 @@ class GRPOTrainer(Trainer):
         self.greedy_baseline = wants_greedy_baseline(estimator)
         # Process supervision (an estimator declaring step_rewards, engine/rl/process.py)
         self.reads_steps = bool(getattr(estimator.declares, "step_rewards", False))
+        # grpo_loss's options: the section's fields and the clip range, as validate's dry run gives them
+        self.section_options = preset.algorithm.model_dump()  # the options an estimator may name
+        self.loss_options = {**surrogate_options(preset.algorithm), "base_dir": preset_dir}
         super().__init__(preset, run_dir, stop, preset_dir, world)
 
     def declaration(self) -> dict:
@@ -113,6 +139,13 @@ class GRPOTrainer(Trainer):
                 if entry["key"] == "reward":
                     entry["metrics"] = [*entry["metrics"], "baseline/reward_mean"]
         return declared
+
+    def sample_fields(self) -> list[dict]:
+        """GDPO's advantage per reward, ReMax's baseline, the step rewards' steps: as the preset has them."""
+        own = REWARD_AGGREGATIONS.declares(self.algo.multi_objective_aggregation).own_advantages
+        extra = [f for f, on in ((COMPONENT_ADVANTAGES, own), (BASELINE, self.greedy_baseline),
+                                 (STEPS, self.reads_steps)) if on]
+        return [*super().sample_fields(), *(dict(f) for f in extra)]
 
     def updates_per_step(self) -> int:
         return self.algo.num_iterations
@@ -144,10 +177,9 @@ class GRPOTrainer(Trainer):
             values = torch.tensor([components[name] for name in names], dtype=torch.float64,
                                   device=rewards.device).T  # (B, K)
             return aggregation.call(values, [weights[name] for name in names], self.algo.num_generations)
-        return estimate_advantages(self.algo.advantage_estimator, rewards, mask,
-                                   num_generations=self.algo.num_generations, scale_rewards=self.algo.scale_rewards,
-                                   baseline_rewards=baseline_rewards, step_rewards=step_rewards,
-                                   step_ends=step_ends, base_dir=self.preset_dir), None
+        return estimate_advantages(self.algo.advantage_estimator, rewards, mask, baseline_rewards=baseline_rewards,
+                                   step_rewards=step_rewards, step_ends=step_ends, base_dir=self.preset_dir,
+                                   **self.section_options), None
 
     def score_greedy(self, prompts: list[str], fields: dict[str, list], greedy: tuple[Rollout, list[str]],
                      group_size: int) -> GreedyBaseline:
@@ -158,101 +190,17 @@ class GRPOTrainer(Trainer):
         totals, components = self.score(prompts[::group_size], completions, fields, 1)
         return GreedyBaseline(completions, totals, components, int(rollout.model_lengths.sum()))
 
-    def update(self, rollout: Rollout, advantages: torch.Tensor, mask: torch.Tensor, num_recorded: int) -> dict:
-        """num_iterations clipped policy-gradient updates on one rollout batch.
+    # ------------------------------------------------------------------- step
 
-        Returns the loss and its diagnostics, the gradient norm, whether the step was
-        skipped for a non-finite loss or gradient, and the per-token values the
-        inspector records (logprob, entropy, ratio, clipped, top-5 of the first
-        `num_recorded` rows)."""
-        batch = rollout.completion_ids.shape[0]
+    def prepare(self) -> GRPOBatch:
+        """The step's rollout (and ReMax's greedy completions), its rewards and advantages."""
         G = self.algo.num_generations
-        micro_batches = self.micro_batches(batch, G)  # this process's rows (all of them in one)
-        self.phase = "update"
-        set_update_mode(self.model, True)
-        old_logprobs: dict[int, torch.Tensor] = {}
-        per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
-                     "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
-        tops = []
-        loss_sum, info_sum, grad_norm, skipped = 0.0, {}, float("nan"), False
-        # unset: the loss type's own default (cispo's cap 5.0), else epsilon
-        eps_high = upper_clip(self.algo.loss_type, self.algo.epsilon, self.algo.epsilon_high)
-        ref_all = None
-        if self.algo.beta > 0:
-            ref_all = torch.zeros_like(mask)
-            for mb in micro_batches:
-                ref_all[mb] = self.reference_logprobs(rollout, mb)
-            self.world.combine_rows(ref_all, self.world.share(batch, G))
-        seq_weights = []
-        if IMPORTANCE_LEVELS.declares(self.algo.importance_sampling_level).counts == "sequences":
-            # GSPO's clip ratios are means over sequences (engine.rl.importance.clip_fraction): a
-            # micro-batch's share is its share of the batch's non-empty sequences.
-            present = mask.bool().any(-1)
-            seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in micro_batches]
-        for iteration in range(self.algo.num_iterations):
-            self.optimizer.zero_grad(set_to_none=True)
-            loss_total, info_total = 0.0, {}
-            for index, mb in enumerate(micro_batches):
-                with self.synced(index, len(micro_batches)):
-                    logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
-                    logprobs = logits.logprobs(rollout.completion_ids[mb])
-                    if iteration == 0:
-                        # The first pass sees the weights that sampled the batch: its logprobs
-                        # are the old policy's, exactly, with no extra forward pass.
-                        old_logprobs[index] = logprobs.detach()
-                        with torch.no_grad():
-                            per_token["entropy"][mb] = logits.entropy()
-                            per_token["logprob"][mb] = logprobs.detach()
-                        top = self.recorded_top(logits, mb, num_recorded)
-                        if top is not None:
-                            tops.append(top)
-                    loss, info, tok = grpo_loss(
-                        logprobs, old_logprobs[index], None if ref_all is None else ref_all[mb],
-                        advantages[mb], mask[mb], beta=self.algo.beta,
-                        epsilon_low=self.algo.epsilon, epsilon_high=eps_high,
-                        loss_type=self.algo.loss_type, max_completion_length=self.algo.max_completion_length,
-                        importance_sampling_level=self.algo.importance_sampling_level,
-                        loss_aggregation=self.algo.loss_aggregation,
-                        use_bias_correction_kl=self.algo.use_bias_correction_kl,
-                        sapo_temperature_pos=self.algo.sapo_temperature_pos,
-                        sapo_temperature_neg=self.algo.sapo_temperature_neg,
-                    )
-                    weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask, self.algo.loss_aggregation)
-                    self.backward(loss * weight)
-                    loss_total += loss.detach().item() * weight
-                    for key, value in info.items():
-                        info_total[key] = info_total.get(key, 0.0) + value * (
-                            # every key but kl is a share of flagged tokens (sequences, in GSPO)
-                            seq_weights[index] if key != "kl" and seq_weights else weight)
-                    if iteration == self.algo.num_iterations - 1:
-                        per_token["ratio"][mb] = tok["ratio"]
-                        per_token["clipped"][mb] = tok["clipped"].float()
-            # Each process holds its rows' shares of the batch's loss: summed, they are the
-            # loss of the whole batch, and every process takes the same skip decision.
-            loss_total = self.world.sum_floats([loss_total])[0]
-            info_total = self.world.sum_dict(info_total)
-            grad_norm, ok = self.clip_and_step(loss_total)
-            if not ok:
-                skipped = True
-                break
-            loss_sum, info_sum = loss_total, info_total
-        mine = self.world.share(batch, G)
-        for values in per_token.values():  # every row from the process that ran it
-            self.world.combine_rows(values, mine)
-        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
-        return {"loss": None if skipped else loss_sum, "info": info_sum, "grad_norm": grad_norm,
-                "skipped": skipped, "per_token": per_token, "top": top, "ref": ref_all}
-
-    def train_step(self) -> StepResult[GRPOStepOutputs]:
-        """One rollout batch, its rewards and num_iterations updates: metrics and outputs."""
-        G = self.algo.num_generations
-        t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
         rollout, completions = self.sample_batch(prompts, G, fields=fields)
         # ReMax: one greedy completion of each prompt (its group's baseline), in the rollout's time
         greedy = self.sample_batch(prompts[::G], 1, greedy=True, fields={k: v[::G] for k, v in fields.items()}) \
             if self.greedy_baseline else None
-        t1 = time.perf_counter()
+        self.rollout_done()
 
         episodes = StepEpisodes(rollout, self.tokenizer)  # data.environment's (empty for single completions)
         totals, components, steps = self.score_with_steps(prompts, completions, episodes.reward_fields(fields), G)
@@ -266,66 +214,112 @@ class GRPOTrainer(Trainer):
             torch.tensor(baseline.totals, dtype=torch.float32, device=self.device), G)
         advantages, component_advantages = self.advantages(rewards, mask, components, baseline_rewards, steps,
                                                            rollout.lengths)
-        t2 = time.perf_counter()
+        generated = int(rollout.model_lengths.sum()) + (baseline.tokens if baseline is not None else 0)
+        return GRPOBatch(rollout, self.num_recorded(len(prompts), G), len(prompts), generated=generated, unit=G,
+                         episodes=episodes, prompts=prompts, completions=completions, totals=totals,
+                         components=components, steps=steps, rewards=rewards, mask=mask, advantages=advantages,
+                         component_advantages=component_advantages, baseline=baseline)
 
-        record_rows = list(range(self.num_recorded(len(prompts), G)))
-        update = self.update(rollout, advantages, mask, len(record_rows))
-        # the recorded rows under the updated policy: what the update did to each token
-        after = logprobs_after_update(self, rollout, len(record_rows))
+    def update_epochs(self) -> int:
+        return self.algo.num_iterations
+
+    def before_update(self, batch: GRPOBatch) -> None:
+        """The reference's logprobs of the batch (beta > 0), and GSPO's micro-batch shares."""
+        mask, micro_batches = batch.mask, self.part_micro_batches(self.update_parts(batch, 0)[0])
+        batch.per_token = {"logprob": torch.zeros_like(mask), "entropy": torch.zeros_like(mask),
+                           "ratio": torch.ones_like(mask), "clipped": torch.zeros_like(mask)}
+        if self.algo.beta > 0:
+            batch.ref_all = torch.zeros_like(mask)
+            for mb in micro_batches:
+                batch.ref_all[mb] = self.reference_logprobs(batch.rows, mb)
+            self.world.combine_rows(batch.ref_all, self.world.share(batch.size, batch.unit))
+        if IMPORTANCE_LEVELS.declares(self.algo.importance_sampling_level).counts == "sequences":
+            # GSPO's clip ratios are means over sequences (engine.rl.importance.clip_fraction): a
+            # micro-batch's share is its share of the batch's non-empty sequences.
+            present = mask.bool().any(-1)
+            batch.seq_weights = [float(present[mb].sum() / present.sum().clamp(min=1)) for mb in micro_batches]
+
+    def loss(self, batch: GRPOBatch, micro: MicroBatch) -> MicroLoss:
+        """The clipped surrogate (+ KL) of one micro-batch; the first epoch's pass gives
+        the old policy's logprobs and what the inspector records."""
+        mb, rollout, mask, per_token = micro.rows, batch.rows, batch.mask, batch.per_token
+        logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+        logprobs = logits.logprobs(rollout.completion_ids[mb])
+        if micro.epoch == 0:
+            # The first pass sees the weights that sampled the batch: its logprobs
+            # are the old policy's, exactly, with no extra forward pass.
+            batch.old_logprobs[micro.number] = logprobs.detach()
+            with torch.no_grad():
+                per_token["entropy"][mb] = logits.entropy()
+                per_token["logprob"][mb] = logprobs.detach()
+            top = self.recorded_top(logits, mb, batch.num_recorded)
+            if top is not None:
+                batch.tops.append(top)
+        loss, info, tok = grpo_loss(
+            logprobs, batch.old_logprobs[micro.number], None if batch.ref_all is None else batch.ref_all[mb],
+            batch.advantages[mb], mask[mb], **self.loss_options)
+        weight = micro_batch_weight(self.algo.loss_type, mask[mb], mask, self.algo.loss_aggregation)
+        # every key but kl is a share of flagged tokens (sequences, in GSPO)
+        share = batch.seq_weights[micro.number] if batch.seq_weights else weight
+        if micro.epoch == self.algo.num_iterations - 1:
+            per_token["ratio"][mb] = tok["ratio"]
+            per_token["clipped"][mb] = tok["clipped"].float()
+        return MicroLoss(loss, weight, {key: value * (share if key != "kl" else weight) for key, value in info.items()})
+
+    def update_effect_inputs(self, batch: GRPOBatch):
+        return batch.per_token["logprob"], batch.advantages, batch.mask
+
+    def finish(self, batch: GRPOBatch, update: UpdateResult) -> StepResult[GRPOStepOutputs]:
+        """The step's metrics and outputs."""
+        G = self.algo.num_generations
+        rollout, rewards, per_token, advantages = batch.rows, batch.rewards, batch.per_token, batch.advantages
+        mine = self.world.share(batch.size, G)
+        for values in per_token.values():  # every row from the process that ran it
+            self.world.combine_rows(values, mine)
+        top = (torch.cat([t[0] for t in batch.tops]), torch.cat([t[1] for t in batch.tops])) if batch.tops else None
         # beta 0 skips the reference pass; the inspector still gets reference logprobs for
         # the few recorded rows.
-        ref_recorded = self.recorded_reference(rollout, len(record_rows)) if update["ref"] is None else None
-        t3 = time.perf_counter()
-        if update["skipped"]:
-            self.count_skipped_step()
-
-        self.step += 1
-        info, per_token = update["info"], update["per_token"]
-        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = rollout_metrics(rollout, rewards, components)
+        ref_recorded = self.recorded_reference(rollout, batch.num_recorded) if batch.ref_all is None else None
+        info = update.metrics
+        metrics = rollout_metrics(rollout, rewards, batch.components)
         # A group with no learning signal: equal rewards (exact: group_reward_std is exactly 0
         # for a group of equal values, and their group-relative advantages are exactly 0). Under
         # GDPO, ReMax and step rewards the totals alone do not say: a group of equal totals can
         # differ in its components, from its greedy completion or in its steps; there it is a
         # group whose advantages are all 0.
-        if component_advantages is None and baseline is None and not steps:
+        if batch.component_advantages is None and batch.baseline is None and not batch.steps:
             no_signal = group_reward_std(rewards, G) == 0
         else:
-            no_signal = (advantages.reshape(len(prompts) // G, -1) == 0).all(dim=1)  # (B,) or (B, T) per group
+            no_signal = (advantages.reshape(batch.samples // G, -1) == 0).all(dim=1)  # (B,) or (B, T) per group
         metrics.update({
             "frac_reward_zero_std": float(no_signal.float().mean()),
-            "loss": update["loss"],
-            "kl": info.get("kl") if update["ref"] is not None else None,
-            "entropy": float((per_token["entropy"] * rollout.completion_mask).sum() / rollout.completion_mask.sum().clamp(min=1)),
+            "kl": info.get("kl") if batch.ref_all is not None else None,
+            "entropy": float((per_token["entropy"] * rollout.completion_mask).sum()
+                             / rollout.completion_mask.sum().clamp(min=1)),
             "clip_ratio/low_mean": info.get("clip_ratio/low_mean"),
             "clip_ratio/high_mean": info.get("clip_ratio/high_mean"),
             "clip_ratio/region_mean": info.get("clip_ratio/region_mean"),
         })
         # and whatever other metrics the loss type's surrogate declares (engine.rl.catalog.Surrogate)
         metrics.update({key: value for key, value in info.items() if key != "kl"})
-        generated = int(rollout.model_lengths.sum()) + (baseline.tokens if baseline is not None else 0)
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, generated))
-        metrics["grad_norm"] = update["grad_norm"]
-        if baseline is not None:
-            metrics["baseline/reward_mean"] = sum(baseline.totals) / len(baseline.totals)
-        if steps:
-            metrics.update(steps.metrics(G))
-        metrics.update(effect_metrics(per_token["logprob"], after, advantages, mask))
-        metrics.update(episodes.metrics())
+        if batch.baseline is not None:
+            metrics["baseline/reward_mean"] = sum(batch.baseline.totals) / len(batch.baseline.totals)
+        if batch.steps:
+            metrics.update(batch.steps.metrics(G))
 
+        episodes = batch.episodes
         row_extras = episodes.row_extras()
-        if component_advantages is not None:
-            row_extras["component_advantages"] = component_rows(list(components), component_advantages)
-        if baseline is not None:
-            row_extras["baseline"] = baseline.rows(G)
-        row_extras.update(steps.row_extras())
-
-        outputs = GRPOStepOutputs(prompts=episodes.shown_prompts(prompts), completions=episodes.shown(completions),
-                                  totals=totals,
-                                  components=components, advantages=advantages, rollout=rollout,
-                                  per_token=per_token, top=update["top"], record_rows=record_rows,
-                                  ref_all=update["ref"], ref_recorded=ref_recorded,
-                                  row_extras=row_extras, logprob_after=after)
+        if batch.component_advantages is not None:
+            row_extras["component_advantages"] = component_rows(list(batch.components), batch.component_advantages)
+        if batch.baseline is not None:
+            row_extras["baseline"] = batch.baseline.rows(G)
+        row_extras.update(batch.steps.row_extras())
+        outputs = GRPOStepOutputs(prompts=episodes.shown_prompts(batch.prompts),
+                                  completions=episodes.shown(batch.completions), totals=batch.totals,
+                                  components=batch.components, advantages=advantages, rollout=rollout,
+                                  per_token=per_token, top=top, record_rows=list(range(batch.num_recorded)),
+                                  ref_all=batch.ref_all, ref_recorded=ref_recorded,
+                                  row_extras=row_extras, logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: GRPOStepOutputs) -> None:

@@ -9,7 +9,7 @@ from pydantic import Field
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
 from engine.foundation.section import Float
 from engine.foundation.limits import MAX_COEF, MAX_TOKENS
-from engine.rl.catalog import KTO_LOSSES
+from engine.rl.catalog import KTO_LOSSES, offer_section_fields
 from engine.foundation.registry import choice_of
 
 # Eq. (8) of the KTO paper, as TRL 1.16 applies it: the desirable side's weighted count
@@ -114,3 +114,7 @@ class KTOConfig(AlgorithmSection):
     def playground_reason(self) -> str:
         return ("KTO trains on labelled completions from the data and computes no advantages "
                 "(its rewards judge held-out generations only)")
+
+
+# Every field of the section is an option its loss types may name (engine.rl.catalog).
+offer_section_fields(KTOConfig, KTO_LOSSES)

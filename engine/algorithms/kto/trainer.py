@@ -14,20 +14,22 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from engine.algorithms.base import Trainer
-from engine.algorithms.declaration import plot
+from engine.algorithms.declaration import LABEL as LABEL_FIELD, plot
 from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdateResult
+from engine.algorithms.update_effect import effect_per_token
 from engine.data import Example
 from engine.data.unpaired import COMPLETION, LABEL, load_unpaired_splits
 from engine.model.rollout import Rollout
-from engine.preset.input_checks import prompt_location
+from engine.data.location import prompt_location
 from engine.rl.catalog import KTO_LOSSES
 from engine.rl.dpo_losses import sequence_logps
 from engine.rl.kto_losses import kl_reference_point, kto_loss, mismatched_order
@@ -88,10 +90,29 @@ class KTOStepOutputs:
     rewards: list[float]
     kl: float
     ref_recorded: torch.Tensor | None
+    logprob_after: torch.Tensor | None = None  # the recorded rows after the update (update_effect.py)
+
+
+@dataclass
+class KTOBatch(StepBatch):
+    """A KTO step's batch: its rows (`samples` of them) with their labels, the reference's
+    logp sums and the step's KL reference point; filled by the update: the policy's token
+    logprobs, each row's sequence logp, logit and entropy sums, the recorded rows' entropy
+    and top-5."""
+
+    examples: list[Example] = field(kw_only=True)
+    labels: list[bool] = field(kw_only=True)
+    desirable: torch.Tensor = field(kw_only=True)
+    ref: torch.Tensor = field(kw_only=True)
+    kl: torch.Tensor = field(kw_only=True)
+    logps: torch.Tensor = field(kw_only=True)
+    per_row: dict[str, torch.Tensor] = field(kw_only=True)
+    recorded: dict[str, list] = field(default_factory=lambda: {"entropy": [], "top": []}, kw_only=True)
 
 
 class KTOTrainer(Trainer):
     MICRO_BATCH_UNIT = "unpaired rows"
+    SAMPLES = False  # it reads its rows
     # Metric names as TRL's KTO trainer logs them (count/* as TRL's older versions did).
     PLOTS = (
         plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
@@ -109,6 +130,8 @@ class KTOTrainer(Trainer):
     # One record per row, marked with its label.
     RECORDS = {"layout": "single", "token_values": ["implicit_reward", "logprob", "ref_logprob", "entropy"],
                "preferred": ["implicit_reward"]}
+    SAMPLE_FIELDS = (LABEL_FIELD,)
+    RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
         data = self.preset.data
@@ -131,6 +154,7 @@ class KTOTrainer(Trainer):
         for templated, loaded in zip((self.train_examples, self.eval_examples), self.loaded_rows):
             templated[:] = [Example(t.prompt, {**t.fields, COMPLETION: self.chat.answer(
                 self.tokenizer, raw.prompt, raw.fields[COMPLETION])}) for t, raw in zip(templated, loaded)]
+        self.loss_options = self.algo.model_dump()  # kto_loss's: the loss type takes the options it names
         # (prompt, completion) -> reference logp sum, filled by the first step when
         # precompute_ref_log_probs is on (after run_started and the first evaluation).
         self.reference_cache: dict[tuple[str, str], float] = {}
@@ -185,76 +209,64 @@ class KTOTrainer(Trainer):
 
     # ------------------------------------------------------------------ step
 
-    def train_step(self) -> StepResult[KTOStepOutputs]:
+    def prepare(self) -> KTOBatch:
+        """The step's rows, the reference's logp sums and the KL reference point."""
         algo = self.algo
-        self.phase = "update"  # every pass of a KTO step runs in micro-batches of rows
         if algo.precompute_ref_log_probs and not self.reference_cache:
             self.precompute_reference(self.train_examples)
-        t0 = time.perf_counter()
+            self.start_clock()  # the one-off precomputation is not the first step's time
         examples = self.stream.take(self.cfg.batch_size)
         B = len(examples)
         labels = [bool(e.fields[LABEL]) for e in examples]
-        desirable = torch.tensor(labels, dtype=torch.bool, device=self.device)
         rows = self.rows_of(examples)
-        mask = rows.completion_mask
         # The passes without gradient in the mode of the update (dropout as it will be).
-        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)
+        set_update_mode(self.model, True, lora_dropout=self.lora_dropout_in_updates)
         ref = self.reference_sums(examples, rows)
         uses_kl = KTO_LOSSES.declares(algo.loss_type).uses_kl
         kl = self.kl_point(examples) if uses_kl else torch.zeros((), device=self.device)
-        t1 = time.perf_counter()
-
-        self.optimizer.zero_grad(set_to_none=True)
-        num_recorded = self.num_recorded(B)
-        loss_total = 0.0
-        logps = torch.zeros_like(mask)
+        self.rollout_done()
         # Per row: the policy's sequence logp, and the sums over its tokens of the
         # vocabulary-summed logits and of the entropy (for TRL's logits/* and entropy).
-        per_row = {k: torch.zeros(B, device=self.device) for k in ("policy", "logits", "entropy")}
-        recorded = {"entropy": [], "top": []}
-        micro_batches = self.micro_batches(B)
-        for index, mb in enumerate(micro_batches):
-            with self.synced(index, len(micro_batches)):
-                logits = self.completion_logits(rows, mb, group_size=1)  # TokenLogits (b, T, V)
-                token_logps = logits.logprobs(rows.completion_ids[mb])
-                policy = sequence_logps(token_logps, mask[mb])
-                losses, _ = kto_loss(policy, ref[mb], desirable[mb], kl, beta=algo.beta, loss_type=algo.loss_type,
-                                     desirable_weight=algo.desirable_weight,
-                                     undesirable_weight=algo.undesirable_weight)
-                loss = losses.sum() / B  # the mean over all rows, accumulated over micro-batches
-                self.backward(loss)
-                loss_total += loss.item()
-                with torch.no_grad():
-                    logps[mb] = token_logps.detach()
-                    entropy = logits.entropy()
-                    per_row["policy"][mb] = policy.detach()
-                    per_row["logits"][mb] = (logits.sums() * mask[mb]).sum(-1)
-                    per_row["entropy"][mb] = (entropy * mask[mb]).sum(-1)
-                    top = self.recorded_top(logits, mb, num_recorded)
-                    if top is not None:
-                        recorded["top"].append(top)
-                        recorded["entropy"].append(entropy[: top[0].shape[0]])
-        # Several processes: the loss shares summed, each row from its process.
-        (loss_total,) = self.world.sum_floats([loss_total])
-        mine = self.world.share(B)
-        for values in (logps, *per_row.values()):
-            self.world.combine_rows(values, mine)
-        grad_norm, ok = self.clip_and_step(loss_total)
-        t2 = time.perf_counter()
-        if not ok:
-            self.count_skipped_step()
+        return KTOBatch(rows, self.num_recorded(B), B, pass_group=1, examples=examples, labels=labels,
+                        desirable=torch.tensor(labels, dtype=torch.bool, device=self.device), ref=ref, kl=kl,
+                        logps=torch.zeros_like(rows.completion_mask),
+                        per_row={k: torch.zeros(B, device=self.device) for k in ("policy", "logits", "entropy")})
 
-        self.step += 1
-        rewards = (algo.beta * (per_row["policy"] - ref)).tolist()
-        lengths = mask.sum(-1)
+    def loss(self, batch: KTOBatch, micro: MicroBatch) -> MicroLoss:
+        """KTO's loss of one micro-batch of rows (its share of the mean over the batch)."""
+        rows, mb, mask = batch.rows, micro.rows, batch.rows.completion_mask
+        logits = self.completion_logits(rows, mb, group_size=1)  # TokenLogits (b, T, V)
+        token_logps = logits.logprobs(rows.completion_ids[mb])
+        policy = sequence_logps(token_logps, mask[mb])
+        losses, _ = kto_loss(policy, batch.ref[mb], batch.desirable[mb], batch.kl, **self.loss_options)
+        with torch.no_grad():
+            batch.logps[mb] = token_logps.detach()
+            entropy = logits.entropy()
+            batch.per_row["policy"][mb] = policy.detach()
+            batch.per_row["logits"][mb] = (logits.sums() * mask[mb]).sum(-1)
+            batch.per_row["entropy"][mb] = (entropy * mask[mb]).sum(-1)
+            top = self.recorded_top(logits, mb, batch.num_recorded)
+            if top is not None:
+                batch.recorded["top"].append(top)
+                batch.recorded["entropy"].append(entropy[: top[0].shape[0]])
+        return MicroLoss(losses.sum() / batch.samples)  # the mean over all rows, accumulated over micro-batches
+
+    def update_effect_inputs(self, batch: KTOBatch):
+        # a token's "advantage" in KTO: +1 in a desirable row (pushed up), -1 in an undesirable one
+        return batch.logps, batch.desirable.float() * 2 - 1, batch.rows.completion_mask
+
+    def finish(self, batch: KTOBatch, update: UpdateResult) -> StepResult[KTOStepOutputs]:
+        mine = self.world.share(batch.samples)  # several processes: each row from its process
+        for values in (batch.logps, *batch.per_row.values()):
+            self.world.combine_rows(values, mine)
+        rewards = (self.algo.beta * (batch.per_row["policy"] - batch.ref)).tolist()
         V = self.model.get_output_embeddings().weight.shape[0]
-        metrics = {"loss": loss_total if ok else None, "kl": float(kl)}
-        metrics.update(self.side_metrics(rewards, per_row, lengths, labels, V))
-        tokens = int(lengths.sum()) + int(rows.prompt_mask.sum())
-        metrics.update(self.timing_metrics([t0, t1, t1, t2], B, tokens))
-        metrics["grad_norm"] = grad_norm
-        outputs = KTOStepOutputs(examples=examples, rows=rows, logps=logps, recorded=recorded, rewards=rewards,
-                                 kl=float(kl), ref_recorded=self.recorded_reference(rows, num_recorded, group_size=1))
+        metrics = {"kl": float(batch.kl)}
+        metrics.update(self.side_metrics(rewards, batch.per_row, batch.rows.completion_mask.sum(-1), batch.labels, V))
+        outputs = KTOStepOutputs(examples=batch.examples, rows=batch.rows, logps=batch.logps, recorded=batch.recorded,
+                                 rewards=rewards, kl=float(batch.kl),
+                                 ref_recorded=self.recorded_reference(batch.rows, batch.num_recorded, group_size=1),
+                                 logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 
     @staticmethod
@@ -289,6 +301,7 @@ class KTOTrainer(Trainer):
         top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
         entropy = torch.cat(last.recorded["entropy"])
         rows, ref, beta = last.rows, last.ref_recorded, self.algo.beta  # ref: per token, recorded rows only
+        effect = effect_per_token(last.logps, last.logprob_after)  # the recorded rows' change, if recorded
         records = []
         for r in range(top[0].shape[0]):
             e = examples[r]
@@ -297,7 +310,8 @@ class KTOTrainer(Trainer):
             record = {"step": self.step, "index": r, "group": r, "prompt": e.prompt, "completion": e.fields[COMPLETION],
                       **token_fields(self.tokenizer, rows.completion_ids[r, :n].tolist(),
                                      {"logprob": lp, "ref_logprob": rf, "implicit_reward": beta * (lp - rf),
-                                      "entropy": entropy[r]}, (top[0][r], top[1][r]))}
+                                      "entropy": entropy[r], **{k: v[r] for k, v in effect.items()}},
+                                     (top[0][r], top[1][r]))}
             # `kl` is the step's reference point (token_fields put the per-token k3 there).
             record.update({"label": bool(e.fields[LABEL]), "reward": last.rewards[r], "kl": last.kl, "beta": beta})
             records.append(record)

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from engine.algorithms.config_base import OnlineAlgorithm
 from engine.foundation.section import Float
 from engine.foundation.limits import MAX_COEF, MAX_REWARD_SCALE, MAX_TEMPERATURE, MAX_TOKENS
-from engine.rl.catalog import DPO_LOSSES
+from engine.rl.catalog import DPO_LOSSES, offer_section_fields
 from engine.foundation.registry import choice_of
 
 PAIR = 2  # completions sampled per prompt: the pair the rewards rank
@@ -91,3 +91,7 @@ class OnlineDPOConfig(OnlineAlgorithm):
         return ("online DPO ranks each prompt's 2 completions by these rewards (the higher total is chosen; "
                 "a tie goes to the first sampled) but learns from implicit rewards, beta x (log pi - log ref), "
                 "which need the model; only the rewards are shown")
+
+
+# Every field of the section is an option its loss types may name (engine.rl.catalog).
+offer_section_fields(OnlineDPOConfig, DPO_LOSSES)

@@ -12,18 +12,18 @@ TRL's.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.algorithms.base import Trainer
-from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.algorithms.declaration import REJECTED, ROLLOUT_PLOTS, TIE, plot
 from engine.algorithms.online_dpo.config import PAIR
 from engine.algorithms.online_dpo.ranking import PairRanking, penalised_scores, rank_pairs
-from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import StepResult
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
+from engine.algorithms.update_effect import effect_per_token
 from engine.model.rollout import Rollout
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.rl.kl import kl_k3
@@ -42,10 +42,11 @@ def chosen_and_rejected(values: torch.Tensor, first_wins: torch.Tensor) -> tuple
 
 
 def pair_losses(token_logps: torch.Tensor, ref_token_logps: torch.Tensor, mask: torch.Tensor,
-                first_wins: torch.Tensor, *, beta: float, loss_type: str) -> torch.Tensor:
+                first_wins: torch.Tensor, *, beta: float, loss_type: str, **options) -> torch.Tensor:
     """DPO's loss of each sampled pair (engine.rl.dpo_losses.dpo_loss), its rows laid out
     [first_0, second_0, ...]: on summed token logprobs, or token means where the loss
-    type declares it (IPO). (2P, T) x 3, (P,) bool -> (P,)
+    type declares it (IPO); `options`, what the loss type may name besides beta.
+    (2P, T) x 3, (P,) bool -> (P,)
 
     e.g. sequence logps [-3, -5], reference [-4, -4], first wins, beta 0.5, sigmoid:
          h = (-3 + 4) - (-5 + 4) = 2, loss log(1 + e^-1) = 0.31326 (second wins: h = -2, 1.31326)
@@ -53,7 +54,7 @@ def pair_losses(token_logps: torch.Tensor, ref_token_logps: torch.Tensor, mask: 
     average = length_averaged(loss_type)
     policy = chosen_and_rejected(sequence_logps(token_logps, mask, average), first_wins)
     reference = chosen_and_rejected(sequence_logps(ref_token_logps, mask, average), first_wins)
-    losses, _, _ = dpo_loss(*policy, *reference, beta=beta, loss_type=loss_type)
+    losses, _, _ = dpo_loss(*policy, *reference, beta=beta, loss_type=loss_type, **options)
     return losses
 
 
@@ -76,6 +77,24 @@ class OnlineDPOStepOutputs:
     implicit_chosen: list[float]
     implicit_rejected: list[float]
     top: tuple[torch.Tensor, torch.Tensor] | None
+    logprob_after: torch.Tensor | None = None  # the recorded rows after the update (update_effect.py)
+
+
+@dataclass
+class OnlineDPOBatch(StepBatch):
+    """An online DPO step's batch: the sampled rows [first_0, second_0, ...] with their
+    prompts, texts, reward totals, components, scores and the pairs' ranking; filled by
+    the update: per-token logprob, ref_logprob and entropy (2P, T), the recorded rows' top-5."""
+
+    prompts: list[str] = field(kw_only=True)
+    completions: list[str] = field(kw_only=True)
+    totals: list[float] = field(kw_only=True)
+    components: dict[str, list[float]] = field(kw_only=True)
+    scores: list[float] = field(kw_only=True)
+    ranking: PairRanking = field(kw_only=True)
+    first_wins: torch.Tensor = field(kw_only=True)
+    per_token: dict[str, torch.Tensor] = field(kw_only=True)
+    tops: list = field(default_factory=list, kw_only=True)
 
 
 class OnlineDPOTrainer(Trainer):
@@ -98,9 +117,12 @@ class OnlineDPOTrainer(Trainer):
     RECORDS = {"layout": "pair", "sides": ["chosen", "rejected"],
                "token_values": ["implicit_reward", "logprob", "ref_logprob", "kl", "entropy"],
                "preferred": ["implicit_reward", "advantage"]}
+    SAMPLE_FIELDS = (REJECTED, TIE)
+    RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def __init__(self, preset, run_dir, stop=None, preset_dir=None, world=None):
         super().__init__(preset, run_dir, stop, preset_dir, world)
+        self.loss_options = self.algo.model_dump()  # pair_losses': the loss type takes the options it names
         # The loss's passes (policy and reference) at temperature 1, as TRL's online DPO
         # takes them: on the model's own distribution; sampling keeps algorithm.temperature.
         self.policy.pass_temperature = 1.0
@@ -117,74 +139,62 @@ class OnlineDPOTrainer(Trainer):
         size = max(PAIR, size - size % PAIR)
         return [slice(i, min(i + size, share.stop)) for i in range(share.start, share.stop, size)]
 
-    # --------------------------------------------------------------- update
-
-    def update(self, rollout: Rollout, ranking: PairRanking, num_recorded: int) -> dict:
-        """One optimizer step on DPO's loss over the batch's pairs (their mean,
-        accumulated over micro-batches of whole pairs). Returns the loss, the gradient
-        norm, whether the step was skipped, the per-token logprob, ref_logprob and
-        entropy of every row (before the step) and the first `num_recorded` rows' top-5."""
-        algo = self.algo
-        batch = rollout.completion_ids.shape[0]
-        pairs = batch // PAIR
-        mask = rollout.completion_mask
-        first_wins = torch.tensor(ranking.first_wins(), device=self.device)
-        micro_batches = self.pair_micro_batches(batch)
-        self.phase = "update"
-        set_update_mode(self.model, True, lora_dropout=not algo.disable_dropout)  # no ratio: see set_update_mode
-        per_token = {key: torch.zeros_like(mask) for key in ("logprob", "ref_logprob", "entropy")}
-        for mb in micro_batches:
-            per_token["ref_logprob"][mb] = self.reference_logprobs(rollout, mb)
-        self.optimizer.zero_grad(set_to_none=True)
-        tops, loss_total = [], 0.0
-        for index, mb in enumerate(micro_batches):
-            with self.synced(index, len(micro_batches)):
-                logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
-                token_logps = logits.logprobs(rollout.completion_ids[mb])
-                losses = pair_losses(token_logps, per_token["ref_logprob"][mb], mask[mb],
-                                     first_wins[mb.start // PAIR: mb.stop // PAIR],
-                                     beta=algo.beta, loss_type=algo.loss_type)
-                loss = losses.sum() / pairs  # the mean over the batch's pairs, accumulated
-                self.backward(loss)
-                loss_total += loss.item()
-                with torch.no_grad():
-                    per_token["logprob"][mb] = token_logps.detach()
-                    per_token["entropy"][mb] = logits.entropy()
-                    top = self.recorded_top(logits, mb, num_recorded)
-                    if top is not None:
-                        tops.append(top)
-        # Several processes: the loss shares summed, each row from the process that ran it.
-        loss_total = self.world.sum_floats([loss_total])[0]
-        mine = self.world.share(batch, PAIR)
-        for values in per_token.values():
-            self.world.combine_rows(values, mine)
-        grad_norm, ok = self.clip_and_step(loss_total)
-        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
-        return {"loss": loss_total if ok else None, "grad_norm": grad_norm, "skipped": not ok,
-                "per_token": per_token, "top": top}
-
     # ----------------------------------------------------------------- step
 
-    def train_step(self) -> StepResult[OnlineDPOStepOutputs]:
-        """Sample the pairs, score and rank them, one DPO update: metrics and outputs."""
+    def prepare(self) -> OnlineDPOBatch:
+        """Sample two completions a prompt, score and rank each pair."""
         algo = self.algo
-        t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
         rollout, completions = self.sample_batch(prompts, PAIR)
-        t1 = time.perf_counter()
-
+        self.rollout_done()
         totals, components = self.score(prompts, completions, fields, PAIR)
         scores = penalised_scores(totals, rollout.truncated.tolist(), algo.missing_eos_penalty)
         ranking = rank_pairs(scores)
-        t2 = time.perf_counter()
+        self.rewards_done()
+        mask = rollout.completion_mask
+        return OnlineDPOBatch(rollout, self.num_recorded(len(prompts) // PAIR) * PAIR, len(prompts),
+                              generated=int(rollout.lengths.sum()), unit=PAIR, prompts=prompts,
+                              completions=completions, totals=totals, components=components, scores=scores,
+                              ranking=ranking, first_wins=torch.tensor(ranking.first_wins(), device=self.device),
+                              per_token={key: torch.zeros_like(mask) for key in ("logprob", "ref_logprob", "entropy")})
 
-        update = self.update(rollout, ranking, self.num_recorded(len(prompts) // PAIR) * PAIR)
-        t3 = time.perf_counter()
-        if update["skipped"]:
-            self.count_skipped_step()
-        self.step += 1
+    def part_micro_batches(self, part: UpdatePart) -> list[slice]:
+        return self.pair_micro_batches(part.size)
 
-        per_token, mask = update["per_token"], rollout.completion_mask
+    def before_update(self, batch: OnlineDPOBatch) -> None:
+        """The reference's logprobs of every row."""
+        for mb in self.pair_micro_batches(batch.size):
+            batch.per_token["ref_logprob"][mb] = self.reference_logprobs(batch.rows, mb)
+
+    def loss(self, batch: OnlineDPOBatch, micro: MicroBatch) -> MicroLoss:
+        """DPO's loss of one micro-batch of whole pairs (its share of the mean over the
+        batch's pairs)."""
+        rollout, mb, per_token = batch.rows, micro.rows, batch.per_token
+        logits = self.completion_logits(rollout, mb)  # TokenLogits (b, T, V)
+        token_logps = logits.logprobs(rollout.completion_ids[mb])
+        losses = pair_losses(token_logps, per_token["ref_logprob"][mb], rollout.completion_mask[mb],
+                             batch.first_wins[mb.start // PAIR: mb.stop // PAIR], **self.loss_options)
+        with torch.no_grad():
+            per_token["logprob"][mb] = token_logps.detach()
+            per_token["entropy"][mb] = logits.entropy()
+            top = self.recorded_top(logits, mb, batch.num_recorded)
+            if top is not None:
+                batch.tops.append(top)
+        return MicroLoss(losses.sum() / (batch.size // PAIR))  # the mean over the batch's pairs, accumulated
+
+    def update_effect_inputs(self, batch: OnlineDPOBatch):
+        # a token's "advantage": +1 in the pair's chosen completion (pushed up), -1 in its rejected one
+        sign = torch.ones(batch.size, device=self.device)
+        sign[batch.ranking.rejected] = -1.0
+        return batch.per_token["logprob"], sign, batch.rows.completion_mask
+
+    def finish(self, batch: OnlineDPOBatch, update: UpdateResult) -> StepResult[OnlineDPOStepOutputs]:
+        """The pairs' implicit rewards, scores and TRL's metrics; the outputs."""
+        algo, rollout, per_token, ranking, scores = self.algo, batch.rows, batch.per_token, batch.ranking, batch.scores
+        mine = self.world.share(batch.size, PAIR)  # several processes: each row from the process that ran it
+        for values in per_token.values():
+            self.world.combine_rows(values, mine)
+        mask = rollout.completion_mask
         logps = (per_token["logprob"] * mask).sum(-1)  # (2P,) each completion's summed logprob
         ref_logps = (per_token["ref_logprob"] * mask).sum(-1)
         chosen = torch.tensor(ranking.chosen, device=self.device)
@@ -194,11 +204,9 @@ class OnlineDPOTrainer(Trainer):
         margins = implicit[chosen] - implicit[rejected]
         score_t = torch.tensor(scores, dtype=torch.float32, device=self.device)
         non_score = -algo.beta * (logps - ref_logps)  # per completion: -beta x its summed KL (k1)
-        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = rollout_metrics(rollout, torch.tensor(totals, dtype=torch.float32), components)
+        metrics = rollout_metrics(rollout, torch.tensor(batch.totals, dtype=torch.float32), batch.components)
         metrics.update({
             "frac_reward_zero_std": sum(ranking.ties) / len(ranking.ties),  # tied pairs
-            "loss": update["loss"],
             "kl": float(masked_mean(kl_k3(per_token["logprob"], per_token["ref_logprob"]), mask)),
             "entropy": float(masked_mean(per_token["entropy"], mask)),
             "objective/kl": float((logps - ref_logps).mean()),
@@ -216,13 +224,12 @@ class OnlineDPOTrainer(Trainer):
             "val/contain_eos_token": float((~rollout.truncated).float().mean()),
             "beta": algo.beta,
         })
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.lengths.sum())))
-        metrics["grad_norm"] = update["grad_norm"]
-
+        top = (torch.cat([t[0] for t in batch.tops]), torch.cat([t[1] for t in batch.tops])) if batch.tops else None
         outputs = OnlineDPOStepOutputs(
-            prompts=prompts, completions=completions, totals=totals, components=components, scores=scores,
-            ranking=ranking, rollout=rollout, per_token=per_token, implicit_chosen=implicit[chosen].tolist(),
-            implicit_rejected=implicit[rejected].tolist(), top=update["top"])
+            prompts=batch.prompts, completions=batch.completions, totals=batch.totals, components=batch.components,
+            scores=scores, ranking=ranking, rollout=rollout, per_token=per_token,
+            implicit_chosen=implicit[chosen].tolist(), implicit_rejected=implicit[rejected].tolist(), top=top,
+            logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 
     # -------------------------------------------------------------- outputs
@@ -251,6 +258,7 @@ class OnlineDPOTrainer(Trainer):
         record = {"step": self.step, "index": p, "group": p, "prompt": last.prompts[c], "beta": beta,
                   "margin": last.implicit_chosen[p] - last.implicit_rejected[p],
                   "score_margin": last.scores[c] - last.scores[r], "tie": ranking.ties[p]}
+        effect = effect_per_token(per_token["logprob"], last.logprob_after)  # the recorded rows' change, if recorded
         for side, row in (("chosen", c), ("rejected", r)):
             n = int(rollout.lengths[row])
             lp, ref = per_token["logprob"][row], per_token["ref_logprob"][row]
@@ -258,7 +266,8 @@ class OnlineDPOTrainer(Trainer):
                 "completion": last.completions[row],
                 **token_fields(self.tokenizer, rollout.completion_ids[row, :n].tolist(),
                                {"logprob": lp, "ref_logprob": ref, "implicit_reward": beta * (lp - ref),
-                                "entropy": per_token["entropy"][row]}, (last.top[0][row], last.top[1][row])),
+                                "entropy": per_token["entropy"][row], **{k: v[row] for k, v in effect.items()}},
+                               (last.top[0][row], last.top[1][row])),
                 "reward": last.scores[row],
                 "rewards": {name: values[row] for name, values in last.components.items()},
             }

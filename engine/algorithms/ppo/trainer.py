@@ -10,27 +10,25 @@ Names of the knobs and metrics follow TRL's PPO trainer.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update_effect import effect_metrics, effect_per_token, logprobs_after_update
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
+from engine.algorithms.update_effect import effect_per_token
 from engine.rl.catalog import KL_ESTIMATORS
-from engine.rl.losses import (
-    clipped_value_loss,
-    masked_mean,
-    ppo_policy_loss,
-)
+from engine.rl.losses import clipped_value_loss, ppo_policy_loss
+from engine.rl.masking import masked_mean
 from engine.model.rollout import Rollout
-from engine.algorithms.declaration import ROLLOUT_PLOTS, plot
+from engine.algorithms.declaration import ROLLOUT_PLOTS, STEPS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.episodes import StepEpisodes
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
+from engine.rewards.kinds import is_step_reward_entry
 from engine.run.trajectories import trajectory_records
 
 
@@ -50,6 +48,31 @@ class PPOStepOutputs(RolloutStepOutputs):
     clipped: torch.Tensor
 
 
+@dataclass
+class PPOBatch(StepBatch):
+    """A PPO step's batch: the sampled rows' prompts, texts, rewards and scores; the old
+    policy's pass (logprob, value, entropy, ref_logprob, top); per-token KL, KL reward,
+    token rewards, GAE's advantages and returns. Filled by the update: the last epoch's
+    per-token ratio and clip flags, and the rows this process ran in it."""
+
+    prompts: list[str] = field(kw_only=True)
+    completions: list[str] = field(kw_only=True)
+    totals: list[float] = field(kw_only=True)
+    components: dict[str, list[float]] = field(kw_only=True)
+    steps: StepRewards = field(kw_only=True)
+    rewards: torch.Tensor = field(kw_only=True)
+    scores: torch.Tensor = field(kw_only=True)
+    old: dict = field(kw_only=True)
+    kl: torch.Tensor = field(kw_only=True)
+    token_rewards: torch.Tensor = field(kw_only=True)
+    non_score: torch.Tensor = field(kw_only=True)
+    advantages: torch.Tensor = field(kw_only=True)
+    returns: torch.Tensor = field(kw_only=True)
+    ratio: torch.Tensor = field(kw_only=True)
+    clipped: torch.Tensor = field(kw_only=True)
+    ran: torch.Tensor = field(kw_only=True)
+
+
 class PPOTrainer(Trainer):
     # Metric names as TRL's PPO trainer logs them.
     PLOTS = ROLLOUT_PLOTS + (
@@ -65,6 +88,12 @@ class PPOTrainer(Trainer):
                                                     "value", "return", "kl_reward", "reward_per_token"],
                "preferred": ["advantage"]}
     RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
+    UPDATE_REDUCE = "mean"  # the step's loss and diagnostics: the mean over its updates, as TRL logs them
+
+    def sample_fields(self) -> list[dict]:
+        """The step rewards' steps, when the preset has a step reward."""
+        stepped = any(is_step_reward_entry(r) for r in self.preset.rewards)
+        return [*super().sample_fields(), *([dict(STEPS)] if stepped else [])]
 
     # ------------------------------------------------------------------ critic
 
@@ -102,7 +131,6 @@ class PPOTrainer(Trainer):
     def old_policy_pass(self, rollout: Rollout, num_recorded: int) -> dict:
         """Logprobs, values and entropy of the policy that sampled, and the reference
         logprobs; top-5 alternatives of the recorded rows. All (B, T)."""
-        self.phase = "update"  # the passes over the sampled batch run in micro-batches
         set_update_mode(self.model, False)
         B, G = rollout.completion_ids.shape[0], self.preset.group_size
         out = {k: torch.zeros_like(rollout.completion_mask) for k in ("logprob", "value", "entropy", "ref_logprob")}
@@ -121,84 +149,13 @@ class PPOTrainer(Trainer):
         out["top"] = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops])) if tops else None
         return out
 
-    def mini_batches(self, batch: int) -> tuple[list[torch.Tensor], int]:
-        """Row indices of each mini-batch of one epoch, and the group size they keep.
-
-        One mini-batch keeps the batch's order, so rows of a prompt stay together and
-        share one prompt pass; several are drawn at random (as TRL), which breaks groups."""
-        n = self.algo.num_mini_batches
-        if n == 1:
-            return [torch.arange(batch, device=self.device)], self.preset.group_size
-        generator = self.random_states.generator  # drawn alike on every rank
-        order = torch.randperm(batch, generator=generator, device=generator.device).to(self.device)
-        return list(order.chunk(n)), 1
-
-    def update(self, rollout: Rollout, old: dict, advantages, returns, mask) -> dict:
-        """num_ppo_epochs passes of num_mini_batches clipped updates. Returns averaged
-        diagnostics, the per-token ratio and clip flags of the last epoch, and whether
-        a non-finite loss or gradient stopped it."""
-        B = rollout.completion_ids.shape[0]
-        set_update_mode(self.model, True)
-        sums: dict[str, float] = {}
-        updates = 0
-        ratio_all, clipped_all = torch.ones_like(mask), torch.zeros_like(mask)
-        ran = torch.zeros(B, dtype=torch.bool, device=mask.device)  # rows this process ran last
-        grad_norm, skipped = float("nan"), False
-        for _epoch in range(self.algo.num_ppo_epochs):
-            batches, group_size = self.mini_batches(B)
-            ran.zero_()
-            for idx in batches:
-                part = rollout.select(idx)
-                part_mask = mask[idx]
-                self.optimizer.zero_grad(set_to_none=True)
-                stats: dict[str, float] = {}
-                micro_batches = self.micro_batches(len(idx), group_size)  # this process's rows of it
-                for index, mb in enumerate(micro_batches):
-                    with self.synced(index, len(micro_batches)):
-                        rows = idx[mb]
-                        ran[rows] = True
-                        logits = self.completion_logits(part, mb, group_size=group_size)
-                        logprobs = logits.logprobs(part.completion_ids[mb])
-                        values = self.values(logits.hidden)
-                        m = part_mask[mb]
-                        pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], advantages[rows], m,
-                                                                self.algo.cliprange)
-                        vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], returns[rows], m,
-                                                              self.algo.cliprange_value)
-                        loss = pg_loss + self.algo.vf_coef * vf_loss
-                        # Each micro-batch carries its share of the mini-batch's tokens, so the
-                        # accumulated gradient is that of the mini-batch's token mean.
-                        weight = float(m.sum() / part_mask.sum().clamp(min=1))
-                        self.backward(loss * weight)
-                        for key, value in (("loss", loss.item()), ("policy", pg_loss.item()), ("value", vf_loss.item()),
-                                           ("approxkl", pg_info["approxkl"]), ("clipfrac", pg_info["clipfrac"]),
-                                           ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"])):
-                            stats[key] = stats.get(key, 0.0) + value * weight
-                        ratio_all[rows] = tok["ratio"]
-                        clipped_all[rows] = tok["clipped"].float()
-                stats = self.world.sum_dict(stats)  # the processes' shares: the mini-batch's
-                grad_norm, ok = self.clip_and_step(stats["loss"])
-                if not ok:
-                    skipped = True
-                    break
-                for key, value in stats.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                updates += 1
-            if skipped:
-                break
-        averaged = {k: v / max(updates, 1) for k, v in sums.items()}
-        if self.world.distributed:  # each row from the process that ran it in the last epoch (1 where none did)
-            self.world.combine_rows(ratio_all.sub_(1.0), ran).add_(1.0)
-            self.world.combine_rows(clipped_all, ran)
-        return {"stats": averaged, "grad_norm": grad_norm, "skipped": skipped,
-                "ratio": ratio_all, "clipped": clipped_all}
-
-    def train_step(self) -> StepResult[PPOStepOutputs]:
+    def prepare(self) -> PPOBatch:
+        """The step's rollout and scores; the old policy's pass; token rewards, GAE's
+        advantages and returns."""
         algo = self.algo
-        t0 = time.perf_counter()
         _, prompts, fields = self.take_examples()
         rollout, completions = self.sample_batch(prompts, algo.num_generations, fields=fields)
-        t1 = time.perf_counter()
+        self.rollout_done()
 
         episodes = StepEpisodes(rollout, self.tokenizer)  # data.environment's (empty for single completions)
         totals, components, steps = self.score_with_steps(prompts, completions, episodes.reward_fields(fields),
@@ -211,11 +168,11 @@ class PPOTrainer(Trainer):
                               device=self.device) if steps else rewards.clone()
         if algo.missing_eos_penalty is not None:
             scores = scores - algo.missing_eos_penalty * rollout.truncated.float()
-        t2 = time.perf_counter()
+        self.rewards_done()
 
         mask = rollout.completion_mask
-        record_rows = list(range(self.num_recorded(len(prompts), algo.num_generations)))
-        old = self.old_policy_pass(rollout, len(record_rows))
+        num_recorded = self.num_recorded(len(prompts), algo.num_generations)
+        old = self.old_policy_pass(rollout, num_recorded)
         kl = KL_ESTIMATORS[algo.kl_estimator](old["logprob"], old["ref_logprob"]) * mask
         token_rewards, non_score = ppo_token_rewards(
             scores, kl, mask, algo.kl_coef,
@@ -225,17 +182,64 @@ class PPOTrainer(Trainer):
         old["value"] = old["value"] * mask
         advantages, returns = gae(token_rewards, old["value"], mask, algo.gamma, algo.lam)
         advantages = masked_whiten(advantages, mask)
-        update = self.update(rollout, old, advantages, returns, mask)
-        after = logprobs_after_update(self, rollout, len(record_rows))  # what the update did to each token
-        t3 = time.perf_counter()
-        if update["skipped"]:
-            self.count_skipped_step()
+        return PPOBatch(rollout, num_recorded, len(prompts), generated=int(rollout.model_lengths.sum()),
+                        unit=algo.num_generations, episodes=episodes, prompts=prompts, completions=completions,
+                        totals=totals, components=components, steps=steps, rewards=rewards, scores=scores,
+                        old=old, kl=kl, token_rewards=token_rewards, non_score=non_score, advantages=advantages,
+                        returns=returns, ratio=torch.ones_like(mask), clipped=torch.zeros_like(mask),
+                        ran=torch.zeros(len(prompts), dtype=torch.bool, device=mask.device))
 
-        self.step += 1
-        stats = update["stats"]
-        tokens = int(rollout.lengths.sum()) + int(rollout.prompt_mask.sum())
-        metrics = rollout_metrics(rollout, rewards, components)
-        mean_non_score = float(non_score.sum(1).mean())
+    def update_epochs(self) -> int:
+        return self.algo.num_ppo_epochs
+
+    def update_parts(self, batch: PPOBatch, epoch: int) -> list[UpdatePart]:
+        """num_mini_batches parts of the batch, an optimizer step each. One keeps the
+        batch's order, so rows of a prompt stay together and share one prompt pass;
+        several are drawn at random (as TRL), which breaks groups."""
+        batch.ran.zero_()  # the rows this process ran in the last epoch
+        n, B = self.algo.num_mini_batches, batch.size
+        if n == 1:
+            return [UpdatePart(B, self.preset.group_size, torch.arange(B, device=self.device))]
+        generator = self.random_states.generator  # drawn alike on every rank
+        order = torch.randperm(B, generator=generator, device=generator.device).to(self.device)
+        return [UpdatePart(len(idx), 1, idx) for idx in order.chunk(n)]
+
+    def loss(self, batch: PPOBatch, micro: MicroBatch) -> MicroLoss:
+        """The clipped policy loss and the clipped value loss of one micro-batch of a part."""
+        idx = micro.part.index
+        part, part_mask = batch.rows.select(idx), batch.rows.completion_mask[idx]
+        mb, rows, old = micro.rows, idx[micro.rows], batch.old
+        batch.ran[rows] = True
+        logits = self.completion_logits(part, mb, group_size=micro.part.unit)
+        logprobs = logits.logprobs(part.completion_ids[mb])
+        values = self.values(logits.hidden)
+        m = part_mask[mb]
+        pg_loss, pg_info, tok = ppo_policy_loss(logprobs, old["logprob"][rows], batch.advantages[rows], m,
+                                                self.algo.cliprange)
+        vf_loss, vf_info = clipped_value_loss(values, old["value"][rows], batch.returns[rows], m,
+                                              self.algo.cliprange_value)
+        loss = pg_loss + self.algo.vf_coef * vf_loss
+        # Each micro-batch carries its share of the mini-batch's tokens, so the
+        # accumulated gradient is that of the mini-batch's token mean.
+        weight = float(m.sum() / part_mask.sum().clamp(min=1))
+        batch.ratio[rows] = tok["ratio"]
+        batch.clipped[rows] = tok["clipped"].float()
+        return MicroLoss(loss, weight, {
+            key: value * weight for key, value in (
+                ("policy", pg_loss.item()), ("value", vf_loss.item()), ("approxkl", pg_info["approxkl"]),
+                ("clipfrac", pg_info["clipfrac"]), ("ratio", pg_info["ratio"]), ("vf_clipfrac", vf_info["clipfrac"]))})
+
+    def update_effect_inputs(self, batch: PPOBatch):
+        return batch.old["logprob"], batch.advantages, batch.rows.completion_mask
+
+    def finish(self, batch: PPOBatch, update: UpdateResult) -> StepResult[PPOStepOutputs]:
+        algo, old, kl, mask, scores = self.algo, batch.old, batch.kl, batch.rows.completion_mask, batch.scores
+        if self.world.distributed:  # each row from the process that ran it in the last epoch (1 where none did)
+            self.world.combine_rows(batch.ratio.sub_(1.0), batch.ran).add_(1.0)
+            self.world.combine_rows(batch.clipped, batch.ran)
+        stats = update.metrics
+        metrics = rollout_metrics(batch.rows, batch.rewards, batch.components)
+        mean_non_score = float(batch.non_score.sum(1).mean())
         metrics.update({
             "objective/kl": float(kl.sum(1).mean()),
             "objective/entropy": float((-old["logprob"] * mask).sum(1).mean()),
@@ -248,26 +252,23 @@ class PPOTrainer(Trainer):
             "loss/value_avg": stats.get("value"),
             "val/clipfrac_avg": stats.get("vf_clipfrac"),
             "val/ratio": stats.get("ratio"),
-            "val/explained_variance": explained_variance(old["value"], returns, mask),
+            "val/explained_variance": explained_variance(old["value"], batch.returns, mask),
             "val/mean": float(masked_mean(old["value"], mask)),
-            "loss": None if update["skipped"] else stats.get("loss"),
             "kl": float(masked_mean(kl, mask)),
             "entropy": float(masked_mean(old["entropy"], mask)),
         })
-        metrics.update(self.timing_metrics([t0, t1, t2, t3], len(prompts), tokens, int(rollout.model_lengths.sum())))
-        metrics["grad_norm"] = update["grad_norm"]
-        if steps:
-            metrics.update(steps.metrics(algo.num_generations))
-        metrics.update(effect_metrics(old["logprob"], after, advantages, mask))
-        metrics.update(episodes.metrics())
-
-        outputs = PPOStepOutputs(prompts=episodes.shown_prompts(prompts), completions=episodes.shown(completions),
-                                 totals=totals,
-                                 components=components,
-                                 rollout=rollout, old=old, kl=kl, non_score=non_score, token_rewards=token_rewards,
-                                 advantages=advantages, returns=returns, scores=scores.tolist(),
-                                 ratio=update["ratio"], clipped=update["clipped"], record_rows=record_rows,
-                                 row_extras={**steps.row_extras(), **episodes.row_extras()}, logprob_after=after)
+        if batch.steps:
+            metrics.update(batch.steps.metrics(algo.num_generations))
+        episodes = batch.episodes
+        outputs = PPOStepOutputs(prompts=episodes.shown_prompts(batch.prompts),
+                                 completions=episodes.shown(batch.completions), totals=batch.totals,
+                                 components=batch.components, rollout=batch.rows, old=old, kl=kl,
+                                 non_score=batch.non_score, token_rewards=batch.token_rewards,
+                                 advantages=batch.advantages, returns=batch.returns, scores=scores.tolist(),
+                                 ratio=batch.ratio, clipped=batch.clipped,
+                                 record_rows=list(range(batch.num_recorded)),
+                                 row_extras={**batch.steps.row_extras(), **episodes.row_extras()},
+                                 logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 
     def write_step_outputs(self, last: PPOStepOutputs) -> None:
