@@ -24,11 +24,7 @@ import argparse
 import os
 import sys
 
-from engine.commands.train import (  # noqa: F401 (install_stop_handlers, restore_handlers: re-exported for tests)
-    cmd_fork, cmd_resume, cmd_run, end_interrupted, install_stop_handlers, restore_handlers, unwatch, watch_process,
-)
-from engine.run.failures import failure_location, no_checkpoint_message, user_code_location  # noqa: F401 (re-exported)
-from engine.run.progress import progress_callback, progress_postfix  # noqa: F401 (re-exported)
+from engine.commands.train import cmd_fork, cmd_resume, cmd_run, end_interrupted, unwatch, watch_process
 from engine.foundation.stopping import STARTING, StopDuringSetup, StopFlag
 
 

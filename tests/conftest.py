@@ -44,7 +44,7 @@ def write_validate_preset(folder: Path, name: str = "inputs", **sections) -> Pat
 @pytest.fixture
 def engine_handlers():
     """The CLI's SIGINT/SIGTERM handlers, as during a run's training phase."""
-    from engine.cli import install_stop_handlers, restore_handlers
+    from engine.commands.train import install_stop_handlers, restore_handlers
     from engine.foundation.stopping import TRAINING, StopFlag
 
     stop = StopFlag(phase=TRAINING)

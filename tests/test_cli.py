@@ -114,7 +114,7 @@ def test_prompt_file_run_resolves_its_path(tmp_path):
 def test_user_code_location_finds_the_users_frame(tmp_path):
     import importlib.util
 
-    from engine.cli import user_code_location
+    from engine.run.failures import user_code_location
     from engine.rewards import combine_rewards
 
     source = tmp_path / "my_reward.py"
@@ -135,7 +135,7 @@ def test_user_code_location_finds_the_users_frame(tmp_path):
     ({}, {}),
 ])
 def test_progress_bar_shows_what_the_algorithm_logs(metrics, shown):
-    from engine.cli import progress_callback, progress_postfix
+    from engine.run.progress import progress_callback, progress_postfix
 
     assert progress_postfix(metrics) == shown
     on_step, close = progress_callback(max_steps=3, start_step=0, quiet=False)

@@ -14,7 +14,8 @@ import yaml
 
 from conftest import ROOT, small_preset_dict
 from engine.run import rundir
-from engine.cli import main, user_code_location
+from engine.cli import main
+from engine.run.failures import user_code_location
 from engine.rewards.custom import function_options, static_problems
 from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
@@ -203,7 +204,7 @@ def test_bad_return_values_name_the_function(rewards_file, tmp_path, function, e
 
 
 def test_bad_return_values_point_at_the_function(rewards_file, tmp_path):
-    from engine.cli import failure_location
+    from engine.run.failures import failure_location
 
     components = build("my_rewards.py:not_a_number", base_dir=tmp_path)
     with pytest.raises(RewardError) as info:
@@ -226,7 +227,7 @@ def takes_timeout(prompts, completions, timeout=1, **fields):
 
 
 def test_a_reward_that_does_not_return_times_out_with_its_line(tmp_path):
-    from engine.cli import failure_location
+    from engine.run.failures import failure_location
     from engine.rewards import RewardTimeout
 
     (tmp_path / "slow_rewards.py").write_text(SLOW_PY)

@@ -9,7 +9,8 @@ import torch
 
 from engine.algorithms.policy import set_update_mode
 from engine.model.forward import completion_logits
-from engine.model.loading import load_model, wants_checkpointing
+from engine.model.loading import load_model
+from engine.model.memory_estimate import wants_checkpointing
 from engine.model.config import ModelConfig
 from test_forward import build, grouped_rollout
 

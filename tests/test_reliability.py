@@ -395,7 +395,7 @@ def test_random_kills_leave_no_corruption_and_resume_exactly(tmp_path):
 
 
 def test_resume_without_a_checkpoint_says_what_happened(tmp_path):
-    from engine.cli import no_checkpoint_message
+    from engine.run.failures import no_checkpoint_message
 
     def folder(name, events, preset=True, partial=False):
         run = tmp_path / name

@@ -9,7 +9,7 @@ import torch
 from conftest import small_preset_dict
 from engine.run import rundir
 from engine.preset.schema import preset_from_dict
-from engine.algorithms.base import RunAborted
+from engine.algorithms.optimization import RunAborted
 from engine.rl.catalog import micro_batch_weight
 from engine.algorithms.optimization import lr_factor
 from engine.algorithms.grpo.trainer import GRPOTrainer

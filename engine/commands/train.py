@@ -25,9 +25,8 @@ from engine.foundation.errors import PresetError
 from engine.preset.paths import absolute_preset_paths
 from engine.preset.schema import Preset, load_preset
 from engine.run import rundir
-from engine.run.failures import (can_restart, failure_location, failure_message, naming_the_file,
-                                 no_checkpoint_message, restart_message, startup_problems, storage_error,
-                                 storage_message)
+from engine.run.failures import can_restart, failure_location, failure_message, no_checkpoint_message, restart_message, startup_problems, storage_error, storage_message
+from engine.run.rundir import naming_the_file
 from engine.run.progress import print_alarm, progress_callback
 from engine.foundation.stopping import FINISHING, SETUP, STARTING, StopDuringSetup, StopFlag
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from engine.model.memory_estimate import wants_checkpointing  # noqa: F401 (the threshold lives with the estimate)
+from engine.model.memory_estimate import wants_checkpointing  # the threshold lives with the estimate
 from engine.model.activations import fuse_activations
 from engine.model.config import ModelConfig
 from engine.foundation.limits import context_problem

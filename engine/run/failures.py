@@ -10,7 +10,6 @@ import traceback
 from pathlib import Path
 
 from engine.run import rundir
-from engine.run.rundir import naming_the_file  # noqa: F401 (re-exported for the CLI)
 from engine.foundation.errors import PresetError
 
 _ENGINE_ROOT = Path(__file__).resolve().parents[1]
