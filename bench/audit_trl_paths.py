@@ -156,7 +156,7 @@ def run_block(code: str, module_globals: dict, **names) -> dict:
 
 def grpo_trainer(*, loss_type, beta=0.0, epsilon_low=0.2, epsilon_high=0.28, importance_sampling_level="token",
                  max_completion_length=16, grad_accum=1, use_bias_correction_kl=False,
-                 sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, model=None):
+                 sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, delta=None, model=None):
     """A GRPOTrainer whose `_compute_loss` runs: the attributes it reads, set as TRL's
     __init__ sets them from a GRPOConfig (steps_per_generation = grad_accum, TRL's default)."""
     from trl import GRPOTrainer
@@ -167,7 +167,7 @@ def grpo_trainer(*, loss_type, beta=0.0, epsilon_low=0.2, epsilon_high=0.28, imp
     t.top_entropy_quantile, t.aux_loss_enabled, t.off_policy_mask_threshold = 1.0, False, None
     t.use_vllm, t.vllm_importance_sampling_correction, t._entropy_bonus_enabled = False, False, False
     t.current_gradient_accumulation_steps = grad_accum
-    t.args = NS(use_bias_correction_kl=use_bias_correction_kl, delta=None, steps_per_generation=grad_accum,
+    t.args = NS(use_bias_correction_kl=use_bias_correction_kl, delta=delta, steps_per_generation=grad_accum,
                 sapo_temperature_pos=sapo_temperature_pos, sapo_temperature_neg=sapo_temperature_neg)
     t.accelerator, t._metrics = Accelerator(), metrics_dict()
     t.model = model if model is not None else NS(training=True)

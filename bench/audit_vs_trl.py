@@ -167,6 +167,19 @@ def grpo_rows(batch: Batch) -> list[Row]:
                   note="by design: our token_mean weighs micro-batches by tokens (= dapo over the batch); "
                        "TRL's bnpo averages each micro-batch's token mean."),
     ]
+    from engine.algorithms.grpo.config import GRPOConfig
+
+    if "delta" in GRPOConfig.model_fields:  # two-sided clipping (INTELLECT-2): the section's field reaches the surrogate
+        for loss_type in ("grpo", "dapo"):
+            # what the cap changes here, so that agreeing is not agreeing on an untouched loss
+            moved = [grpo_loss(batch.logprobs, batch.old, None, batch.advantages, batch.mask, beta=0.0, epsilon_low=0.2,
+                               epsilon_high=0.28, loss_type=loss_type, max_completion_length=16, **extra)[0].item()
+                     for extra in ({}, {"delta": 1.5})]
+            rows.append(grpo_case(batch, f"{loss_type}, two-sided clip (delta 1.5)", loss_type=loss_type,
+                                  ours_extra={"delta": 1.5}, trl_extra={"delta": 1.5},
+                                  note=f"the cap moves the loss by {abs(moved[1] - moved[0]):.2e} on this batch."))
+    else:
+        rows.append(missing_row("two-sided clip (delta)", "GRPOTrainer._compute_loss, args.delta", "GRPOConfig.delta"))
     if "use_bias_correction_kl" in params:
         rows.append(grpo_case(batch, "KL term, use_bias_correction_kl", loss_type="grpo", beta=0.04,
                               ours_extra={"use_bias_correction_kl": True},

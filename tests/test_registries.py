@@ -208,7 +208,7 @@ def test_reading_the_registries_and_validating_a_preset_load_no_torch():
 def test_every_built_in_function_takes_only_options_its_registry_gives():
     for registry in (catalog.SURROGATES, AGGREGATIONS, ESTIMATORS, REWARD_SCALINGS, DPO_LOSSES):
         for entry in registry.entries():
-            given = {*registry.given, *getattr(registry, "section_fields", ())}  # catalog.offer_section_fields
+            given = {*registry.given, *registry.section_fields}  # catalog.offer_section_fields
             assert set(entry.options) <= given, (registry.kind, entry.name, entry.options)
 
 

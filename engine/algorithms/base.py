@@ -32,7 +32,7 @@ from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, eval
 from engine.algorithms.step_metrics import timing_metrics
 from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
                                       out_of_memory_message, step_that_fits)
-from engine.algorithms.optimization import Optimization, RunAborted, SkippedSteps  # noqa: F401 (re-exported)
+from engine.algorithms.optimization import Optimization, SkippedSteps
 from engine.algorithms.policy import Policy, Sampling, set_update_mode
 from engine.algorithms.random_states import RandomStates, seed_process
 from engine.algorithms.run_events import RunEvents, run_started_fields

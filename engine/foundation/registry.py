@@ -143,8 +143,9 @@ class Registry(Mapping, Generic[D]):
     that picks one (for the form and docs); ``files``: whether a ``FILE.py:FUNCTION``
     value is accepted (and ``file_kind``, the registry whose kind of function such a
     file holds, when not this one: a file loss_type holds a surrogate); ``given``: the
-    options the engine passes to this kind's functions (a function's keyword-only
-    parameters must be among them); ``file_declares``: the declarations of a user's
+    options the engine computes for this kind's functions (a function's keyword-only
+    parameters must be among them or ``section_fields``, the preset section's fields a
+    section offers its registries); ``file_declares``: the declarations of a user's
     function that declares nothing itself; ``skip``: the parameters of a factory that
     are not options a preset sets (a task's ``seed``, say).
     """
@@ -158,6 +159,8 @@ class Registry(Mapping, Generic[D]):
         self.file_kind = file_kind
         self.file_help = file_help
         self.given = given
+        # the fields of a preset section offered as options too (engine.rl.catalog.offer_section_fields)
+        self.section_fields: tuple[str, ...] = ()
         self.file_declares = file_declares
         self.skip = frozenset(skip)
         self._entries: dict[str, Entry[D]] = {}

@@ -373,7 +373,7 @@ def offer_section_fields(section, *registries: Registry) -> None:
     e.g. offer_section_fields(GRPOConfig, SURROGATES) -> SURROGATES.section_fields holds 'delta'
     """
     for registry in registries:  # several sections may offer to one registry (DPO's losses: DPO, online DPO)
-        offered = getattr(registry, "section_fields", ())
+        offered = registry.section_fields
         registry.section_fields = (*offered, *(name for name in section.model_fields
                                                if name not in registry.given and name not in offered))
 

@@ -1,9 +1,8 @@
-"""Pure tensor math for the policy-gradient losses (GRPO, GSPO, PPO): logprobs, entropy,
-the completion mask, and `grpo_loss`, which composes the registered variants a preset
-names (engine.rl.catalog): an importance-sampling level's log ratio, a surrogate, the
-k3 KL to the reference, an aggregation. The variants live in their own modules
-(surrogates, aggregation, importance, kl, dpo_losses); their names are re-exported here
-for the callers that import them from this module.
+"""The policy-gradient losses (GRPO, GSPO, PPO) as pure tensor maths: `grpo_loss`, which
+composes the registered variants a preset names (engine.rl.catalog): an importance-sampling
+level's log ratio, a surrogate, the k3 KL to the reference, an aggregation; PPO's clipped
+policy and value losses. The variants live in their own modules (surrogates, aggregation,
+importance, kl); the logprob, entropy and mask helpers in engine/model/tensors.py.
 
 Shapes used throughout:
     B = number of completions in the batch

@@ -349,7 +349,7 @@ def load_entry(registry: Registry, value: str, base_dir: str | Path | None = Non
     fn, path = load_user_function(value, base_dir=base_dir, where=contract.field, what=contract.what,
                                   error=UserFunctionError)
     # the options the engine computes, and the fields of the section (catalog.offer_section_fields)
-    problem = signature_problem(fn, contract, registry.given, getattr(registry, "section_fields", ()))
+    problem = signature_problem(fn, contract, registry.given, registry.section_fields)
     if problem:
         raise _error(f"{contract.field}: {value} {problem}", _def_line(fn, path))
     function = split_file_name(value)[1]
