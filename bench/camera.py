@@ -32,7 +32,7 @@ def open_inspector(run_dir: Path, step: int, index: int, size: tuple[int, int] =
     recorded rollout `index` of `step` (imports Qt and the workbench when called)."""
     from PySide6.QtWidgets import QApplication
 
-    from workbench.inspector import InspectorView
+    from workbench.inspector.view import InspectorView
     from workbench.runs.rundata import RunData
 
     app = QApplication.instance() or QApplication([])

@@ -53,7 +53,7 @@ def main() -> None:
     window.ask = lambda title, text, choices: "Discard" if "Discard" in choices else choices[0]
     window.resize(1600, 1000)
     window.show()
-    window.open_bundled(ROOT / "presets" / "hub" / "grpo-gsm8k-qwen2.5-0.5b.yaml")
+    window.presets.open_bundled(ROOT / "presets" / "hub" / "grpo-gsm8k-qwen2.5-0.5b.yaml")
     # The stand-in GSM8K has 8 test rows (the real one 1,319): hold out 8, typed as a user would.
     # and the stand-in model's context is 512 tokens (Qwen2.5's 32,768): shorter completions.
     for path, value in (("data.num_eval", "8"), ("algorithm.max_completion_length", "256")):

@@ -143,7 +143,7 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.inspector import InspectorView
+    from workbench.inspector.view import InspectorView
     from workbench.runs.rundata import RunData
 
     folder = Path(tempfile.mkdtemp(prefix="inspector-bench-"))

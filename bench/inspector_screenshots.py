@@ -79,8 +79,9 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.inspector import GROUP_PAGE, TRAJECTORY_PAGE
-    from workbench.main_window import INSPECTOR, MainWindow
+    from workbench.inspector.view import GROUP_PAGE, TRAJECTORY_PAGE
+    from workbench.main_window import MainWindow
+    from workbench.window.names import INSPECTOR
     from workbench.settings import Settings
 
     width, height = (int(v) for v in args.size.split("x"))

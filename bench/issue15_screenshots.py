@@ -146,7 +146,8 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.main_window import DASHBOARD, RUNS, MainWindow
+    from workbench.main_window import MainWindow
+    from workbench.window.names import DASHBOARD, RUNS
     from workbench.settings import Settings
 
     width, height = (int(v) for v in args.size.split("x"))
@@ -193,14 +194,14 @@ def main() -> None:
     window.open_run(runs["parent"])
     view = window.playground
     window.tabs.setCurrentWidget(view)
-    wait_until(lambda: view.source.run is not None and bool(view.host.rewards.items), 10, "the playground's run")
+    wait_until(lambda: view.source.run is not None and bool(view.rewards.items), 10, "the playground's run")
     # The latest step with a group of three or more different rewards: there a new weight
     # moves the advantages too, not only the totals.
     step = varied_step(runs["parent"])
     if step is not None:
         view.source.step_combo.setCurrentIndex(view.source.step_combo.findData(step))
         settle()
-    line = view.host.rewards.items[1].weight.line
+    line = view.rewards.items[1].weight.line
     line.setFocus()
     line.selectAll()  # typed over, key by key, as a user does
     QTest.keyClick(line, Qt.Key_Backspace)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.camera import Camera, open_inspector  # noqa: E402
 
 from engine.run import rundir  # noqa: E402
-from workbench.inspector import GROUP_PAGE  # noqa: E402
+from workbench.inspector.view import GROUP_PAGE  # noqa: E402
 
 
 def right_then_wrong(run: Path, first_step: int = 100) -> tuple[int, int]:

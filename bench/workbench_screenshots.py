@@ -36,7 +36,8 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.main_window import DASHBOARD, RUNS, SAMPLES, SETUP, MainWindow
+    from workbench.main_window import MainWindow
+    from workbench.window.names import DASHBOARD, RUNS, SAMPLES, SETUP
     from workbench.settings import Settings
 
     def wait_until(condition, timeout: float, what: str) -> None:
@@ -55,7 +56,7 @@ def main() -> None:
     window.resize(1600, 1000)
     window.show()
     preset = ROOT / "presets" / "grpo-sort.yaml"
-    window.open_bundled(preset)
+    window.presets.open_bundled(preset)
     window.setup.validate_now()
     shot(window, "setup.png")
 
@@ -64,7 +65,7 @@ def main() -> None:
     editor.line.setText("60")
     editor.line.textEdited.emit("60")
     window.setup.validate_now()
-    window.act_run.trigger()  # refused, with the reason
+    window.run_control.act_run.trigger()  # refused, with the reason
     settle()
     shot(window, "setup-validation.png")
     editor.line.setText("64")
@@ -74,9 +75,9 @@ def main() -> None:
         return
 
     def launch(changes: dict, name: str):
-        window.open_bundled(preset)
+        window.presets.open_bundled(preset)
         window.doc.update({"name": name, "training.max_steps": 100, **changes})
-        run_dir = window.run()
+        run_dir = window.run_control.run()
         if run_dir is None:
             raise RuntimeError(window.run_message.text())
         return run_dir
@@ -86,7 +87,7 @@ def main() -> None:
     wait_until(lambda: window.shown and window.shown[0].metrics.size >= 55, 900, "55 steps of run A")
     window.tabs.setCurrentIndex(DASHBOARD)
     shot(window, "dashboard.png")
-    wait_until(lambda: not window.engine.running, 600, "run A to finish")
+    wait_until(lambda: not window.run_control.engine.running, 600, "run A to finish")
     window.tick()
 
     window.tabs.setCurrentIndex(SAMPLES)
@@ -100,7 +101,7 @@ def main() -> None:
 
     # Run B: the same with a KL penalty, for the comparison.
     run_b = launch({"algorithm.beta": 0.04}, "grpo-sort-kl")
-    wait_until(lambda: not window.engine.running, 600, "run B to finish")
+    wait_until(lambda: not window.run_control.engine.running, 600, "run B to finish")
     window.tick()
     window.tabs.setCurrentIndex(RUNS)
     window.runs_view.refresh()

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, grpo_run, ppo_record, write_steps
-from workbench.inspector import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE
+from workbench.inspector.view import GROUP_PAGE, HISTORY_PAGE, TRAJECTORY_PAGE
 from workbench.inspector.colors import DIVERGING_STOPS, hex_to_rgb, text_hex
 from workbench.inspector.records import token_display
 from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)

@@ -17,7 +17,8 @@ from inspector_helpers import dpo_record, grpo_record, ppo_record, write_steps
 from workbench.inspector.colors import text_hex
 from workbench.inspector.export import export_html, export_json, tooltip_html
 from workbench.inspector.index import TrajectoryIndex, build_group, prompt_history
-from workbench.inspector.quantities import DPO, GRPO, PPO, step_scale, trajectory_scale
+from workbench.inspector.quantities import step_scale, trajectory_scale
+from workbench.run_declaration import DPO, GRPO, PPO
 from workbench.inspector.records import Trajectory, token_display, token_segments
 from workbench.runs.rundata import RunData
 from workbench_helpers import write_run

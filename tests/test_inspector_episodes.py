@@ -16,7 +16,8 @@ from PySide6.QtWidgets import QApplication, QToolTip
 
 from episode_helpers import PROMPT, TOKENS, TOOL_FIRST, TOOL_LAST, episode_record, episode_run
 from inspector_helpers import grpo_record
-from workbench.inspector import GROUP_PAGE, episodes
+from workbench.inspector import episodes
+from workbench.inspector.view import GROUP_PAGE
 from workbench.inspector.colors import hex_to_rgb
 from workbench.inspector.episodes import TOOL_HEX, TOOL_LEGEND
 from workbench.inspector.records import Trajectory

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from inspector_helpers import grpo_record, grpo_run, write_steps
-from workbench.inspector import GROUP_PAGE
+from workbench.inspector.view import GROUP_PAGE
 from workbench.inspector.colors import diverging_hex
 from workbench.inspector.records import Trajectory, token_display, token_segments
 from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)

@@ -8,7 +8,7 @@ import json
 
 from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, write_steps
-from workbench.dashboard import Dashboard
+from workbench.dashboard.view import Dashboard
 from workbench.dashboard.plotspec import choose_plots, expected_names
 from workbench.inspector.index import TrajectoryIndex
 from workbench.inspector.navigation import Navigation

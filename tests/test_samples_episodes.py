@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 from engine.run import rundir
 from episode_helpers import EPISODE, EPISODE_METRICS, PROMPT, episode_run, episode_sample
-from workbench.dashboard import Dashboard
+from workbench.dashboard.view import Dashboard
 from workbench.dashboard.plotspec import choose_plots, expected_names
 from workbench.inspector.episodes import conversation, conversation_text, episode_summary
 from workbench.runs.rundata import RunData

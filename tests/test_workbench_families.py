@@ -22,7 +22,7 @@ from PySide6.QtCore import Qt
 
 from engine.run import rundir
 from inspector_helpers import dpo_side, grpo_record, write_steps
-from workbench.inspector import GROUP_PAGE, TRAJECTORY_PAGE
+from workbench.inspector.view import GROUP_PAGE, TRAJECTORY_PAGE
 from workbench.inspector.export import tooltip_html
 from workbench.window.names import INSPECTOR, SAMPLES
 from window_fixtures import make_window, window  # noqa: F401 (fixtures)

@@ -90,7 +90,7 @@ def test_the_set_up_form_reads_whole_at_the_default_size_and_at_1024(make_window
 
 
 def test_the_inspector_fits_a_1024_px_window(qtbot):
-    from workbench.inspector import InspectorView
+    from workbench.inspector.view import InspectorView
 
     view = InspectorView()
     qtbot.addWidget(view)

@@ -20,7 +20,8 @@ from engine.foundation.errors import PresetError
 from workbench import runs
 from workbench.dashboard import plotspec, smoothing
 from workbench.runs import metric_table, process, rundata, status, summaries
-from workbench.runs.rundata import MetricTable, RunData
+from workbench.runs.metric_table import MetricTable
+from workbench.runs.rundata import RunData
 from workbench.setup import checks, document, schema
 from workbench.setup.document import PresetDocument, split_problem
 from workbench_helpers import write_run

@@ -28,7 +28,7 @@ from PySide6.QtGui import QColor
 from engine.run import rundir
 from engine.preset.schema import preset_from_dict
 from workbench import app, runs, xcb_check
-from workbench.dashboard import run_colour
+from workbench.dashboard.curves import run_colour
 from workbench.runs.launcher import AttachedEngine
 from workbench.main_window import MainWindow
 from workbench.window.names import DISCARD, RUNS

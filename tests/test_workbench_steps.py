@@ -24,7 +24,7 @@ from PySide6.QtCore import Qt
 
 from engine.run import rundir
 from inspector_helpers import grpo_record, write_steps
-from workbench.inspector import GROUP_PAGE
+from workbench.inspector.view import GROUP_PAGE
 from workbench.inspector.colors import diverging_hex
 from workbench.inspector.export import export_html, summary_parts, tooltip_html
 from workbench.inspector.index import build_group

@@ -24,9 +24,9 @@ import pytest
 
 from engine.run import rundir
 from inspector_helpers import dpo_record, grpo_record, ppo_record, write_steps
-from workbench.dashboard import Dashboard
+from workbench.dashboard.view import Dashboard
 from workbench.dashboard.plotspec import choose_plots, metric_help
-from workbench.inspector import GROUP_PAGE
+from workbench.inspector.view import GROUP_PAGE
 from workbench.inspector.colors import DIVERGING_STOPS, diverging_hex, lut_indices
 from workbench.inspector.export import export_html
 from workbench.inspector.records import Trajectory

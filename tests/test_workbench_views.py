@@ -8,7 +8,7 @@ import json
 import time
 
 from engine.run import rundir
-from workbench.dashboard import Dashboard
+from workbench.dashboard.view import Dashboard
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData
 from workbench.runs.samples_view import SamplesView

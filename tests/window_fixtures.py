@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 import yaml
 
 from workbench import runs
-from workbench.inspector import InspectorView
+from workbench.inspector.view import InspectorView
 from workbench.runs.rundata import RunData
 from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.runs.samples_view import SamplesView

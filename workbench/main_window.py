@@ -37,8 +37,9 @@ from engine.run import rundir
 from workbench import runs
 from workbench.alarms.model import arrival_message
 from workbench.alarms.panel import AlarmsPanel
-from workbench.dashboard import Dashboard, run_colour
-from workbench.inspector import InspectorView
+from workbench.dashboard.curves import run_colour
+from workbench.dashboard.view import Dashboard
+from workbench.inspector.view import InspectorView
 from workbench.runs.log_view import LogView
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData

@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from workbench.setup import REPO_ROOT
+from workbench.setup.checks import REPO_ROOT
 
 MAX_RECENT = 10
 

@@ -27,7 +27,8 @@ from PySide6.QtWidgets import (
 from workbench.dashboard.markers import AlarmMarker, Mark
 from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec, plot_help
 from workbench.dashboard.smoothing import SmoothedSeries
-from workbench.runs.rundata import MetricTable, RunData
+from workbench.runs.metric_table import MetricTable
+from workbench.runs.rundata import RunData
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#bcbd22", "#7f7f7f"]

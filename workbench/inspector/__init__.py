@@ -12,20 +12,6 @@ Models (no Qt; tests/test_import_graph.py holds them to it):
 Views (Qt): view (the tab), trajectory_page (text, plot and token details, linked),
 widgets (the pickers' bar, legend, step box, side panel), text (the token text),
 plot (the quantity plot), group (the Group page), history (the Prompt history page).
-
-The view names below load on first use, so importing a model pulls in no Qt.
+Import the views from their modules (workbench.inspector.<module>): the package names none, so
+importing a model pulls in no Qt.
 """
-
-from __future__ import annotations
-
-_VIEW_NAMES = {"InspectorView", "TRAJECTORY_PAGE", "GROUP_PAGE", "HISTORY_PAGE", "SCOPE_STEP", "SCOPE_ROLLOUT"}
-
-__all__ = sorted(_VIEW_NAMES)
-
-
-def __getattr__(name: str):
-    if name in _VIEW_NAMES:
-        from workbench.inspector import view
-
-        return getattr(view, name)
-    raise AttributeError(f"module 'workbench.inspector' has no attribute {name!r}")

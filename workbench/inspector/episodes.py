@@ -154,10 +154,6 @@ class Episode:
                 tags[first] = (f"↳ {names or 'tool'}", TOOL)
         return dict(sorted(tags.items()))
 
-    def turn_rules(self) -> set[int]:
-        """The tokens that start a turn after the first: the text draws a rule above them."""
-        return {i for i, (_text, kind) in self.text_tags().items() if kind == TURN and i > 0}
-
     def token_lines(self, i: int) -> list[str]:
         """What token i's tooltip says about the episode: its turn, and for a tool token
         that it is not trained and which tool it answers.

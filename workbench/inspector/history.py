@@ -141,10 +141,6 @@ class HistoryView(QWidget):
     def prompt(self) -> str:
         return self.choice.prompt
 
-    def set_prompt(self, prompt: str) -> None:
-        self.choice.prompt = prompt
-        self._show_prompt()
-
     def _show_prompt(self) -> None:
         self._fill_prompts()
         self._stale = True

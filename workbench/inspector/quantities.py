@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import numpy as np
 
 from workbench.inspector.colors import Scale, symmetric_scale
-from workbench.run_declaration import DPO, GRPO, PAIR, PPO  # noqa: F401  (GRPO, PPO, DPO: re-exported)
+from workbench.run_declaration import PAIR
 
 if TYPE_CHECKING:
     from workbench.inspector.records import Trajectory

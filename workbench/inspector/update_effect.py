@@ -118,11 +118,6 @@ def token_marks(trajectory: Trajectory, side_index: int, key: str) -> np.ndarray
     return None
 
 
-def has_effect(trajectory: Trajectory) -> bool:
-    """Whether any side of the record carries a finite Δ log p."""
-    return any(CHANGE in s.numbers and np.isfinite(s.numbers[CHANGE]).any() for s in trajectory.sides)
-
-
 def _signed(value: float) -> str:
     return f"{value:+.4g}" if math.isfinite(value) else "null"
 

@@ -39,7 +39,7 @@ from workbench.inspector.group import GroupView
 from workbench.inspector.history import HistoryView
 from workbench.inspector.index import TrajectoryIndex, no_records_reason, recorded_per_step, run_group, sample_group
 from workbench.inspector.keys import ArrowKeys
-from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP, Navigation
+from workbench.inspector.navigation import SCOPE_ROLLOUT, Navigation
 from workbench.inspector.quantities import group_scale, quantity, step_scale, trajectory_scale
 from workbench.run_declaration import PAIR, SINGLE
 from workbench.inspector.records import Trajectory
@@ -48,7 +48,6 @@ from workbench.inspector.update_effect import wants_advantage
 from workbench.inspector.widgets import ControlBar, Legend, checked_box
 
 TRAJECTORY_PAGE, GROUP_PAGE, HISTORY_PAGE = range(3)
-__all__ = ["InspectorView", "TRAJECTORY_PAGE", "GROUP_PAGE", "HISTORY_PAGE", "SCOPE_STEP", "SCOPE_ROLLOUT"]
 
 
 class InspectorView(QWidget):

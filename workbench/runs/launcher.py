@@ -30,7 +30,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from workbench import runs
-from workbench.setup import REPO_ROOT
+from workbench.setup.checks import REPO_ROOT
 
 
 def engine_environment() -> dict[str, str]:

@@ -47,9 +47,6 @@ class ElidedLabel(QLabel):
         self.setToolTip(text)
         self._elide()
 
-    def full_text(self) -> str:
-        return self._full
-
     def sizeHint(self):  # noqa: N802
         hint = super().sizeHint()
         hint.setWidth(self.fontMetrics().horizontalAdvance(self._full) + 8)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from engine.run import rundir
 from workbench.signals import Signal
-from workbench.runs.metric_table import MetricTable  # noqa: F401
+from workbench.runs.metric_table import MetricTable
 from workbench.runs.samples_store import SampleStore, sample_fields_of
 
 # How the engine (rundir.dumps: compact separators, `type` first) starts a samples line.
@@ -203,11 +203,6 @@ class RunData:
             self._preset_file = _read_yaml(self.run_dir / rundir.PRESET_FILE) or \
                 _read_yaml(self.run_dir / "workbench" / "preset.yaml")
         return self._preset_file
-
-    @property
-    def model_name(self) -> str:
-        return str(((self.started or {}).get("model") or {}).get("name_or_path")
-                   or (self.preset.get("model") or {}).get("name_or_path") or "")
 
     def progress(self) -> Progress:
         return progress_of(self.metrics, self.last_step, self.max_steps)

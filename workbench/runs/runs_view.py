@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
-from workbench.setup import format_value
+from workbench.setup.schema import format_value
 
 STATUS_COLOURS = {
     "running": "#1565c0", "starting": "#1565c0", "done": "#1e7e34", "stopped": "#8a6d00",

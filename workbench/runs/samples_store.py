@@ -441,12 +441,6 @@ class SampleStore:
         self._materialize()
         return self.components_seen
 
-    @property
-    def advantage_components(self) -> list[str]:
-        """The rewards some row gave an advantage of its own (component_advantages)."""
-        self._materialize()
-        return self._parts.get("component_advantages", [])
-
     def has(self, name: str) -> bool:
         """Whether some row has a value of the field column `name` (e.g. LABEL, BASELINE,
         TIE, STEPS, EPISODE)."""

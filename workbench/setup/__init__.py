@@ -11,25 +11,6 @@ section's form, the algorithm chooser), rewards_editor (the rewards section), ed
 reward_fields (a custom reward's file and function), unknown_keys (the unknown-key
 banners), launch_options (Processes and GPUs: how Run launches, not saved in the preset),
 background (the pre-launch checks off the main thread, garbage collection off).
-
-The names below load on first use, so importing a model pulls in no Qt.
+Import the views from their modules (workbench.setup.<module>): the package names none, so
+importing a model pulls in no Qt.
 """
-
-from __future__ import annotations
-
-import importlib
-
-_EXPORTS = {
-    "SetupPanel": "panel",
-    "PresetDocument": "document",
-    "REPO_ROOT": "checks",
-    "format_value": "schema",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"workbench.setup.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'workbench.setup' has no attribute {name!r}")

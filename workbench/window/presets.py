@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from engine.foundation.errors import PresetError
 from workbench.settings import bundled_presets
-from workbench.setup import REPO_ROOT
+from workbench.setup.checks import REPO_ROOT
 from workbench.settings import Settings
 from workbench.setup.document import PresetDocument
 from workbench.window.hooks import WindowHooks, make_action
