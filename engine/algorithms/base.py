@@ -497,12 +497,6 @@ class Trainer(Declares):
         if records:
             rundir.write_trajectories(self.run_dir, self.step, records)
 
-    def recorded_top(self, logits: TokenLogits, rows: slice, num_recorded: int):
-        """Top-5 (probs, ids) of the recorded rows among `rows` (the first num_recorded of
-        the batch), or None when none of them is in this micro-batch."""
-        recorded = max(0, min(rows.stop, num_recorded) - rows.start)
-        return logits.top(recorded) if recorded else None
-
     # ------------------------------------------------------------------- eval
 
     def evaluate(self) -> dict:

@@ -18,7 +18,14 @@ import torch
 
 from engine.model.rollout import Rollout
 
-__all__ = ["StepBatch", "UpdatePart", "MicroBatch", "MicroLoss", "UpdateResult"]
+__all__ = ["StepBatch", "UpdatePart", "MicroBatch", "MicroLoss", "UpdateResult", "recorded_top"]
+
+
+def recorded_top(logits, rows: slice, num_recorded: int):
+    """Top-5 (probs, ids) of the recorded rows among a micro-batch's `rows` (the batch's
+    first `num_recorded` are recorded), or None when none of them is in it."""
+    recorded = max(0, min(rows.stop, num_recorded) - rows.start)
+    return logits.top(recorded) if recorded else None
 
 
 @dataclass
@@ -30,7 +37,8 @@ class StepBatch:
     an offline step); `unit`, rows kept together on one process and in one micro-batch
     (a group, a pair); `pass_group`, the group size of the rows' passes (None: the
     preset's); `episodes`, a multi-turn step's episodes (their metrics join the step's).
-    The base sets `logprob_after` (the update's effect on the recorded rows)."""
+    The base sets `logprob_after` (the update's effect on the recorded rows); the loss
+    keeps the recorded rows' top-5 alternatives (and entropy) with `record_top`."""
 
     rows: Rollout
     num_recorded: int
@@ -40,6 +48,24 @@ class StepBatch:
     pass_group: int | None = field(default=None, kw_only=True)
     episodes: object | None = field(default=None, kw_only=True)
     logprob_after: torch.Tensor | None = field(default=None, kw_only=True)
+    tops: list = field(default_factory=list, kw_only=True)
+    recorded_entropy: list = field(default_factory=list, kw_only=True)
+
+    def record_top(self, logits, rows: slice, entropy: torch.Tensor | None = None) -> None:
+        """Keep the top-5 alternatives of the recorded rows among a micro-batch's `rows`
+        (TokenLogits `logits`), and their `entropy` (the micro-batch's, (b, T)) when given."""
+        top = recorded_top(logits, rows, self.num_recorded)
+        if top is not None:
+            self.tops.append(top)
+            if entropy is not None:
+                self.recorded_entropy.append(entropy[: top[0].shape[0]])
+
+    @property
+    def top(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The recorded rows' top-5 (probs, ids), in row order; None when none was kept."""
+        if not self.tops:
+            return None
+        return torch.cat([t[0] for t in self.tops]), torch.cat([t[1] for t in self.tops])
 
     @property
     def size(self) -> int:

@@ -34,13 +34,14 @@ PAIR = 2  # rows per preference pair: chosen, rejected
 class DPOStepOutputs:
     """What a DPO step keeps for `write_step_outputs`: its pairs, their rows
     [chosen_0, rejected_0, ...], the policy's token logprobs (2B, T), the recorded rows'
-    entropy and top-5 per micro-batch, each pair's implicit rewards, and the recorded
+    top-5 (probs, ids) and entropy (None when no row is recorded), each pair's implicit rewards, and the recorded
     rows' reference logprobs (the step used sums)."""
 
     examples: list[Example]
     rows: Rollout
     logps: torch.Tensor
-    recorded: dict[str, list]
+    top: tuple[torch.Tensor, torch.Tensor] | None
+    entropy: torch.Tensor | None
     r_chosen: list[float]
     r_rejected: list[float]
     ref_recorded: torch.Tensor | None
@@ -63,7 +64,6 @@ class DPOBatch(StepBatch):
     logps: torch.Tensor = field(kw_only=True)
     logit_sums: torch.Tensor = field(kw_only=True)
     per_pair: dict[str, torch.Tensor] = field(kw_only=True)
-    recorded: dict[str, list] = field(default_factory=lambda: {"entropy": [], "top": []}, kw_only=True)
 
 
 class DPOTrainer(Trainer):
@@ -213,10 +213,8 @@ class DPOTrainer(Trainer):
         with torch.no_grad():
             batch.logps[mb] = token_logps.detach()
             batch.logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
-            top = self.recorded_top(logits, mb, batch.num_recorded)
-            if top is not None:
-                batch.recorded["top"].append(top)
-                batch.recorded["entropy"].append(logits.entropy()[: top[0].shape[0]])
+            if batch.num_recorded > mb.start:  # the entropy pass only for micro-batches with recorded rows
+                batch.record_top(logits, mb, logits.entropy())
         for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected), ("chosen", chosen),
                            ("rejected", rejected)):
             batch.per_pair[key][pairs] = value.detach()
@@ -250,7 +248,8 @@ class DPOTrainer(Trainer):
         }
         if self.algo.rpo_alpha is not None:
             metrics["nll_loss"] = update.metrics.get("nll_loss")
-        outputs = DPOStepOutputs(examples=batch.examples, rows=rows, logps=batch.logps, recorded=batch.recorded,
+        outputs = DPOStepOutputs(examples=batch.examples, rows=rows, logps=batch.logps, top=batch.top,
+                                 entropy=torch.cat(batch.recorded_entropy) if batch.recorded_entropy else None,
                                  r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
                                  ref_recorded=self.recorded_reference(rows, batch.num_recorded, group_size=PAIR)
                                  if batch.ref_tokens is None else batch.ref_tokens[:batch.num_recorded],
@@ -267,11 +266,9 @@ class DPOTrainer(Trainer):
              "advantage": last.r_chosen[i] - last.r_rejected[i]}
             for i, e in enumerate(examples[: self.cfg.log_completions])
         ])
-        tops = last.recorded["top"]
-        if not tops:
+        top, entropy = last.top, last.entropy
+        if top is None:
             return
-        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
-        entropy = torch.cat(last.recorded["entropy"])
         n_rows = top[0].shape[0]
         rows = last.rows
         ref = last.ref_recorded  # per token, for the few recorded rows only

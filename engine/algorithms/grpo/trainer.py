@@ -65,7 +65,6 @@ class GRPOBatch(StepBatch):
     baseline: GreedyBaseline | None = field(kw_only=True)
     per_token: dict[str, torch.Tensor] = field(default_factory=dict, kw_only=True)
     old_logprobs: dict[int, torch.Tensor] = field(default_factory=dict, kw_only=True)
-    tops: list = field(default_factory=list, kw_only=True)
     ref_all: torch.Tensor | None = field(default=None, kw_only=True)
     seq_weights: list[float] = field(default_factory=list, kw_only=True)
 
@@ -252,9 +251,7 @@ class GRPOTrainer(Trainer):
             with torch.no_grad():
                 per_token["entropy"][mb] = logits.entropy()
                 per_token["logprob"][mb] = logprobs.detach()
-            top = self.recorded_top(logits, mb, batch.num_recorded)
-            if top is not None:
-                batch.tops.append(top)
+            batch.record_top(logits, mb)
         loss, info, tok = grpo_loss(
             logprobs, batch.old_logprobs[micro.number], None if batch.ref_all is None else batch.ref_all[mb],
             batch.advantages[mb], mask[mb], **self.loss_options)
@@ -276,7 +273,6 @@ class GRPOTrainer(Trainer):
         mine = self.world.share(batch.size, G)
         for values in per_token.values():  # every row from the process that ran it
             self.world.combine_rows(values, mine)
-        top = (torch.cat([t[0] for t in batch.tops]), torch.cat([t[1] for t in batch.tops])) if batch.tops else None
         # beta 0 skips the reference pass; the inspector still gets reference logprobs for
         # the few recorded rows.
         ref_recorded = self.recorded_reference(rollout, batch.num_recorded) if batch.ref_all is None else None
@@ -317,7 +313,7 @@ class GRPOTrainer(Trainer):
         outputs = GRPOStepOutputs(prompts=episodes.shown_prompts(batch.prompts),
                                   completions=episodes.shown(batch.completions), totals=batch.totals,
                                   components=batch.components, advantages=advantages, rollout=rollout,
-                                  per_token=per_token, top=top, record_rows=list(range(batch.num_recorded)),
+                                  per_token=per_token, top=batch.top, record_rows=list(range(batch.num_recorded)),
                                   ref_all=batch.ref_all, ref_recorded=ref_recorded,
                                   row_extras=row_extras, logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)

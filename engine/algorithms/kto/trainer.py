@@ -79,14 +79,15 @@ def distinct_prompts(examples: list[Example]) -> list[Example]:
 @dataclass
 class KTOStepOutputs:
     """What a KTO step keeps for `write_step_outputs`: its rows, their rollout, the
-    policy's token logprobs (B, T), the recorded rows' entropy and top-5 per micro-batch,
+    policy's token logprobs (B, T), the recorded rows' top-5 (probs, ids) and entropy (None when no row is recorded),
     each row's implicit reward, the step's KL reference point, and the recorded rows'
     reference logprobs (the step used sums)."""
 
     examples: list[Example]
     rows: Rollout
     logps: torch.Tensor
-    recorded: dict[str, list]
+    top: tuple[torch.Tensor, torch.Tensor] | None
+    entropy: torch.Tensor | None
     rewards: list[float]
     kl: float
     ref_recorded: torch.Tensor | None
@@ -107,7 +108,6 @@ class KTOBatch(StepBatch):
     kl: torch.Tensor = field(kw_only=True)
     logps: torch.Tensor = field(kw_only=True)
     per_row: dict[str, torch.Tensor] = field(kw_only=True)
-    recorded: dict[str, list] = field(default_factory=lambda: {"entropy": [], "top": []}, kw_only=True)
 
 
 class KTOTrainer(Trainer):
@@ -245,10 +245,7 @@ class KTOTrainer(Trainer):
             batch.per_row["policy"][mb] = policy.detach()
             batch.per_row["logits"][mb] = (logits.sums() * mask[mb]).sum(-1)
             batch.per_row["entropy"][mb] = (entropy * mask[mb]).sum(-1)
-            top = self.recorded_top(logits, mb, batch.num_recorded)
-            if top is not None:
-                batch.recorded["top"].append(top)
-                batch.recorded["entropy"].append(entropy[: top[0].shape[0]])
+            batch.record_top(logits, mb, entropy)
         return MicroLoss(losses.sum() / batch.samples)  # the mean over all rows, accumulated over micro-batches
 
     def update_effect_inputs(self, batch: KTOBatch):
@@ -263,7 +260,8 @@ class KTOTrainer(Trainer):
         V = self.model.get_output_embeddings().weight.shape[0]
         metrics = {"kl": float(batch.kl)}
         metrics.update(self.side_metrics(rewards, batch.per_row, batch.rows.completion_mask.sum(-1), batch.labels, V))
-        outputs = KTOStepOutputs(examples=batch.examples, rows=batch.rows, logps=batch.logps, recorded=batch.recorded,
+        outputs = KTOStepOutputs(examples=batch.examples, rows=batch.rows, logps=batch.logps, top=batch.top,
+                                 entropy=torch.cat(batch.recorded_entropy) if batch.recorded_entropy else None,
                                  rewards=rewards, kl=float(batch.kl),
                                  ref_recorded=self.recorded_reference(batch.rows, batch.num_recorded, group_size=1),
                                  logprob_after=batch.logprob_after)
@@ -295,11 +293,9 @@ class KTOTrainer(Trainer):
              "label": bool(e.fields[LABEL]), "reward": last.rewards[i]}
             for i, e in enumerate(examples[: self.cfg.log_completions])
         ])
-        tops = last.recorded["top"]
-        if not tops:
+        top, entropy = last.top, last.entropy
+        if top is None:
             return
-        top = (torch.cat([t[0] for t in tops]), torch.cat([t[1] for t in tops]))
-        entropy = torch.cat(last.recorded["entropy"])
         rows, ref, beta = last.rows, last.ref_recorded, self.algo.beta  # ref: per token, recorded rows only
         effect = effect_per_token(last.logps, last.logprob_after)  # the recorded rows' change, if recorded
         records = []

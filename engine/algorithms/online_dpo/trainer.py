@@ -94,7 +94,6 @@ class OnlineDPOBatch(StepBatch):
     ranking: PairRanking = field(kw_only=True)
     first_wins: torch.Tensor = field(kw_only=True)
     per_token: dict[str, torch.Tensor] = field(kw_only=True)
-    tops: list = field(default_factory=list, kw_only=True)
 
 
 class OnlineDPOTrainer(Trainer):
@@ -177,9 +176,7 @@ class OnlineDPOTrainer(Trainer):
         with torch.no_grad():
             per_token["logprob"][mb] = token_logps.detach()
             per_token["entropy"][mb] = logits.entropy()
-            top = self.recorded_top(logits, mb, batch.num_recorded)
-            if top is not None:
-                batch.tops.append(top)
+            batch.record_top(logits, mb)
         return MicroLoss(losses.sum() / (batch.size // PAIR))  # the mean over the batch's pairs, accumulated
 
     def update_effect_inputs(self, batch: OnlineDPOBatch):
@@ -224,11 +221,10 @@ class OnlineDPOTrainer(Trainer):
             "val/contain_eos_token": float((~rollout.truncated).float().mean()),
             "beta": algo.beta,
         })
-        top = (torch.cat([t[0] for t in batch.tops]), torch.cat([t[1] for t in batch.tops])) if batch.tops else None
         outputs = OnlineDPOStepOutputs(
             prompts=batch.prompts, completions=batch.completions, totals=batch.totals, components=batch.components,
             scores=scores, ranking=ranking, rollout=rollout, per_token=per_token,
-            implicit_chosen=implicit[chosen].tolist(), implicit_rejected=implicit[rejected].tolist(), top=top,
+            implicit_chosen=implicit[chosen].tolist(), implicit_rejected=implicit[rejected].tolist(), top=batch.top,
             logprob_after=batch.logprob_after)
         return StepResult(metrics, outputs)
 

@@ -16,7 +16,7 @@ import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
+from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult, recorded_top
 from engine.algorithms.update_effect import effect_per_token
 from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import clipped_value_loss, ppo_policy_loss
@@ -140,7 +140,7 @@ class PPOTrainer(Trainer):
             out["logprob"][mb] = logits.logprobs(rollout.completion_ids[mb])
             out["value"][mb] = self.values(logits.hidden)
             out["entropy"][mb] = logits.entropy()
-            top = self.recorded_top(logits, mb, num_recorded)
+            top = recorded_top(logits, mb, num_recorded)
             if top is not None:
                 tops.append(top)
             out["ref_logprob"][mb] = self.reference_logprobs(rollout, mb)
