@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from engine.run import rundir
 from engine.foundation.errors import PresetError
 from engine.preset.schema import preset_from_dict
-from workbench import runs
+from workbench.runs.process import LAUNCH_PRESET, pid_alive, workbench_dir
 from workbench.app import classify_target, create_window
 from workbench.runs.launcher import AttachedEngine, EngineProcess
 from workbench.window.names import CANCEL, DISCARD, LEAVE_RUNNING, LOG, RUNS, SAMPLES, SAVE, SETUP
@@ -258,7 +258,7 @@ def test_run_fills_plots_samples_and_progress(window, qtbot):
     window.tick()
     run = window.shown[0]
     assert run.status == "done" and run.metrics.size == 3
-    assert (runs.workbench_dir(run_dir) / runs.LAUNCH_PRESET).exists()
+    assert (workbench_dir(run_dir) / LAUNCH_PRESET).exists()
     qtbot.waitUntil(lambda: len(window.dashboard.plot("reward").curves[0].line.getData()[0]) == 3, timeout=5000)
     x, _ = window.dashboard.plot("reward").curves[0].line.getData()
     assert list(x) == [1.0, 2.0, 3.0]
@@ -296,7 +296,7 @@ def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_win
     assert first.isVisible()
     first.ask = Asked(DISCARD, LEAVE_RUNNING)
     first.close()
-    assert not first.isVisible() and runs.pid_alive(pid, run_dir.name)
+    assert not first.isVisible() and pid_alive(pid, run_dir.name)
 
     second = make_window()
     run = second.open_run(run_dir)

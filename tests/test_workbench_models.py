@@ -17,7 +17,8 @@ import yaml
 from engine.run import rundir
 from engine.preset.schema import Preset, preset_from_dict
 from engine.foundation.errors import PresetError
-from workbench import runs
+from workbench.runs.process import write_process_record
+from workbench.runs.summaries import MISSING, RunIndex, differing_fields, summarize_run
 from workbench.dashboard import plotspec, smoothing
 from workbench.runs import metric_table, process, rundata, status, summaries
 from workbench.runs.metric_table import MetricTable
@@ -295,9 +296,9 @@ def test_runs_are_listed_with_status(tmp_path):
     write_run(tmp_path, "b-failed", status="failed", start=time.time() - 50)
     stale = write_run(tmp_path, "c-stale", status="running", start=time.time() - 7200)
     dead = write_run(tmp_path, "d-dead", status="running", start=time.time() - 30)
-    runs.write_process_record(dead, 2 ** 22 + 12345, ["python"])  # no such process
+    write_process_record(dead, 2 ** 22 + 12345, ["python"])  # no such process
     (tmp_path / "not-a-run").mkdir()
-    summaries = {s.name: s for s in runs.RunIndex(tmp_path).scan()}
+    summaries = {s.name: s for s in RunIndex(tmp_path).scan()}
     assert set(summaries) == {"a-done", "b-failed", "c-stale", "d-dead"}
     assert summaries["a-done"].status == "done" and summaries["a-done"].last_reward is not None
     assert summaries["a-done"].step == 20 and summaries["a-done"].max_steps == 20
@@ -313,20 +314,20 @@ def test_a_live_process_record_reads_as_running(tmp_path):
                              str(run_dir)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"  # its command line is in place
     try:
-        runs.write_process_record(run_dir, proc.pid, [])
-        assert runs.summarize_run(run_dir).status == "running"  # old events, but alive
+        write_process_record(run_dir, proc.pid, [])
+        assert summarize_run(run_dir).status == "running"  # old events, but alive
     finally:
         proc.kill()
         proc.wait()
-    assert runs.summarize_run(run_dir).status == "interrupted"
+    assert summarize_run(run_dir).status == "interrupted"
 
 
 def test_differing_fields():
     a = {"name": "a", "training": {"learning_rate": 0.1, "seed": 0}, "rewards": [{"name": "x", "weight": 1.0}]}
     b = {"name": "b", "training": {"learning_rate": 0.2, "seed": 0},
          "rewards": [{"name": "x", "weight": 1.0}, {"name": "y", "weight": 0.5}]}
-    rows = dict(runs.differing_fields([a, b]))
-    assert rows == {"name": ["a", "b"], "training.learning_rate": [0.1, 0.2], "rewards.y.weight": [runs.MISSING, 0.5]}
+    rows = dict(differing_fields([a, b]))
+    assert rows == {"name": ["a", "b"], "training.learning_rate": [0.1, 0.2], "rewards.y.weight": [MISSING, 0.5]}
 
 
 # ---------------------------------------------------------------- plots, smoothing

@@ -23,6 +23,7 @@ from PySide6.QtCore import Qt
 
 from engine.preset.schema import preset_from_dict
 from workbench.runs import launcher
+from workbench.runs.process import LAUNCH_PRESET, read_process_record, workbench_dir
 from workbench.runs.launcher import EngineProcess, engine_command
 from workbench.setup import checks
 from workbench.setup.checks import GPUS, PROCESSES, launch_problems
@@ -54,7 +55,7 @@ def launched(monkeypatch):
     made: list[EngineProcess] = []
 
     def start(self):
-        launcher.runs.workbench_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        workbench_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
         made.append(self)
 
     monkeypatch.setattr(EngineProcess, "start", start)
@@ -82,7 +83,7 @@ def test_one_process_launches_the_command_of_old(window, qtbot, launched):
     assert window.doc.dirty == dirty  # how to launch is no edit of the preset
     engine, message = run_once(qtbot, window, launched)
     assert "processes" not in message
-    preset_path = launcher.runs.workbench_dir(engine.run_dir) / launcher.runs.LAUNCH_PRESET
+    preset_path = workbench_dir(engine.run_dir) / LAUNCH_PRESET
     assert engine.command == [sys.executable, "-m", "engine", "run", str(preset_path), "--run-dir",
                               str(engine.run_dir), "--quiet"]
     assert engine.env.get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")  # untouched
@@ -215,7 +216,7 @@ def test_a_run_in_two_processes_from_the_window_stops_cleanly(window, qtbot, sta
     window.doc.new(small_preset(max_steps=400))
     type_processes(qtbot, window.setup.launch.processes, "2")
     run_dir = click_run(qtbot, window)
-    assert launcher.runs.read_process_record(run_dir)["command"][-2:] == ["--nproc-per-node", "2"]
+    assert read_process_record(run_dir)["command"][-2:] == ["--nproc-per-node", "2"]
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=30_000)
     with qtbot.waitSignal(window.engine_finished, timeout=30_000) as finished:
         click(qtbot, window, window.run_control.act_stop)

@@ -23,7 +23,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QDesktopServices
 
 from engine.run import rundir
-from workbench import app, runs
+from workbench import app
+from workbench.runs.process import read_process_record, write_exit_record, write_process_record
 from workbench.window.names import CANCEL, DISCARD, RUNS
 from workbench.runs import launcher
 from workbench.runs.export_dialog import ExportDialog
@@ -70,8 +71,8 @@ def killed_run(folder: Path, name: str, checkpoint_step: int | None = None) -> P
     """A run killed at step 5 by a window (exit record), with one complete checkpoint or none."""
     run_dir = write_run(folder, name, steps=5, status="running")
     pid = dead_pid()
-    runs.write_process_record(run_dir, pid, ["python", "-m", "engine", "run", "p.yaml", "--run-dir", str(run_dir)])
-    runs.write_exit_record(run_dir, pid, -9, killed=True)
+    write_process_record(run_dir, pid, ["python", "-m", "engine", "run", "p.yaml", "--run-dir", str(run_dir)])
+    write_exit_record(run_dir, pid, -9, killed=True)
     if checkpoint_step is not None:
         checkpoint = run_dir / rundir.CHECKPOINTS_DIR / f"step_{checkpoint_step:06d}"
         checkpoint.mkdir(parents=True)
@@ -199,7 +200,7 @@ def test_kill_then_resume_from_the_banner_continues_the_run(window, qtbot, stand
     with qtbot.waitSignal(window.engine_finished, timeout=STAND_IN_TIMEOUT_MS) as finished:
         qtbot.mouseClick(banner.resume_button, Qt.LeftButton)
     assert finished.args == [0]
-    assert "resume" in runs.read_process_record(run_dir)["command"]
+    assert "resume" in read_process_record(run_dir)["command"]
     assert any(e.get("type") == "run_resumed" for e in rundir.read_events(run_dir))
     window.shown[0].poll()
     assert window.shown[0].run_dir == run_dir.resolve() and window.shown[0].status == "done"
@@ -225,7 +226,7 @@ def test_kill_before_the_first_checkpoint_then_resume_starts_the_run_again(windo
     with qtbot.waitSignal(window.engine_finished, timeout=STAND_IN_TIMEOUT_MS) as finished:
         qtbot.mouseClick(banner.resume_button, Qt.LeftButton)
     assert finished.args == [0]
-    assert "resume" in runs.read_process_record(run_dir)["command"]
+    assert "resume" in read_process_record(run_dir)["command"]
     shown = window.shown[0]
     shown.poll()
     assert shown.run_dir == run_dir.resolve() and shown.status == "done" and shown.last_step == 1

@@ -27,7 +27,9 @@ from PySide6.QtGui import QColor
 
 from engine.run import rundir
 from engine.preset.schema import preset_from_dict
-from workbench import app, runs, xcb_check
+from workbench import app, xcb_check
+from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR, pid_alive, read_process_record, workbench_dir
+from workbench.runs.summaries import summarize_run
 from workbench.dashboard.curves import run_colour
 from workbench.runs.launcher import AttachedEngine
 from workbench.main_window import MainWindow
@@ -81,7 +83,7 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     run_dir = click_run(qtbot, window)
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 1, timeout=ENGINE_TIMEOUT_MS)
     assert "running" in window.header.status.text()
-    output = (runs.workbench_dir(run_dir) / runs.OUTPUT_FILE).read_bytes()
+    output = (workbench_dir(run_dir) / OUTPUT_FILE).read_bytes()
     # The window launches the engine with --quiet: transformers' "Loading weights" bar
     # no longer reaches its output (hardening round three); the banner is checked for a
     # bar's junk all the same, in case a library prints one.
@@ -109,7 +111,7 @@ def test_kill_shows_one_status_everywhere_with_a_clean_message(window, qtbot):
     assert "no run of this window is in progress" in window.run_control.act_stop.toolTip()
 
     # A second window (or a restart) says the same.
-    assert runs.summarize_run(run_dir).status == "killed"
+    assert summarize_run(run_dir).status == "killed"
 
 
 CHILD_WINDOW = textwrap.dedent("""
@@ -165,13 +167,13 @@ def test_a_run_whose_window_was_sigkilled_runs_on_in_a_new_window_and_stops(make
         line = read_line(child, timeout_s=STAND_IN_TIMEOUT_MS / 1000)  # the window pressed Run
         assert line and line != "None", f"the child window did not start a run: {child_err.read_text()[-2000:]}"
         run_dir = Path(line)
-        qtbot.waitUntil(lambda: runs.summarize_run(run_dir) is not None
-                        and runs.summarize_run(run_dir).step >= 1, timeout=STAND_IN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: summarize_run(run_dir) is not None
+                        and summarize_run(run_dir).step >= 1, timeout=STAND_IN_TIMEOUT_MS)
     finally:
         child.send_signal(signal.SIGKILL)  # the window process dies: no close, no goodbye
         child.wait(30)
-    engine_pid = runs.read_process_record(run_dir)["pid"]
-    assert runs.pid_alive(engine_pid, run_dir.name)
+    engine_pid = read_process_record(run_dir)["pid"]
+    assert pid_alive(engine_pid, run_dir.name)
 
     second = make_window()
     run = second.open_run(run_dir)
@@ -199,9 +201,9 @@ def test_a_run_started_in_a_terminal_can_be_killed_from_the_window(window, qtbot
                                "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=engine_env,
                               cwd=str(tmp_path))
     try:
-        qtbot.waitUntil(lambda: (run_dir / rundir.EVENTS_FILE).exists() and runs.summarize_run(run_dir).step >= 1,
+        qtbot.waitUntil(lambda: (run_dir / rundir.EVENTS_FILE).exists() and summarize_run(run_dir).step >= 1,
                         timeout=STAND_IN_TIMEOUT_MS)
-        assert runs.read_process_record(run_dir) is None  # not launched by a window
+        assert read_process_record(run_dir) is None  # not launched by a window
         window.open_run(run_dir)
         assert isinstance(window.run_control.engine, AttachedEngine) and window.run_control.engine.pid == engine.pid
         assert window.run_control.act_kill.isEnabled() and f"pid {engine.pid}" in window.run_control.act_kill.toolTip()
@@ -341,13 +343,13 @@ def test_the_eta_is_never_cut_off(window, qtbot, tmp_path):
 
 def test_the_log_shows_progress_output_as_a_terminal_leaves_it(window, tmp_path):
     run_dir = write_run(tmp_path / "runs", "progress", steps=2)
-    output = runs.workbench_dir(run_dir) / runs.OUTPUT_FILE
+    output = workbench_dir(run_dir) / OUTPUT_FILE
     output.parent.mkdir(exist_ok=True)
     output.write_bytes("\rLoading weights:   0%|          | 0/52 [00:00<?, ?it/s]"
                        "\rLoading weights: 100%|██████████| 52/52 [00:00<00:00, 5615.88it/s]\n"
                        "\x1b[33mwarning\x1b[0m: slow\n".encode())
     window.open_run(run_dir)
-    window.log_view.show_source(f"{runs.WORKBENCH_DIR}/{runs.OUTPUT_FILE}")
+    window.log_view.show_source(f"{WORKBENCH_DIR}/{OUTPUT_FILE}")
     text = window.log_view.contents()
     assert "Loading weights: 100% 52/52" in text and "warning: slow" in text
     assert "\r" not in text and "█" not in text and "0/52" not in text and "\x1b" not in text

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 
 import yaml
 
-from workbench import runs
+from workbench.runs.process import pid_alive
 from workbench.inspector.view import InspectorView
 from workbench.runs.rundata import RunData
 from workbench.runs.launcher import AttachedEngine, EngineProcess
@@ -73,7 +73,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
         if isinstance(engine, EngineProcess) and engine.popen is not None and engine.popen.poll() is None:
             engine.popen.kill()
             engine.popen.wait(30)
-        elif isinstance(engine, AttachedEngine) and runs.pid_alive(engine.pid):
+        elif isinstance(engine, AttachedEngine) and pid_alive(engine.pid):
             os.kill(engine.pid, signal.SIGKILL)
         window.ask = lambda title, text, choices: DISCARD if DISCARD in choices else STOP_RUN if STOP_RUN in choices \
             else choices[0]

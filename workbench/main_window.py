@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.run import rundir
-from workbench import runs
+from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR, workbench_dir
 from workbench.alarms.model import arrival_message
 from workbench.alarms.panel import AlarmsPanel
 from workbench.dashboard.curves import run_colour
@@ -272,7 +272,7 @@ class MainWindow(QMainWindow):
         """Show a run (past or running) in the dashboard, samples and log."""
         path = Path(path).resolve()
         if not (path / rundir.EVENTS_FILE).exists() and not (path / rundir.PRESET_FILE).exists() \
-                and not runs.workbench_dir(path).is_dir():
+                and not workbench_dir(path).is_dir():
             self.tell("Not a run folder", f"{path} has no events.jsonl or preset.yaml")
             return None
         run = self._run_data(path)
@@ -331,7 +331,7 @@ class MainWindow(QMainWindow):
     def show_engine_log(self) -> None:
         run = self.shown[0] if self.shown else None
         if run is not None and not (run.run_dir / rundir.LOG_FILE).exists():
-            self.log_view.show_source(f"{runs.WORKBENCH_DIR}/{runs.OUTPUT_FILE}")
+            self.log_view.show_source(f"{WORKBENCH_DIR}/{OUTPUT_FILE}")
         self.tabs.setCurrentIndex(LOG)
         self.log_view.poll()
         self.log_view.show_end()

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from workbench import runs
+from workbench.runs.process import (OUTPUT_FILE, EngineRef, pid_alive, workbench_dir, write_exit_record,
+                                    write_process_record)
 from workbench.setup.checks import REPO_ROOT
 
 
@@ -103,7 +104,7 @@ class EngineHandle(QObject):
     start and did not kill; -9 when Kill ended it), `stopping()` when a stop was
     requested, `escalated(str)` when Stop had to terminate or kill.
 
-    When the engine ends, an exit record goes into the run folder (runs.write_exit_record),
+    When the engine ends, an exit record goes into the run folder (write_exit_record),
     so every window and the runs list tell a killed run the same way.
     """
 
@@ -145,7 +146,7 @@ class EngineHandle(QObject):
             if code is None and self.killed and hasattr(signal, "SIGKILL"):
                 code = -int(signal.SIGKILL)  # not our child, but our SIGKILL ended it
             self.exit_code = code
-            runs.write_exit_record(self.run_dir, self.pid, code, killed=self.killed)
+            write_exit_record(self.run_dir, self.pid, code, killed=self.killed)
             self._poll.stop()
             self._escalate.stop()
             self.finished.emit(code)
@@ -210,7 +211,7 @@ class EngineProcess(EngineHandle):
 
     @property
     def output_path(self) -> Path:
-        return runs.workbench_dir(self.run_dir) / runs.OUTPUT_FILE
+        return workbench_dir(self.run_dir) / OUTPUT_FILE
 
     @property
     def pid(self) -> int | None:
@@ -218,7 +219,7 @@ class EngineProcess(EngineHandle):
 
     def start(self) -> None:
         """Start the engine. Raises OSError when it cannot be started at all."""
-        runs.workbench_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        workbench_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
         # stdout/stderr go to a file, not a pipe: a pipe nobody reads would block the
         # engine, and would break (SIGPIPE) once the window is closed on a live run.
         with open(self.output_path, "ab") as output:
@@ -232,7 +233,7 @@ class EngineProcess(EngineHandle):
             self.popen = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
                                           cwd=str(self.run_dir), env=self.env, **kwargs)
         self.started_at = time.time()
-        runs.write_process_record(self.run_dir, self.popen.pid, self.command)
+        write_process_record(self.run_dir, self.popen.pid, self.command)
         self._poll.start()
 
     def _check_exit(self) -> object:
@@ -273,7 +274,7 @@ class EngineProcess(EngineHandle):
 
 
 class AttachedEngine(EngineHandle):
-    """An engine found running from its run directory (runs.find_engine: the pid its
+    """An engine found running from its run directory (find_engine: the pid its
     run_started event logs, or the process record of the window that launched it): a
     run left running by an earlier window, or one started with `rl-engine run` in a
     terminal. It has no stdin pipe here; SIGTERM is the engine's other graceful stop
@@ -290,13 +291,13 @@ class AttachedEngine(EngineHandle):
         self._poll.start()
 
     @classmethod
-    def from_ref(cls, run_dir: Path, ref: "runs.EngineRef", stop_timeout_s: float = 120.0,
+    def from_ref(cls, run_dir: Path, ref: "EngineRef", stop_timeout_s: float = 120.0,
                  parent=None) -> "AttachedEngine":
         return cls(run_dir, ref.pid, stop_timeout_s, parent=parent, expect=ref.expect, started_by=ref.started_by,
                    launched_here=ref.launched_here)
 
     def _check_exit(self) -> object:
-        return _RUNNING if runs.pid_alive(self.pid, self.expect, self.started_by) else None
+        return _RUNNING if pid_alive(self.pid, self.expect, self.started_by) else None
 
     def _request_stop(self) -> None:
         self._signal(signal.SIGTERM)

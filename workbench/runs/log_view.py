@@ -2,7 +2,7 @@
 the traceback of a failure), or the engine process's own output (what it printed,
 including a refused preset, which never reaches engine.log). Terminal control in the
 output (progress bars redrawn with carriage returns, colour escapes) is shown as a
-terminal would leave it: the last state of each progress line (runs.clean_output)."""
+terminal would leave it: the last state of each progress line (clean_output)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from engine.run import rundir
-from workbench import runs
+from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR
+from workbench.runs.status import clean_output
 
 FIRST_READ_BYTES = 512 * 1024  # a long log opens at its end
 
@@ -49,7 +50,7 @@ class FileTail:
 
 
 class LogView(QWidget):
-    SOURCES = (("engine.log", rundir.LOG_FILE), ("engine process output", f"{runs.WORKBENCH_DIR}/{runs.OUTPUT_FILE}"))
+    SOURCES = (("engine.log", rundir.LOG_FILE), ("engine process output", f"{WORKBENCH_DIR}/{OUTPUT_FILE}"))
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -112,7 +113,7 @@ class LogView(QWidget):
             self._partial = data[cut:]
             new = data[:cut]
             if new and ("\r" in new or "\x1b" in new):
-                new = runs.clean_output(new) + "\n"
+                new = clean_output(new) + "\n"
         if not new:
             if not self.text.toPlainText() and not self.tail.path.exists():
                 self.text.setPlainText(f"({self.tail.path.name} does not exist yet)")

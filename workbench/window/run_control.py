@@ -17,7 +17,9 @@ from PySide6.QtGui import QAction
 
 from engine.run import rundir
 from engine.preset.paths import absolute_preset_paths
-from workbench import runs
+from workbench.runs.process import (LAUNCH_PRESET, can_signal, describe_exit, find_engine, read_process_record,
+                                    workbench_dir)
+from workbench.runs.status import describe_run
 from workbench.runs.launcher import AttachedEngine, EngineHandle, EngineProcess, engine_resume_command, launch_of
 from workbench.runs.status import last_checkpoint, resume_problem
 from workbench.runs.rundata import RunData
@@ -109,7 +111,7 @@ class RunControl:
             while run_dir.exists():
                 run_dir = folder / f"{run_dir_name(preset.name)}-{suffix}"
                 suffix += 1
-            launch = runs.workbench_dir(run_dir) / runs.LAUNCH_PRESET
+            launch = workbench_dir(run_dir) / LAUNCH_PRESET
             launch.parent.mkdir(parents=True)
             # The launch preset lives in the run folder: a relative prompt file, custom
             # reward file or reward-model folder is made absolute (the engine's one rule).
@@ -158,8 +160,8 @@ class RunControl:
         if self.running or (self.engine_dir is not None and self.engine_dir.resolve() == Path(path).resolve()):
             return
         run = self.run_data(path)
-        ref = runs.find_engine(path, run.started)
-        if ref is not None and run.status in ("running", "empty") and ref.alive() and runs.can_signal(ref.pid):
+        ref = find_engine(path, run.started)
+        if ref is not None and run.status in ("running", "empty") and ref.alive() and can_signal(ref.pid):
             self.attach(AttachedEngine.from_ref(path, ref, self.settings.stop_timeout_s, parent=self.window.parent),
                         path)
 
@@ -217,7 +219,7 @@ class RunControl:
         if problem:
             self.window.refuse(f"Cannot resume {run_dir.name}: {problem}")
             return None
-        record = runs.read_process_record(run_dir)
+        record = read_process_record(run_dir)
         processes, gpus = launch_of(record.get("command", []) if record else [])
         command = engine_resume_command(run_dir, processes=processes, gpus=gpus)
         engine = EngineProcess(run_dir, run_dir / rundir.PRESET_FILE, stop_timeout_s=self.settings.stop_timeout_s,
@@ -238,7 +240,7 @@ class RunControl:
         run = self.run_data(run_dir) if run_dir else None
         if run is not None:
             run.poll()
-        how = runs.describe_exit(code, bool(self.engine and self.engine.killed))
+        how = describe_exit(code, bool(self.engine and self.engine.killed))
         name = run_dir.name if run_dir else "the engine"
         outcome = ""
         if run is not None:
@@ -255,7 +257,7 @@ class RunControl:
 
     def status(self, run: RunData) -> tuple[str, str]:
         """The run's status and note, by the one rule the runs list uses too
-        (runs.describe_run); for this window's own engine, the process it holds."""
+        (describe_run); for this window's own engine, the process it holds."""
         alive = None
         if self._is_mine(run):
             alive = True if self.engine.running else None
@@ -266,7 +268,7 @@ class RunControl:
                                    "the engine is loading the model"
         age = time.time() - run.last_time if run.last_time else None
         events_status = run.status if run.status != "empty" else "running"
-        return runs.describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
+        return describe_run(run.run_dir, events_status, run.num_events > 0, age, started=run.started, alive=alive)
 
     def header_status(self, run: RunData) -> tuple[str, str]:
         """The header's status of a run: status(), or `stopping` while this window's
@@ -302,11 +304,11 @@ class RunControl:
         run = shown[0] if len(shown) == 1 else None
         if run is None or self.status(run)[0] not in ("running", "starting", "stale"):
             return "no run of this window is in progress"
-        ref = runs.find_engine(run.run_dir, run.started)
+        ref = find_engine(run.run_dir, run.started)
         if ref is None:
             return (f"{run.name} was started outside this window and its events name no process id: stop it "
                     "with Ctrl-C in the terminal that runs it (or kill its engine process)")
-        if not runs.can_signal(ref.pid):
+        if not can_signal(ref.pid):
             return (f"{run.name} runs as pid {ref.pid}, a process of another user: stop it with Ctrl-C in its "
                     f"terminal, or as that user: kill -TERM {ref.pid}")
         return f"{run.name} (pid {ref.pid}) is not attached to this window"
