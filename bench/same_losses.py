@@ -3,6 +3,8 @@ refactor of the training loop must log the same per-step losses with the same se
 
     python bench/same_losses.py --steps 25 --out bench/out/losses-before.json
     python bench/same_losses.py --steps 25 --compare bench/out/losses-before.json
+    python bench/same_losses.py --runs RUNS   # whole runs (RUNS/<preset>/, the README's command)
+                                              # against tests/data/bundled_runs/<preset>.jsonl
 
 Each preset runs in this process, as `rl-engine run PRESET` would (same preset, same
 seed, same max_steps, so the same learning-rate schedule), and is stopped after
@@ -55,6 +57,15 @@ def run_preset(path: Path, steps: int) -> list[dict]:
     return per_step
 
 
+def run_figures(events_path: Path) -> tuple[list[dict], dict]:
+    """A whole run's compared metrics, step by step, and its last evaluation."""
+    events = [json.loads(line) for line in events_path.read_text().splitlines() if line.strip()]
+    steps = [compared(e) for e in events if e["type"] == "metrics"]
+    evals = [e for e in events if e["type"] == "eval"]
+    last = {k: v for k, v in evals[-1].items() if k in ("step", "accuracy", "reward")} if evals else {}
+    return steps, last
+
+
 def largest_difference(before: list[dict], after: list[dict]) -> tuple[float, str]:
     """The largest |before - after| over the steps both have, and where; a metric one
     side lacks or has as None where the other has a number counts as infinite."""
@@ -78,9 +89,25 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the figures here (JSON)")
     parser.add_argument("--compare", type=Path, help="figures written before, to compare with")
     parser.add_argument("--tolerance", type=float, default=1e-6)
+    parser.add_argument("--runs", type=Path, help="a folder of whole runs, one per preset, to compare with "
+                                                   "the bundled recordings")
     parser.add_argument("presets", nargs="*", help="preset names (default: every bundled one)")
     args = parser.parse_args()
     names = args.presets or sorted(p.stem for p in PRESETS.glob("*.yaml"))
+    if args.runs:
+        failures = 0
+        for name in names:
+            run, recorded = args.runs / name / "events.jsonl", ROOT / "tests/data/bundled_runs" / f"{name}.jsonl"
+            if not run.exists():
+                print(f"{name:24s} no run at {run}")
+                continue
+            (steps, last), (steps_before, last_before) = run_figures(run), run_figures(recorded)
+            gap, where = largest_difference(steps_before, steps)
+            same = gap <= args.tolerance and last == last_before
+            failures += not same
+            print(f"{name:24s} {len(steps)} steps, largest difference {gap:.3g}; last eval {last}"
+                  + ("  same" if same else f"  DIFFERENT ({where or last_before})"))
+        return 1 if failures else 0
     before = json.loads(args.compare.read_text()) if args.compare else {}
     figures, failures = {}, 0
     for name in names:

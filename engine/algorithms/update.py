@@ -18,7 +18,7 @@ import torch
 
 from engine.model.rollout import Rollout
 
-__all__ = ["StepBatch", "UpdatePart", "MicroBatch", "MicroLoss", "UpdateResult", "recorded_top"]
+__all__ = ["StepBatch", "SampledBatch", "UpdatePart", "MicroBatch", "MicroLoss", "UpdateResult", "recorded_top"]
 
 
 def recorded_top(logits, rows: slice, num_recorded: int):
@@ -75,6 +75,20 @@ class StepBatch:
     def tokens(self) -> int:
         """Every token of the rows: the prompts' and what follows them."""
         return int(self.rows.lengths.sum()) + int(self.rows.prompt_mask.sum())
+
+
+@dataclass
+class SampledBatch(StepBatch):
+    """A step that sampled its batch (GRPO, PPO, online DPO): the rows' prompts and texts,
+    the rewards' totals and components; GRPO's and PPO's the totals as a tensor and the
+    step rewards' steps too."""
+
+    prompts: list[str] = field(kw_only=True)
+    completions: list[str] = field(kw_only=True)
+    totals: list[float] = field(kw_only=True)
+    components: dict[str, list[float]] = field(kw_only=True)
+    rewards: torch.Tensor | None = field(default=None, kw_only=True)
+    steps: object | None = field(default=None, kw_only=True)  # engine.algorithms.step_rewards.StepRewards
 
 
 @dataclass(frozen=True)

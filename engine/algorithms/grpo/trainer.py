@@ -25,7 +25,7 @@ from engine.algorithms.episodes import StepEpisodes
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdateResult
+from engine.algorithms.update import MicroBatch, MicroLoss, SampledBatch, UpdateResult
 from engine.algorithms.update_effect import effect_per_token
 from engine.rewards.base import RewardError
 from engine.rl.losses import grpo_loss
@@ -47,18 +47,12 @@ class GRPOStepOutputs(RolloutStepOutputs):
 
 
 @dataclass
-class GRPOBatch(StepBatch):
+class GRPOBatch(SampledBatch):
     """A GRPO step's batch: the sampled rows' prompts, texts, rewards (totals, components,
     step rewards), loss mask and advantages (and GDPO's per component, ReMax's baseline);
     filled by the update: the first pass's logprobs (the old policy's), per-token values
     and the recorded rows' top-5, and the reference's logprobs (None at beta 0)."""
 
-    prompts: list[str] = field(kw_only=True)
-    completions: list[str] = field(kw_only=True)
-    totals: list[float] = field(kw_only=True)
-    components: dict[str, list[float]] = field(kw_only=True)
-    steps: StepRewards = field(kw_only=True)
-    rewards: torch.Tensor = field(kw_only=True)
     mask: torch.Tensor = field(kw_only=True)
     advantages: torch.Tensor = field(kw_only=True)
     component_advantages: torch.Tensor | None = field(kw_only=True)

@@ -22,7 +22,7 @@ from engine.algorithms.online_dpo.config import PAIR
 from engine.algorithms.online_dpo.ranking import PairRanking, penalised_scores, rank_pairs
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import StepResult
-from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
+from engine.algorithms.update import MicroBatch, MicroLoss, SampledBatch, UpdatePart, UpdateResult
 from engine.algorithms.update_effect import effect_per_token
 from engine.model.rollout import Rollout
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
@@ -81,15 +81,11 @@ class OnlineDPOStepOutputs:
 
 
 @dataclass
-class OnlineDPOBatch(StepBatch):
+class OnlineDPOBatch(SampledBatch):
     """An online DPO step's batch: the sampled rows [first_0, second_0, ...] with their
     prompts, texts, reward totals, components, scores and the pairs' ranking; filled by
     the update: per-token logprob, ref_logprob and entropy (2P, T), the recorded rows' top-5."""
 
-    prompts: list[str] = field(kw_only=True)
-    completions: list[str] = field(kw_only=True)
-    totals: list[float] = field(kw_only=True)
-    components: dict[str, list[float]] = field(kw_only=True)
     scores: list[float] = field(kw_only=True)
     ranking: PairRanking = field(kw_only=True)
     first_wins: torch.Tensor = field(kw_only=True)

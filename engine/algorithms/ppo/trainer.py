@@ -16,7 +16,7 @@ import torch
 
 from engine.rl.advantages import explained_variance, gae, masked_whiten, ppo_token_rewards
 from engine.algorithms.step_rewards import StepRewards
-from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult, recorded_top
+from engine.algorithms.update import MicroBatch, MicroLoss, SampledBatch, UpdatePart, UpdateResult, recorded_top
 from engine.algorithms.update_effect import effect_per_token
 from engine.rl.catalog import KL_ESTIMATORS
 from engine.rl.losses import clipped_value_loss, ppo_policy_loss
@@ -49,18 +49,12 @@ class PPOStepOutputs(RolloutStepOutputs):
 
 
 @dataclass
-class PPOBatch(StepBatch):
+class PPOBatch(SampledBatch):
     """A PPO step's batch: the sampled rows' prompts, texts, rewards and scores; the old
     policy's pass (logprob, value, entropy, ref_logprob, top); per-token KL, KL reward,
     token rewards, GAE's advantages and returns. Filled by the update: the last epoch's
     per-token ratio and clip flags, and the rows this process ran in it."""
 
-    prompts: list[str] = field(kw_only=True)
-    completions: list[str] = field(kw_only=True)
-    totals: list[float] = field(kw_only=True)
-    components: dict[str, list[float]] = field(kw_only=True)
-    steps: StepRewards = field(kw_only=True)
-    rewards: torch.Tensor = field(kw_only=True)
     scores: torch.Tensor = field(kw_only=True)
     old: dict = field(kw_only=True)
     kl: torch.Tensor = field(kw_only=True)
