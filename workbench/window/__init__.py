@@ -1,2 +1,2 @@
-"""The main window's parts: the tab and answer names, the preset menus and the
-Run / Stop / Kill control (mixins of workbench.main_window.MainWindow)."""
+"""The main window's parts: the controllers MainWindow owns (presets, run_control, fork,
+export), what they are given of the window (hooks), and the tab and answer names."""
