@@ -353,3 +353,49 @@ def test_one_grpo_step_with_each_new_loss_type(tmp_path, monkeypatch, algorithm)
     for call in (first, second):
         assert call["loss"] == pytest.approx(expected_loss(call), rel=1e-5, abs=1e-6)
     assert math.isfinite(result.metrics["loss"]) and math.isfinite(result.metrics["grad_norm"])
+
+
+# ------------------------------------------------------------- two-sided clip (delta)
+
+
+def test_delta_caps_the_unclipped_ratio_by_hand():
+    # eps 0.2 / 0.28, delta 2; tokens at ratios [3, 3, 0.5, 1.5]
+    # A = -1, ratio 3: -min(3 * -1, 1.28 * -1) = 3 without delta; with it -min(2 * -1, -1.28) = 2, and no
+    #   gradient (the capped branch is constant); A = +1, ratio 3: -min(3, 1.28) = -1.28 either way;
+    # A = -1, ratio 0.5: -min(-0.5, -0.8) = 0.8 either way; A = -1, ratio 1.5 (under delta): 1.5 either way
+    lp, old, log_ratio = tokens_at([3.0, 3.0, 0.5, 1.5])
+    advantages = torch.tensor([[-1.0, 1.0, -1.0, -1.0]])
+    mask = torch.ones(1, 4)
+    loss, ratio, flags = catalog.SURROGATES.entry("clipped").call(
+        lp, old, advantages, mask, log_ratio=log_ratio, epsilon_low=0.2, epsilon_high=0.28, delta=2.0)
+    assert loss[0].tolist() == pytest.approx([2.0, -1.28, 0.8, 1.5], abs=1e-6)
+    plain, _, _ = catalog.SURROGATES.entry("clipped").call(
+        lp, old, advantages, mask, log_ratio=log_ratio, epsilon_low=0.2, epsilon_high=0.28)
+    assert plain[0].tolist() == pytest.approx([3.0, -1.28, 0.8, 1.5], abs=1e-6)
+    grad = torch.autograd.grad(loss.sum(), lp)[0]
+    assert grad[0, 0].item() == 0.0 and grad[0, 1].item() == 0.0  # capped; clipped (A > 0 above 1 + eps)
+    assert grad[0, 3].item() == pytest.approx(1.5, abs=1e-6)  # -A * ratio, inside the cap
+    assert ratio[0, 0].item() == pytest.approx(3.0)  # the inspector's ratio is the ratio itself
+    # flags on the capped ratio, as TRL counts them: only the A > 0 token above 1.28 is clipped high
+    assert flags["clip_ratio/high_mean"].tolist() == [[False, True, False, False]]
+    assert flags["clip_ratio/low_mean"].tolist() == [[False, False, True, False]]
+
+
+def test_delta_reaches_the_surrogate_from_the_preset_with_no_call_site_naming_it(tmp_path, monkeypatch):
+    calls = record_grpo_loss_calls(monkeypatch)
+    data = small_preset_dict(max_steps=1)
+    data["algorithm"].update({"loss_type": "grpo", "delta": 1.5})
+    GRPOTrainer(preset_from_dict(data), tmp_path / "run").train_step()
+    assert calls[0]["kwargs"]["delta"] == 1.5
+    assert GRPOConfig(delta=1.5).delta == 1.5 and GRPOConfig().delta is None
+    with pytest.raises(PresetError, match="algorithm.delta"):
+        preset_from_dict({**small_preset_dict(), "algorithm": {"name": "grpo", "delta": 0.9}})
+    # a user's surrogate may name it too, and validate's dry run gives it as the run does
+    (tmp_path / "capped.py").write_text(
+        "import torch\n"
+        "def capped(logprobs, old_logprobs, advantages, mask, *, log_ratio, delta):\n"
+        "    return -torch.clamp(torch.exp(log_ratio), max=delta).expand_as(logprobs) * advantages\n")
+    assert "delta" in load_entry(SURROGATES, "capped.py:capped", tmp_path).options
+    line = _try_surrogate(load_entry(SURROGATES, "capped.py:capped", tmp_path), _synthetic_batch(4),
+                          GRPOConfig(loss_type="capped.py:capped", delta=1.5))
+    assert line.startswith("per-token loss")
