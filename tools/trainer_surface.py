@@ -6,8 +6,8 @@
 
 For each engine/algorithms/<name>/trainer.py: its lines, the `backward(` calls in it,
 and the members of `Trainer` (methods, properties, class constants and attributes the
-base sets on self, its parts' too: engine/algorithms/base.py and declaration.py's
-Declares) that it reads or calls as `self.<name>` or `super().<name>`. A member the
+base sets on self: engine/algorithms/base.py's Trainer, step.py's TrainingStep and
+declaration.py's Declares; a file missing at a commit counts for nothing) that it reads or calls as `self.<name>` or `super().<name>`. A member the
 trainer defines itself (an override) counts when it also calls the base's.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGORITHMS = ("grpo", "ppo", "dpo", "kto", "online_dpo")
-BASE_FILES = ("engine/algorithms/base.py", "engine/algorithms/declaration.py")
+BASE_FILES = ("engine/algorithms/base.py", "engine/algorithms/step.py", "engine/algorithms/declaration.py")
 
 
 def source(path: str, rev: str | None) -> str:
@@ -36,8 +36,12 @@ def base_members(rev: str | None) -> set[str]:
     attributes their methods set on self."""
     members: set[str] = set()
     for path in BASE_FILES:
-        for node in ast.walk(ast.parse(source(path, rev))):
-            if isinstance(node, ast.ClassDef) and node.name in ("Trainer", "Declares"):
+        try:
+            text = source(path, rev)
+        except (subprocess.CalledProcessError, FileNotFoundError):
+            continue  # not there at that commit
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.name in ("Trainer", "TrainingStep", "Declares"):
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         members.add(item.name)

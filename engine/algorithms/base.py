@@ -4,8 +4,9 @@ testable alone: the policy (model, tokenizer and passes: policy.py), the optimiz
 checkpoints (checkpoints.py), the out-of-memory retry (memory.py), the held-out
 evaluation (evaluation.py), the run's events (run_events.py) and, with data.environment,
 the episodes (episodes.py). The Trainer loads the data and the model, builds the parts and
-runs the step loop; a step's `StepResult` (step_result.py) goes to `write_step_outputs`.
-Each algorithm subclasses it and adds a step; this module imports none of them
+runs the run loop; its one training step is step.py's (`TrainingStep`), and a step's
+`StepResult` (step_result.py) goes to `write_step_outputs`. Each algorithm subclasses it
+and adds what step.py names (prepare, loss, finish, records); this module imports none of them
 (engine.algorithms.TRAINERS maps a preset's algorithm name to its class). The loops stay
 thin: the maths is in engine.rl, sampling in engine.model.rollout and engine.episodes,
 per-token records in engine.run.trajectories, the on-disk contract in engine.run.rundir.
@@ -33,12 +34,11 @@ from engine.algorithms.step_metrics import timing_metrics
 from engine.algorithms.memory import (MemoryFields, MicroBatchSize, OutOfMemory, StepStart, is_out_of_memory,
                                       out_of_memory_message, step_that_fits)
 from engine.algorithms.optimization import Optimization, SkippedSteps
-from engine.algorithms.policy import Policy, Sampling, set_update_mode
+from engine.algorithms.policy import Policy, Sampling
 from engine.algorithms.random_states import RandomStates, seed_process
 from engine.algorithms.run_events import RunEvents, run_started_fields
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
-from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
-from engine.algorithms.update_effect import effect_metrics, logprobs_after_update
+from engine.algorithms.step import TrainingStep
 from engine.model.chat import chat_format, template_examples
 from engine.data import Example, PromptStream, accuracy_reward_name, load_splits
 from engine.distributed.launch import world_size_problems
@@ -63,17 +63,13 @@ log = logging.getLogger(__name__)
 SMALL_GROUP = 8  # num_generations up to which a group is recorded whole (num_recorded)
 
 
-class Trainer(Declares):
-    """What every algorithm shares, and the one training step (`train_step`, `update`).
-    An algorithm implements `prepare` (the step's batch), `loss` (one micro-batch's),
-    `finish` (its metrics and outputs) and `write_step_outputs` (samples events and
-    trajectory records), and declares its schedule where it is not one update of the
-    whole batch (`update_epochs`, `update_parts`)."""
+class Trainer(TrainingStep, Declares):
+    """What every algorithm shares: the data, the model and the parts, the run loop (`run`)
+    and the one training step (`TrainingStep`, step.py: what an algorithm implements is
+    there)."""
 
     TEMPLATED_PAIRS = False  # DPO: chosen/rejected answers go through the chat template too
     MICRO_BATCH_UNIT = "completions"  # what training.micro_batch_size counts (DPO: pairs)
-    SAMPLES = True  # a step samples its batch (its first phase is the rollout); DPO and KTO read theirs
-    UPDATE_REDUCE = "last"  # the step's loss and metrics of several updates: the last one's, or their "mean"
 
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                  preset_dir: Path | None = None, world: World | None = None):
@@ -199,129 +195,6 @@ class Trainer(Declares):
 
     def load_extra_state(self, state: dict) -> None:
         pass
-
-    # What an algorithm is: its prepare, its loss, its finish, its records (and, where it
-    # trains in several updates a step, its schedule). The loop that runs them is train_step.
-
-    def prepare(self) -> StepBatch:
-        """The step's batch: sampled, scored and given advantages (an online algorithm), or
-        read (pairs, rows), with the passes the loss needs before the update (reference,
-        old policy). It calls `rollout_done` and `rewards_done` where those phases end."""
-        raise NotImplementedError
-
-    def update_epochs(self) -> int:
-        """Passes of the update over the batch (GRPO's num_iterations, PPO's num_ppo_epochs)."""
-        return 1
-
-    def update_parts(self, batch: StepBatch, epoch: int) -> list[UpdatePart]:
-        """The parts of one epoch, an optimizer step each: the whole batch, in order."""
-        return [UpdatePart(batch.size, batch.unit)]
-
-    def part_micro_batches(self, part: UpdatePart) -> list[slice]:
-        """This process's micro-batches of a part (rows of the part)."""
-        return self.micro_batches(part.size, part.unit)
-
-    def before_update(self, batch: StepBatch) -> None:
-        """Passes the loss needs in the update's mode, before its first micro-batch
-        (GRPO's and online DPO's reference)."""
-
-    def loss(self, batch: StepBatch, micro: MicroBatch) -> MicroLoss:
-        """The algorithm's loss on one micro-batch, and what it records of the pass."""
-        raise NotImplementedError
-
-    def update_effect_inputs(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logprobs before the update (B, T), each row's or token's advantage, mask (B, T)):
-        what the update's effect is measured against (RECORDS_UPDATE_EFFECT)."""
-        raise NotImplementedError
-
-    def finish(self, batch: StepBatch, update: UpdateResult) -> StepResult:
-        """The step's own metrics and outputs, once updated (self.step is the new step)."""
-        raise NotImplementedError
-
-    def write_step_outputs(self, outputs) -> None:
-        """Samples events and trajectory records of the step just taken, from the outputs
-        its StepResult carried (rank 0 alone)."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------- step
-
-    def start_clock(self) -> None:
-        """The step's time starts here, not before (after a one-off precomputation)."""
-        self._times[0] = time.perf_counter()
-
-    def rollout_done(self) -> None:
-        """The rollout phase of the step ends here (its timing/rollout)."""
-        self._times[1] = time.perf_counter()
-
-    def rewards_done(self) -> None:
-        """The rewards (and advantages) phase ends here."""
-        self._times[2] = time.perf_counter()
-
-    def train_step(self) -> StepResult:
-        """One step of every algorithm: prepare, update, the after-update look, then the
-        algorithm's metrics and outputs with the ones every step has (loss, gradient norm,
-        timing, the update's effect, the episodes'). The phase and the step counter are
-        the base's alone."""
-        self._times = [time.perf_counter(), None, None, None]
-        self.phase = "rollout" if self.SAMPLES else "update"  # an offline step's passes are all in micro-batches
-        batch = self.prepare()
-        self._times[2] = self._times[2] or time.perf_counter()
-        self._times[1] = self._times[1] or self._times[2]
-        update = self.update(batch)
-        if self.RECORDS_UPDATE_EFFECT:  # the recorded rows under the updated policy
-            batch.logprob_after = logprobs_after_update(self, batch.rows, batch.num_recorded, batch.pass_group)
-        self._times[3] = time.perf_counter()
-        if update.skipped:
-            self.count_skipped_step()
-        self.step += 1
-        result = self.finish(batch, update)
-        metrics = result.metrics
-        metrics["loss"] = update.loss
-        metrics.update(self.timing_metrics(self._times, batch.samples, batch.tokens, batch.generated))
-        metrics["grad_norm"] = update.grad_norm
-        if batch.logprob_after is not None:
-            before, advantage, mask = self.update_effect_inputs(batch)
-            metrics.update(effect_metrics(before, batch.logprob_after, advantage, mask))
-        if batch.episodes is not None:
-            metrics.update(batch.episodes.metrics())
-        return result
-
-    def update(self, batch: StepBatch) -> UpdateResult:
-        """The update of a step: per epoch, per part, the loss's gradient accumulated over
-        the part's micro-batches, the processes' shares summed (each holds its rows' shares
-        of the part's loss, so every process takes the same skip decision), clipped, one
-        optimizer step; a non-finite loss or gradient skips the rest."""
-        self.phase = "update"
-        set_update_mode(self.model, True, lora_dropout=self.lora_dropout_in_updates)
-        self.before_update(batch)
-        result = UpdateResult(self.UPDATE_REDUCE)
-        for epoch in range(self.update_epochs()):
-            for part in self.update_parts(batch, epoch):
-                micro_batches = self.part_micro_batches(part)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss_total, metrics = 0.0, {}
-                for number, rows in enumerate(micro_batches):
-                    with self.synced(number, len(micro_batches)):
-                        out = self.loss(batch, MicroBatch(rows, number, len(micro_batches), epoch, part))
-                        self.backward(out.loss * out.weight)
-                        loss_total += out.loss.detach().item() * out.weight
-                        for key, value in out.metrics.items():
-                            metrics[key] = metrics.get(key, 0.0) + value
-                loss_total = self.world.sum_floats([loss_total])[0]
-                metrics = self.world.sum_dict(metrics)
-                result.grad_norm, ok = self.clip_and_step(loss_total)
-                if not ok:
-                    result.skipped = True
-                    return result
-                result.losses.append(loss_total)
-                result.metrics_per_update.append(metrics)
-        return result
-
-    @property
-    def lora_dropout_in_updates(self) -> bool:
-        """The adapter's dropout on in updates: an algorithm with no ratio whose preset
-        turns disable_dropout off (see set_update_mode)."""
-        return getattr(self.algo, "disable_dropout", True) is False
 
     # --------------------------------------------------------------- rollouts
 
