@@ -177,7 +177,7 @@ def main() -> None:
         raise SystemExit("the Alarms panel shows no alarm")
     panel.list.setCurrentRow(0)
     # Room for the details (saw / why / try / evidence) under plots still tall enough to read.
-    column = window.dash_column
+    column = window.dash.column
     total = sum(column.sizes())
     column.setSizes([total - 425, 425])
     panel.body.setSizes([300, width - 300])

@@ -148,7 +148,7 @@ def test_the_runs_tab_shows_the_family_and_compare_the_changed_fields(window, tm
     assert summaries["base-fork"].parent["checkpoint"] == "step_000010"
     compared = window.compare_runs([parent, fork])
     assert compared[1].parent["step"] == 10 and compared[0].parent is None
-    table = window.differences
+    table = window.dash.differences
     rows = {table.verticalHeaderItem(r).text(): [table.item(r, c).text() for c in range(2)]
             for r in range(table.rowCount())}
     assert rows["training.learning_rate"] == ["0.01", "0.05"]

@@ -440,7 +440,7 @@ def test_two_runs_compare_with_their_differences(window, qtbot, tmp_path):
     assert lengths == [20, 30]
     colours = {c.line.opts["pen"].color().name() for c in plot.curves if c.spec.metric == "reward"}
     assert len(colours) == 2
-    table = window.differences
+    table = window.dash.differences
     fields = [table.verticalHeaderItem(r).text() for r in range(table.rowCount())]
     assert {"name", "training.learning_rate", "training.max_steps"} <= set(fields)
     assert "seed" not in " ".join(fields)

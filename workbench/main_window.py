@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
-    QSplitter,
     QTabWidget,
     QToolBar,
     QVBoxLayout,
@@ -36,18 +35,16 @@ from PySide6.QtWidgets import (
 from engine.run import rundir
 from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR, workbench_dir
 from workbench.alarms.model import arrival_message
-from workbench.alarms.panel import AlarmsPanel
-from workbench.dashboard.curves import run_colour
-from workbench.dashboard.view import Dashboard
 from workbench.inspector.view import InspectorView
 from workbench.runs.log_view import LogView
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData
-from workbench.runs.runs_view import DifferencesTable, RunsView
+from workbench.runs.runs_view import RunsView
 from workbench.runs.samples_view import SamplesView
 from workbench.settings import Settings
 from workbench.setup.document import PresetDocument
 from workbench.setup.panel import SetupPanel
+from workbench.window.dashboard_tab import DashboardTab
 from workbench.window.export import ExportController
 from workbench.window.fork import ForkController
 from workbench.window.hooks import WindowHooks, make_action
@@ -75,42 +72,18 @@ class MainWindow(QMainWindow):
         self._ticks = 0
 
         self.setup = SetupPanel(self.doc)
-        self.dashboard = Dashboard(self.settings.smoothing)
-        self.differences = DifferencesTable()
-        self.differences.hide()
+        self.dash = DashboardTab(self.settings.smoothing)
+        self.dashboard, self.alarms = self.dash.dashboard, self.dash.alarms
         self.samples = SamplesView()
         self.inspector = InspectorView()
         self.runs_view = RunsView(self.settings.runs_path)
         self.log_view = LogView()
         self.header = RunHeader()
 
-        dash_split = QSplitter(Qt.Horizontal)
-        # The plots over the Alarms panel (folded to its header while there are none).
-        self.alarms = AlarmsPanel()
-        self.dash_column = QSplitter(Qt.Vertical)
-        self.dash_column.addWidget(self.dashboard)
-        self.dash_column.addWidget(self.alarms)
-        self.dash_column.setStretchFactor(0, 2)
-        self.dash_column.setStretchFactor(1, 1)
-        self.dash_column.setCollapsible(1, False)
-        dash_split.addWidget(self.dash_column)
-        compare_box = QWidget()
-        compare_layout = QVBoxLayout(compare_box)
-        compare_layout.setContentsMargins(0, 6, 6, 6)
-        self.compare_title = QLabel("<b>Preset fields that differ</b>")
-        compare_layout.addWidget(self.compare_title)
-        compare_layout.addWidget(self.differences, 1)
-        self.compare_box = compare_box
-        compare_box.hide()
-        dash_split.addWidget(compare_box)
-        dash_split.setStretchFactor(0, 4)
-        dash_split.setStretchFactor(1, 1)
-        self.dash_split = dash_split
-
         self.tabs = QTabWidget()
         self.tabs.setObjectName("tabs")
         self.tabs.addTab(self.setup, "Set-up")
-        self.tabs.addTab(dash_split, "Dashboard")
+        self.tabs.addTab(self.dash, "Dashboard")
         self.tabs.addTab(self.samples, "Samples")
         self.tabs.addTab(self.inspector, "Inspector")
         self.tabs.addTab(self.runs_view, "Runs")
@@ -182,9 +155,7 @@ class MainWindow(QMainWindow):
 
     def _make_actions(self) -> None:
         presets, control = self.presets, self.run_control
-        self.act_open_run = make_action(self, "Open Run Folder…", self.open_run_dialog, None,
-                                        "Open a past or running run")
-        self.act_quit = make_action(self, "Quit", self.close, QKeySequence.Quit)
+        open_run = make_action(self, "Open Run Folder…", self.open_run_dialog, None, "Open a past or running run")
         menu = self.menuBar().addMenu("&File")
         menu.addAction(presets.act_new)
         menu.addAction(presets.act_open)
@@ -193,10 +164,10 @@ class MainWindow(QMainWindow):
         menu.addAction(presets.act_save)
         menu.addAction(presets.act_save_as)
         menu.addSeparator()
-        menu.addAction(self.act_open_run)
+        menu.addAction(open_run)
         menu.addAction(self.export.act_export)  # File ▸ Export Run… (workbench/window/export.py)
         menu.addSeparator()
-        menu.addAction(self.act_quit)
+        menu.addAction(make_action(self, "Quit", self.close, QKeySequence.Quit))
         run_menu = self.menuBar().addMenu("&Run")
         for act in control.actions:
             run_menu.addAction(act)
@@ -276,18 +247,8 @@ class MainWindow(QMainWindow):
             self.tell("Not a run folder", f"{path} has no events.jsonl or preset.yaml")
             return None
         run = self._run_data(path)
-        self.shown = [run]
-        self.dashboard.set_runs([run])
-        self.compare_box.hide()
-        self.samples.set_run(run)
-        self.alarms.set_run(run)
-        self.inspector.set_run(run)
-        self.log_view.set_run(path)
-        self.run_control.maybe_attach(path)
-        self.clear_message("error")
-        self.header.set_runs(self.shown, self.run_control.header_status)
-        self.run_control.update_actions()
-        self.tabs.setCurrentIndex(DASHBOARD)
+        self.run_control.maybe_attach(path)  # a run left running by an earlier window
+        self._show([run], compare=False)
         return run
 
     def open_run_dialog(self) -> None:
@@ -297,23 +258,21 @@ class MainWindow(QMainWindow):
 
     def compare_runs(self, paths: list) -> list[RunData]:
         runs_ = [self._run_data(Path(p)) for p in paths]
+        self._show(runs_, compare=True)
+        return runs_
+
+    def _show(self, runs_: list[RunData], compare: bool) -> None:
+        """The runs on show: all in the dashboard (their differences beside it when
+        comparing), the first in the samples, inspector and log."""
         self.shown = runs_
-        self.dashboard.set_runs(runs_)
-        self.differences.show_runs([r.name for r in runs_], [r.preset for r in runs_],
-                                   [run_colour(i) for i in range(len(runs_))])
-        self.differences.show()
-        self.compare_box.show()
-        width = self.dash_split.width() or self.width()
-        self.dash_split.setSizes([max(400, width - 430), 430])
+        self.dash.show_runs(runs_, compare, self.width())
         self.samples.set_run(runs_[0])
-        self.alarms.set_run(runs_[0], of_run=True)
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
         self.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)
         self.run_control.update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
-        return runs_
 
     def _update_header(self) -> None:
         """Re-judge the statuses on show: the header redraws itself on new events, but an
