@@ -21,7 +21,8 @@ from typing import ClassVar, Literal
 import pytest
 from pydantic import Field
 
-from engine.algorithms import ALGORITHMS, Algorithm, registry, undeclared
+from engine.algorithms import ALGORITHMS, register_algorithm, undeclared
+from engine.foundation.registry import Registry
 from engine.algorithms.config_base import AlgorithmSection, UpdateBatch
 from engine.distributed.launch import world_size_problems
 from engine.model.memory_estimate import estimate_memory, update_rows
@@ -127,8 +128,8 @@ def test_the_check_leaves_other_names_alone(source):
 
 def test_the_schema_reads_its_algorithms_off_the_one_registry():
     assert ALGORITHM_NAMES == ("grpo", "ppo", "dpo", "online_dpo", "kto")
-    assert ALGORITHM_CONFIGS == {name: a.config for name, a in ALGORITHMS.items()}
-    assert all(undeclared(a.config) == "" for a in ALGORITHMS.values())
+    assert ALGORITHM_CONFIGS == {entry.name: entry.declares for entry in ALGORITHMS.entries()}
+    assert all(undeclared(entry.declares) == "" for entry in ALGORITHMS.entries())
 
 
 def test_a_config_that_leaves_a_declaration_out_is_refused():
@@ -139,9 +140,9 @@ def test_a_config_that_leaves_a_declaration_out_is_refused():
             return training.batch_size, "rows"
 
     with pytest.raises(TypeError, match="Undeclared does not declare update_batch"):
-        registry(Algorithm(Undeclared, "tests.nowhere:Trainer"))
+        register_algorithm(Undeclared, "tests.nowhere:Trainer", registry=Registry("algorithm"))
     with pytest.raises(TypeError, match="not an AlgorithmSection"):
-        registry(Algorithm(dict, "tests.nowhere:Trainer"))
+        register_algorithm(dict, "tests.nowhere:Trainer", registry=Registry("algorithm"))
 
 
 # --------------------------------------------------- a new algorithm, its own rules
@@ -184,7 +185,7 @@ def with_algorithm(config, batch_size: int = 6, **training):
 
 
 def test_a_new_algorithm_gets_its_own_update_pass_in_the_memory_estimate():
-    assert "triples" in registry(Algorithm(TriplesConfig, "tests.nowhere:TriplesTrainer"))
+    assert register_algorithm(TriplesConfig, "tests.nowhere:TriplesTrainer", registry=Registry("algorithm")).name == "triples"
     grpo, triples = with_algorithm(TriplesConfig())
     assert update_rows(grpo) == (6, 3)  # 3 groups of 2
     assert update_rows(triples) == (18, 6)  # 6 triples of 3 rows, each after one prompt

@@ -1,20 +1,19 @@
 """The training algorithms, one folder each: `grpo` (with RLOO, REINFORCE++, GSPO), `ppo`,
 `dpo`, on the shared `base.Trainer`. Each folder holds its preset section (`config.py`,
 torch-free, with the declarations of engine/algorithms/config_base.py) and its trainer
-(`trainer.py`). `ALGORITHMS` is the one registry: a preset's `algorithm.name` -> its
-config class and its trainer class as "module:Class", imported only when asked for, so
-importing this package loads no torch. engine/preset/schema.py builds the preset's
+(`trainer.py`). `ALGORITHMS` (a foundation Registry, as every other kind's) is the one
+registry: a preset's `algorithm.name` -> its trainer class as "module:Class", imported only
+when asked for, so importing this package loads no torch; each entry declares its config
+class. engine/preset/schema.py builds the preset's
 algorithm union from it; engine/commands/train.py's `build_trainer` picks the trainer.
 
-Adding an algorithm: its folder here and its line in ALGORITHMS (docs/architecture.md,
+Adding an algorithm: its folder here and its `register_algorithm` line (docs/architecture.md,
 "Where to add a new algorithm").
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from typing import NamedTuple
 
 from engine.algorithms.config_base import AlgorithmSection
 from engine.algorithms.dpo.config import DPOConfig
@@ -22,13 +21,7 @@ from engine.algorithms.grpo.config import GRPOConfig
 from engine.algorithms.kto.config import KTOConfig
 from engine.algorithms.online_dpo.config import OnlineDPOConfig
 from engine.algorithms.ppo.config import PPOConfig
-
-
-class Algorithm(NamedTuple):
-    """A registered algorithm: its preset section and its trainer ("module:Class")."""
-
-    config: type[AlgorithmSection]
-    trainer: str
+from engine.foundation.registry import Registry, first_line
 
 
 def algorithm_name(config: type) -> str:
@@ -58,24 +51,33 @@ def undeclared(config: type) -> str:
     return ""
 
 
-def registry(*algorithms: Algorithm) -> dict[str, Algorithm]:
-    """name -> algorithm, in the order given (the order presets' errors and the window's
-    chooser list them); a TypeError for a config that leaves a declaration out."""
-    for algorithm in algorithms:
-        problem = undeclared(algorithm.config)
-        if problem:
-            raise TypeError(problem)
-    return {algorithm_name(a.config): a for a in algorithms}
+#: A preset's `algorithm.name` -> its trainer ("module:Class", imported when asked for);
+#: each entry declares its preset section (the config class).
+ALGORITHMS: Registry[type[AlgorithmSection]] = Registry("algorithm", field="algorithm.name")
 
 
-ALGORITHMS = registry(
-    Algorithm(GRPOConfig, "engine.algorithms.grpo.trainer:GRPOTrainer"),
-    Algorithm(PPOConfig, "engine.algorithms.ppo.trainer:PPOTrainer"),
-    Algorithm(DPOConfig, "engine.algorithms.dpo.trainer:DPOTrainer"),
-    Algorithm(OnlineDPOConfig, "engine.algorithms.online_dpo.trainer:OnlineDPOTrainer"),
-    Algorithm(KTOConfig, "engine.algorithms.kto.trainer:KTOTrainer"),
-)
-TRAINERS = {name: algorithm.trainer for name, algorithm in ALGORITHMS.items()}
+def register_algorithm(config: type, trainer: str, *, origin: str = "built-in", registry: Registry = ALGORITHMS):
+    """An algorithm in one line: its preset section and its trainer ("module:Class"), under
+    the section's name, in registration order (the order presets' errors and the window's
+    chooser list them); a TypeError for a config that leaves a declaration out.
+
+    >>> register_algorithm(dict, "tests.nowhere:Trainer")
+    Traceback (most recent call last):
+    ...
+    TypeError: <class 'dict'> is not an AlgorithmSection (engine/algorithms/config_base.py)
+    """
+    problem = undeclared(config)
+    if problem:
+        raise TypeError(problem)
+    return registry.register(algorithm_name(config), trainer, first_line(config.__doc__), declares=config,
+                             origin=origin)
+
+
+register_algorithm(GRPOConfig, "engine.algorithms.grpo.trainer:GRPOTrainer")
+register_algorithm(PPOConfig, "engine.algorithms.ppo.trainer:PPOTrainer")
+register_algorithm(DPOConfig, "engine.algorithms.dpo.trainer:DPOTrainer")
+register_algorithm(OnlineDPOConfig, "engine.algorithms.online_dpo.trainer:OnlineDPOTrainer")
+register_algorithm(KTOConfig, "engine.algorithms.kto.trainer:KTOTrainer")
 
 
 def trainer_class(name: str) -> type:
@@ -87,7 +89,6 @@ def trainer_class(name: str) -> type:
     ...
     ValueError: algorithm.name: unknown algorithm 'sft'; known: dpo, grpo, ...
     """
-    if name not in TRAINERS:
-        raise ValueError(f"algorithm.name: unknown algorithm {name!r}; known: {', '.join(sorted(TRAINERS))}")
-    module, _, cls = TRAINERS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)
+    if name not in ALGORITHMS:
+        raise ValueError(f"algorithm.name: unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
+    return ALGORITHMS.function(name)

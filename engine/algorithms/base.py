@@ -7,7 +7,7 @@ the episodes (episodes.py). The Trainer loads the data and the model, builds the
 runs the run loop; its one training step is step.py's (`TrainingStep`), and a step's
 `StepResult` (step_result.py) goes to `write_step_outputs`. Each algorithm subclasses it
 and adds what step.py names (prepare, loss, finish, records); this module imports none of them
-(engine.algorithms.TRAINERS maps a preset's algorithm name to its class). The loops stay
+(engine.algorithms.ALGORITHMS maps a preset's algorithm name to its class). The loops stay
 thin: the maths is in engine.rl, sampling in engine.model.rollout and engine.episodes,
 per-token records in engine.run.trajectories, the on-disk contract in engine.run.rundir.
 """

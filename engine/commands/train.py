@@ -35,7 +35,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
 def build_trainer(preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                   preset_dir: Path | None = None, world=None):
-    """The trainer for the preset's algorithm (engine.algorithms.TRAINERS; its module,
+    """The trainer for the preset's algorithm (engine.algorithms.ALGORITHMS; its module,
     which imports torch, is imported here); `world` (engine.distributed.world.World)
     when this process is one of several."""
     from engine.algorithms import trainer_class

@@ -38,7 +38,7 @@ from engine.foundation.limits import (
 # registered in engine.algorithms.ALGORITHMS; the union, the names and the name -> class
 # map are read off that registry.
 
-ALGORITHM_CONFIGS: dict[str, type[Section]] = {name: algorithm.config for name, algorithm in ALGORITHMS.items()}
+ALGORITHM_CONFIGS: dict[str, type[Section]] = {entry.name: entry.declares for entry in ALGORITHMS.entries()}
 AlgorithmConfig = Annotated[Union[tuple(ALGORITHM_CONFIGS.values())], Field(discriminator="name")]
 ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
