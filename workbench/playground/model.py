@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.run import rundir
-from engine.preset.io import read_preset_dict
+from engine.foundation.io import read_preset_dict
 from engine.rewards import absolute_reward_paths, reward_kind, split_custom_name
 
 __all__ = ["Completion", "ScoreResult", "ScoreError", "run_completions", "sample_steps", "typed_completions",

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from engine.run import rundir
 from engine.commands.fork import CARRIED_FIELDS, carried_field_problems, carried_set_problem
-from engine.preset.errors import PresetError
+from engine.foundation.errors import PresetError
 from engine.preset.schema import load_preset
 from workbench.runs.launcher import engine_fork_command
 

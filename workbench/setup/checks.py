@@ -21,12 +21,15 @@ from engine.data import Example, load_splits
 from engine.distributed.launch import world_size_problems
 from engine.hub.access import download_hint
 from engine.hub.cache import cached_snapshot
-from engine.preset.input_checks import context_problem, prompt_location, reward_field_problems
+from engine.foundation.limits import context_problem
+from engine.rewards.input_checks import reward_field_problems
+from engine.data.location import prompt_location
 from engine.builtin_model import BUILTIN_MODELS, builtin_model_folder, rebuild_command  # torch-free
 from engine.preset.schema import Preset
-from engine.preset.paths import local_or_hub_id, model_path_problem, resolve_data_path
+from engine.foundation.paths import local_or_hub_id, model_path_problem, resolve_data_path
 from engine.run.reporting import missing_reporter
-from engine.rewards import REWARDS, build_reward, looks_like_local_path, reward_source_problems
+from engine.rewards import REWARDS, build_reward, reward_source_problems
+from engine.foundation.paths import looks_like_local_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -282,8 +285,8 @@ def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6
     """A few training examples of the data section, even while other sections of the
     preset are invalid, their prompts as `model` (the preset's model section) will see
     them. Returns (examples, a note or "") or ([], the reason there are none)."""
-    from engine.preset.schema import DataConfig
-    from engine.preset.errors import PresetError
+    from engine.data.config import DataConfig
+    from engine.foundation.errors import PresetError
     from pydantic import ValidationError
 
     try:

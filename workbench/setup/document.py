@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
-from engine.preset.schema import Preset, preset_from_dict, without_default_task
-from engine.preset.errors import PresetError
-from engine.preset.io import preset_to_yaml, read_preset_dict
+from engine.preset.schema import Preset, preset_from_dict
+from engine.data.config import without_default_task
+from engine.foundation.errors import PresetError
+from engine.foundation.io import preset_to_yaml, read_preset_dict
 from workbench.setup import schema
 from workbench.signals import Signal
 

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.builtin_model import BUILTIN_MODELS
-from engine.preset.schema import BUILTIN_MODEL
+from engine.model.config import BUILTIN_MODEL
 from workbench.setup import schema
 from workbench.setup.schema import FieldSpec, format_value
 

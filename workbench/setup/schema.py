@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from engine.preset.schema import Preset
-from engine.rl.registry import RegistryChoice
+from engine.foundation.registry import RegistryChoice
 
 # Field kinds the form knows how to edit.
 INT, FLOAT, BOOL, CHOICE, TEXT, NAMES, MAPPING, SECTION, LIST = (
