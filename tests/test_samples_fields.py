@@ -104,3 +104,24 @@ def test_declared_fields_are_read_again_when_run_started_comes_after_the_rows(tm
     run.samples.set_fields(sample_fields_of({"sample_fields": FIELDS}))
     assert run.samples.has("margin_x") and list(run.samples.numbers("margin_x"))[:4] == [0.0, 0.25, 0.5, 0.75]
     assert len(run.samples) == 8
+
+
+def test_a_declared_known_key_keeps_its_colours_and_takes_its_declared_words(qtbot, tmp_path):
+    """`label` declared as a flag with words of its own: the words show, green/pink as
+    before; `rejected` declared as text gets a column (an old run shows it in the pane only)."""
+    fields = [{"key": "label", "title": "verdict", "kind": "flag", "help": "kept or dropped", "true": "kept",
+               "false": "dropped"},
+              {"key": "rejected", "kind": "text", "help": "the other completion"}]
+    run_dir = made_up_run(tmp_path, fields=fields)
+    path = run_dir / rundir.EVENTS_FILE
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in (row for event in events if event["type"] == "samples" for row in event["samples"]):
+        row.update(label=row["index"] < 2, rejected=f"other {row['index']}")
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    view = open_samples(qtbot, run_dir, rows=lambda count: count == 8)
+    assert view.model.columns[3:5] == ["label", "rejected"]
+    assert headers(view)[3:5] == ["verdict", "rejected completion"]
+    kept, dropped = row_of(view, 0), row_of(view, 3)
+    assert cell(view, kept, "label") == "kept" and cell(view, dropped, "label") == "dropped"
+    assert cell(view, kept, "label", Qt.BackgroundRole).name() != cell(view, dropped, "label", Qt.BackgroundRole).name()
+    assert cell(view, dropped, "rejected") == "other 3"

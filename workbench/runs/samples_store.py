@@ -79,7 +79,7 @@ KNOWN_FIELDS: tuple[SampleField, ...] = (
     SampleField("label", "label", FLAG, help=(
         "desirable: the update pushes this completion up; undesirable: down (unpaired preference data)"),
         true="desirable", false="undesirable", signed=True),
-    SampleField("rejected", "rejected", TEXT, help="the pair's rejected completion", column=False),
+    SampleField("rejected", "rejected completion", TEXT, help="the pair's rejected completion", column=False),
     SampleField("baseline", "greedy baseline", BASELINE_KIND, help=(
         "the reward of the greedy completion of the same prompt, the baseline the reward is measured "
         "against (advantage = reward - greedy baseline); hover a cell for its text")),
