@@ -235,7 +235,7 @@ def test_alarms_of_a_live_run_appear_on_the_next_tick(qtbot, window, tmp_path):
     assert 16 in [m.value() for m in window.dashboard.plots[0].markers]
 
     # A resume from step 15 redoes the later steps: their alarms go, and nothing is announced.
-    window.clear_message()
+    window.run_message.clear_message()
     append(run_dir, {"type": "run_resumed", "step": 15, "time": time.time()})
     qtbot.waitUntil(lambda: panel.list.count() == 1, timeout=3000)
     assert panel.current.step == 14 and window.run_message.text() == ""

@@ -16,14 +16,12 @@ workbench/window/names.py.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
-    QLabel,
     QMainWindow,
     QMessageBox,
     QTabWidget,
@@ -51,6 +49,7 @@ from workbench.window.hooks import WindowHooks, make_action
 from workbench.window.names import DASHBOARD, INSPECTOR, LOG, RUNS, SAMPLES
 from workbench.window.presets import PresetsController
 from workbench.window.run_control import RunControl
+from workbench.window.status_message import StatusMessage
 
 
 class MainWindow(QMainWindow):
@@ -68,7 +67,6 @@ class MainWindow(QMainWindow):
         self.doc = PresetDocument()
         self.shown: list[RunData] = []
         self._cache: dict[Path, RunData] = {}
-        self._message_kind: str | None = None  # what the status bar message is about (show_message)
         self._ticks = 0
 
         self.setup = SetupPanel(self.doc)
@@ -106,13 +104,12 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.header)
         layout.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
-        self.run_message = QLabel()
-        self.run_message.setObjectName("run-message")
-        self.run_message.setTextFormat(Qt.RichText)  # show_message escapes the text it is given
+        self.run_message = StatusMessage()  # the status bar's one message
 
         # Tests replace `ask`: the hooks call the window's method of the moment.
-        hooks = WindowHooks(self, ask=lambda *a: self.ask(*a), tell=self.tell, show_message=self.show_message,
-                            clear_message=self.clear_message, message_kind=lambda: self._message_kind,
+        message = self.run_message
+        hooks = WindowHooks(self, ask=lambda *a: self.ask(*a), tell=self.tell, show_message=message.show_message,
+                            clear_message=message.clear_message, message_kind=lambda: message.kind,
                             show_tab=self.tabs.setCurrentIndex, save_settings=self._save_settings)
         self.presets = PresetsController(hooks, self.doc, self.settings, lambda path: self._run_data(path).preset)
         self.run_control = RunControl(hooks, self.doc, self.setup, self.settings, lambda: self.shown,
@@ -132,7 +129,7 @@ class MainWindow(QMainWindow):
         self.alarms.inspect_requested.connect(self.inspect)
         self.alarms.samples_requested.connect(self.show_samples_of_steps)
         self.alarms.alarm_selected.connect(lambda alarm: self.dashboard.show_metric(alarm.metric))
-        self.alarms.alarms_arrived.connect(lambda alarms: self.show_message(arrival_message(alarms), "alarm"))
+        self.alarms.alarms_arrived.connect(lambda alarms: message.show_message(arrival_message(alarms), "alarm"))
         self.dashboard.alarm_clicked.connect(lambda alarm: self.alarms.select_event(alarm.event))
         self.runs_view.open_requested.connect(self.open_run)
         self.runs_view.compare_requested.connect(self.compare_runs)
@@ -209,25 +206,8 @@ class MainWindow(QMainWindow):
 
     def tell(self, title: str, text: str) -> None:
         """Report an error the user must see (a file that cannot be read or written)."""
-        self.show_message(f"{title}: {text}", "error")
+        self.run_message.show_message(f"{title}: {text}", "error")
         self.ask(title, text, ["OK"])
-
-    # The status bar holds one message, with what it is about, so that it goes when its
-    # cause goes: "problems" (Run refused for the preset's problems) when they are fixed,
-    # "error" (a file that could not be read or written) when a file opens or saves fine,
-    # "engine" when another run starts.
-    def show_message(self, text: str, kind: str = "info") -> None:
-        self._message_kind = kind
-        if kind in ("error", "problems", "refused"):
-            self.run_message.setText(f"<span style='color:#b00020'>{html.escape(text, quote=False)}</span>")
-        else:
-            self.run_message.setText(html.escape(text, quote=False))
-
-    def clear_message(self, *kinds: str) -> None:
-        """Clear the message if it is of one of `kinds` (any kind when none given)."""
-        if not kinds or self._message_kind in kinds:
-            self._message_kind = None
-            self.run_message.setText("")
 
     # =================================================================== runs
 
@@ -269,7 +249,7 @@ class MainWindow(QMainWindow):
         self.samples.set_run(runs_[0])
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
-        self.clear_message("error")
+        self.run_message.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)
         self.run_control.update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)

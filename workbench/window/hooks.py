@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QWidget
 class WindowHooks:
     """`ask(title, text, choices)` -> the choice (the last one cancels); `tell(title,
     text)` an error the user must see; `show_message(text, kind)` and
-    `clear_message(*kinds)` the status bar's one message (MainWindow.show_message), and
+    `clear_message(*kinds)` the status bar's one message (status_message.py), and
     `message_kind()` what it is about (None: none); `show_tab(index)` brings a tab forward (workbench/window/names.py); `save_settings()`."""
 
     parent: QWidget
