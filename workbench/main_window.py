@@ -10,8 +10,9 @@ MainWindow composes: the views, and four controllers it owns, each given what it
 (the document, the set-up form, the window's callbacks: workbench/window/hooks.py):
 `presets` (workbench/window/presets.py: New, Open, Save, recent and bundled menus),
 `run_control` (run_control.py: Run, Stop, Kill, Resume, the window's engine and a run's
-status), `fork` (fork.py) and `export` (export.py). The tab and answer names are in
-workbench/window/names.py.
+status), `fork` (fork.py) and `export` (export.py). The Dashboard tab's layout is
+window/dashboard_tab.py, the status bar's message window/status_message.py, the tab and
+answer names window/names.py.
 """
 
 from __future__ import annotations
