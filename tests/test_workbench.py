@@ -71,6 +71,7 @@ SPECIAL = {
     "algorithm.multi_objective_aggregation": "sum_then_normalize",
     "alarms.single_step_fraction": 0.8,  # must stay above 0.5 (the share before that counts as split)
     "data.environment": "calculator",  # multi-turn episodes (a built-in environment)
+    "algorithm.delta": 4.0,  # the two-sided clip's cap must be above 1
 }
 
 
