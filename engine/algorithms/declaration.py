@@ -24,7 +24,7 @@ def sample_field(key: str, title: str, kind: str, help: str, **words: str) -> di
     return {"key": key, "title": title, "kind": kind, "help": help, **words}
 
 
-REJECTED = sample_field("rejected", "rejected", "text", "the pair's rejected completion")
+REJECTED = sample_field("rejected", "rejected completion", "text", "the pair's rejected completion")
 TIE = sample_field("tie", "tie", "flag", "whether the pair's two scores tied (the first sampled is then chosen)",
                    true="yes", false="no")
 LABEL = sample_field("label", "label", "flag", "whether the row's completion is desirable",
