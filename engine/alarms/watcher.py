@@ -20,12 +20,21 @@ __all__ = ["AlarmWatcher", "alarm_event", "alarm_line"]
 _EVAL_DETECTORS = ("length_drift", "eval_falling")
 
 
-def alarm_event(kind: str, finding: Finding, step: int) -> dict:
-    """The fields of an `alarm` event (docs/run-directory.md)."""
+def alarm_event(kind: str, finding: Finding, step: int, algorithm_fields=None) -> dict:
+    """The fields of an `alarm` event (docs/run-directory.md). `algorithm_fields`: the names
+    in the run's algorithm section, when known; advice naming an `algorithm.` field the
+    section lacks (GRPO's num_iterations in a KTO run) is left out.
+
+    e.g. kind update_against_advantage, algorithm_fields {"beta", "loss_type"}
+         -> try: training.learning_rate, algorithm.beta (num_iterations and epsilon left out)
+    """
     k = KINDS[kind]
+    advice = [(f, a) for f, a in finding.try_fields or k.try_fields
+              if algorithm_fields is None or not f.startswith("algorithm.")
+              or f.removeprefix("algorithm.") in algorithm_fields]
     return {"step": step, "kind": kind, "title": k.title, "began": finding.began,
             "steps": [finding.began, finding.end], "metric": finding.metric, "saw": finding.saw,
-            "why": k.why, "try": [{"field": f, "advice": a} for f, a in finding.try_fields or k.try_fields],
+            "why": k.why, "try": [{"field": f, "advice": a} for f, a in advice],
             "evidence": finding.evidence}
 
 
@@ -36,8 +45,12 @@ def alarm_line(event: dict) -> str:
 
 
 class AlarmWatcher:
-    def __init__(self, cfg: AlarmsConfig):
+    """`algorithm_fields`: the field names of the run's algorithm section (its alarms then
+    advise only fields it has); None: every kind's advice as written."""
+
+    def __init__(self, cfg: AlarmsConfig, algorithm_fields=None):
         self.cfg = cfg
+        self.algorithm_fields = None if algorithm_fields is None else frozenset(algorithm_fields)
         self.history = History()
         self.last_held: dict[str, int] = {}  # kind -> the last step its condition held
 
@@ -68,7 +81,7 @@ class AlarmWatcher:
             held = self.last_held.get(kind)
             self.last_held[kind] = step
             if held is None or step - held > self.cfg.window or kind == "nonfinite_steps":
-                fired.append(alarm_event(kind, finding, step))
+                fired.append(alarm_event(kind, finding, step, self.algorithm_fields))
         return fired
 
     def replay(self, events: list[dict], until_step: int) -> None:
