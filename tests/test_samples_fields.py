@@ -125,3 +125,19 @@ def test_a_declared_known_key_keeps_its_colours_and_takes_its_declared_words(qtb
     assert cell(view, kept, "label") == "kept" and cell(view, dropped, "label") == "dropped"
     assert cell(view, kept, "label", Qt.BackgroundRole).name() != cell(view, dropped, "label", Qt.BackgroundRole).name()
     assert cell(view, dropped, "rejected") == "other 3"
+
+
+def test_rows_without_an_advantage_get_no_column_of_nulls(qtbot, tmp_path):
+    """KTO's samples carry no advantage: the table showed a column of 'null' (seen in the
+    window on kto-sort); the column comes with the first row that has one."""
+    run_dir = write_run(tmp_path, "kto-like", steps=2, algorithm="kto")
+    path = run_dir / rundir.EVENTS_FILE
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    for event in events:
+        for row in event.get("samples", []) if event["type"] == "samples" else []:
+            row.pop("advantage", None)
+            row["label"] = row["index"] % 2 == 0
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    view = open_samples(qtbot, run_dir, rows=lambda count: count == 8)
+    assert "advantage" not in view.model.columns and "label" in view.model.columns
+    assert "advantage" in open_samples(qtbot, made_up_run(tmp_path / "with"), rows=lambda count: count == 8).model.columns

@@ -245,7 +245,7 @@ def kto_run(folder: Path) -> Path:
 def test_kto_labels_in_the_table_the_picker_the_header_and_the_export(qtbot, window, tmp_path):  # noqa: F811
     run_dir = kto_run(tmp_path)
     model = open_in(window, run_dir)
-    assert headers(model) == ["step", "prompt", "completion", "label", "reward", "advantage"]
+    assert headers(model) == ["step", "prompt", "completion", "label", "reward"]  # no advantage: no column of nulls
     assert cell(model, row_of(model, 0), "label") == "desirable"
     assert cell(model, row_of(model, 1), "label") == "undesirable"
     assert cell(model, row_of(model, 1), "label", Qt.BackgroundRole).name() == "#fae1e1"

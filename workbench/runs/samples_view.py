@@ -91,7 +91,7 @@ class SamplesModel(QAbstractTableModel):
 
     def _column_names(self) -> list[str]:
         """The columns: step, prompt, completion, total reward, each component,
-        advantage, and one for each sample field the run's rows have (declared by the
+        advantage (once a row has one: KTO's have none), and one for each sample field the run's rows have (declared by the
         run, or an old run's known keys), each where its kind goes: texts, flags and the
         episode beside the completion, the greedy baseline beside the reward, numbers and
         step scores after the components, scores (each reward's advantage) after the
@@ -100,8 +100,10 @@ class SamplesModel(QAbstractTableModel):
         for name, (field_, _part) in self._field_columns().items():
             by_place.setdefault(field_.where, []).append(name)
         at = by_place.get
+        # KTO's rows have no advantage: no column of nulls (it comes with the first row that has one)
+        advantage = [ADVANTAGE] if len(self.store) and np.isfinite(self.store.numbers(ADVANTAGE)).any() else []
         return [STEP, PROMPT, COMPLETION, *at(AFTER_TEXT, []), REWARD, *at(AFTER_REWARD, []),
-                *[f"rewards/{c}" for c in self.store.components], *at(AFTER_COMPONENTS, []), ADVANTAGE,
+                *[f"rewards/{c}" for c in self.store.components], *at(AFTER_COMPONENTS, []), *advantage,
                 *at(AFTER_ADVANTAGE, []), *at(LAST, [])]
 
     def _columns_for(self) -> None:
