@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.episodes.tool_calls import (
-    FORMATS,
+    TOOL_CALL_FORMATS,
     ToolCall,
     as_message_tool_calls,
     call_format,
@@ -77,7 +77,7 @@ def test_hermes_an_unclosed_call_is_malformed_after_the_good_ones():
 
 
 def test_text_without_calls_is_no_call():
-    for fmt in FORMATS:
+    for fmt in TOOL_CALL_FORMATS:
         assert parse_tool_calls("The answer is 7.", fmt) == []
         assert parse_tool_calls("", fmt) == []
     assert parse_tool_calls('{"answer": 7}', "llama3_json") == []  # JSON, but not a call
@@ -167,3 +167,12 @@ def test_the_assistant_messages_tool_calls_leave_malformed_ones_out():
     assert as_message_tool_calls(calls) == [
         {"type": "function", "function": {"name": "calculate", "arguments": {"expression": "3+4"}}},
         {"type": "function", "function": {"name": "count", "arguments": {}}}]
+
+
+def test_the_data_sections_formats_are_the_registrys():
+    # data/ sits below episodes/, so DataConfig lists the names itself; they must agree
+    from typing import get_args
+
+    from engine.data.config import DataConfig
+
+    assert get_args(DataConfig.model_fields["tool_call_format"].annotation) == ("auto", *TOOL_CALL_FORMATS)

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 
 from engine.foundation.registry import Registry
 
-__all__ = ["FORMATS", "ToolCall", "parse_tool_calls", "detect_format", "call_format", "as_message_tool_calls"]
+__all__ = ["TOOL_CALL_FORMATS", "ToolCall", "parse_tool_calls", "detect_format", "call_format", "as_message_tool_calls"]
 
-FORMATS = ("hermes", "llama3_json", "pythonic")
 AUTO = "auto"
 
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
@@ -200,7 +199,7 @@ def parse_tool_calls(text: str, fmt: str) -> list[ToolCall]:
     """
     if fmt not in TOOL_CALL_FORMATS:
         raise ValueError(f"data.tool_call_format: {fmt!r} is not a tool-call format; the formats are: "
-                         + ", ".join(FORMATS))
+                         + ", ".join(TOOL_CALL_FORMATS))
     return TOOL_CALL_FORMATS[fmt](text)
 
 
@@ -224,20 +223,20 @@ def detect_format(chat_template: str | None) -> str | None:
 def call_format(setting: str, chat_template: str | None) -> str:
     """The format ``data.tool_call_format`` asks for: ``auto`` detects it from the chat
     template (a ValueError saying which to set when it cannot), anything else must be
-    one of :data:`FORMATS`.
+    one of :data:`TOOL_CALL_FORMATS`.
 
     Example:
         >>> call_format("auto", "{%- if tools %}<tool_call>{% endif %}"), call_format("pythonic", None)
         ('hermes', 'pythonic')
     """
-    allowed = ", ".join(FORMATS)
+    allowed = ", ".join(TOOL_CALL_FORMATS)
     if setting == AUTO:
         found = detect_format(chat_template)
         if found is None:
             raise ValueError("data.tool_call_format: `auto` cannot tell the tool-call format from the model's chat "
                              f"template (it has no <tool_call> or <|python_tag|>); set it to one of: {allowed}")
         return found
-    if setting not in FORMATS:
+    if setting not in TOOL_CALL_FORMATS:
         raise ValueError(f"data.tool_call_format: {setting!r} is not a tool-call format; use auto or one of: {allowed}")
     return setting
 
