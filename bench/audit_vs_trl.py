@@ -195,7 +195,7 @@ def grpo_rows(batch: Batch) -> list[Row]:
                               note=f"cap set on both; unset, ours is {default_cap}, TRL's epsilon (0.2)."))
     else:
         rows.append(missing_row("cispo", "GRPOTrainer._compute_loss, loss_type=cispo", "loss type cispo"))
-    if "sapo" in catalog.POLICY_LOSSES and "sapo_temperature_pos" in params:
+    if "sapo" in catalog.POLICY_LOSSES and "sapo_temperature_pos" in GRPOConfig.model_fields:  # the section's option
         temps = {"sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}
         f32 = grpo_case(batch, "sapo", loss_type="sapo", ours_extra=temps, trl_extra=temps, logits=False,
                         trl_dtype=torch.float32)
