@@ -13,6 +13,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def repo_tool(name: str):
+    """A script of tools/ (not a package) as a module, e.g. repo_tool("import_floors")."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def small_preset_dict(**training) -> dict:
     """A GRPO preset on the built-in model small enough for a unit test (seconds a step)."""
     return {

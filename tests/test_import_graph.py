@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import repo_tool
+
 ROOT = Path(__file__).resolve().parents[1]
+FLOORS = repo_tool("import_floors")  # its Tarjan's and its reading of `if TYPE_CHECKING:`
 
 
 def module_name(path: Path) -> str:
@@ -35,12 +38,6 @@ def package_modules(package: str) -> dict[str, Path]:
     return {module_name(p): p for p in sorted((ROOT / package).rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def imports(path: Path, module: str, *, top_level_only: bool = False, type_checking: bool = False) -> set[str]:
     """Every module ``path`` imports (absolute names), relative imports resolved
     (`type_checking`: those under ``if TYPE_CHECKING:`` too)."""
@@ -49,7 +46,7 @@ def imports(path: Path, module: str, *, top_level_only: bool = False, type_check
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
+        if isinstance(node, ast.If) and FLOORS.is_type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -82,39 +79,9 @@ def engine_graph(package: str = "engine", type_checking: bool = False) -> dict[s
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each as
-    one circle through them, sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    components: list[list[str]] = []
-
-    def connect(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(graph.get(node, ())):
-            if target not in index:
-                connect(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                components.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            connect(node)
-    return sorted(components)
+    """The strongly connected components with more than one module, sorted (the same
+    Tarjan's that tools/import_floors.py counts the engine's circles with)."""
+    return FLOORS.strongly_connected(graph)
 
 
 def _circle(graph: dict[str, set[str]], members: list[str]) -> str:

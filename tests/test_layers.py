@@ -5,10 +5,11 @@ workbench's Qt-free models never import PySide6 or pyqtgraph. Imports inside fun
 count. tools/import_floors.py counts the same floors' arrows and the engine's import
 circles on its own."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+
+from conftest import repo_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,10 +23,7 @@ def test_import_linter_contracts_are_kept():
 
 
 def _import_floors():
-    spec = importlib.util.spec_from_file_location("import_floors", ROOT / "tools" / "import_floors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_tool("import_floors")
 
 
 def test_no_import_runs_back_up_and_none_goes_round():

@@ -60,7 +60,8 @@ def module_names(root: Path) -> dict[str, Path]:
     return names
 
 
-def _is_type_checking(node: ast.If) -> bool:
+def is_type_checking(node: ast.If) -> bool:
+    """Whether an `if` is `if TYPE_CHECKING:` (its imports never run)."""
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
@@ -89,7 +90,7 @@ def imports_of(module: str, path: Path, modules: dict[str, Path]):
 
     def visit(node, in_function: bool):
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
+            if isinstance(child, ast.If) and is_type_checking(child):
                 for sub in child.orelse:
                     visit(sub, in_function)
                 continue
@@ -146,8 +147,19 @@ def arrows_back_up(edges) -> list[tuple[str, str, int, bool]]:
 
 
 def circles(edges) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan's, iterative)."""
-    adjacency = {m: sorted({t for t, _, _, _ in targets if t != m}) for m, targets in edges.items()}
+    """The engine's import circles: the strongly connected components of its module graph."""
+    return strongly_connected({m: {t for t, _, _, _ in targets if t != m} for m, targets in edges.items()})
+
+
+def strongly_connected(graph) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's, iterative: no
+    recursion limit), each sorted, in sorted order; `graph`: node -> the nodes it points at
+    (a target that is not a node is left out). tests/test_import_graph.py uses it too.
+
+    >>> strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
+    [['a', 'b', 'c']]
+    """
+    adjacency = {node: sorted(targets) for node, targets in graph.items()}
     index, low, on_stack, stack, result = {}, {}, set(), [], []
     counter = 0
     for start in adjacency:
@@ -189,7 +201,7 @@ def circles(edges) -> list[list[str]]:
                         break
                 if len(component) > 1:
                     result.append(sorted(component))
-    return result
+    return sorted(result)
 
 
 def package_imports(edges) -> set[tuple[str, str]]:
