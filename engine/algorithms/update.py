@@ -49,16 +49,24 @@ class StepBatch:
     episodes: object | None = field(default=None, kw_only=True)
     logprob_after: torch.Tensor | None = field(default=None, kw_only=True)
     tops: list = field(default_factory=list, kw_only=True)
-    recorded_entropy: list = field(default_factory=list, kw_only=True)
+    entropies: list = field(default_factory=list, kw_only=True)
 
-    def record_top(self, logits, rows: slice, entropy: torch.Tensor | None = None) -> None:
+    def record_top(self, logits, rows: slice, entropy: torch.Tensor | bool = False) -> None:
         """Keep the top-5 alternatives of the recorded rows among a micro-batch's `rows`
-        (TokenLogits `logits`), and their `entropy` (the micro-batch's, (b, T)) when given."""
+        (TokenLogits `logits`), and their entropy when asked: `entropy` the micro-batch's
+        (b, T) when the step has it, or True to take it from `logits` (only for a
+        micro-batch that holds recorded rows)."""
         top = recorded_top(logits, rows, self.num_recorded)
         if top is not None:
             self.tops.append(top)
-            if entropy is not None:
-                self.recorded_entropy.append(entropy[: top[0].shape[0]])
+            if entropy is not False:
+                entropy = logits.entropy() if entropy is True else entropy
+                self.entropies.append(entropy[: top[0].shape[0]])
+
+    @property
+    def recorded_entropy(self) -> torch.Tensor | None:
+        """The recorded rows' per-token entropy kept with their top-5, in row order; None when none was."""
+        return torch.cat(self.entropies) if self.entropies else None
 
     @property
     def top(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -168,6 +176,8 @@ class UpdateResult:
 
     @staticmethod
     def _mean(values: list[float]) -> float:
+        # added in order from 0.0, as the trainers summed their updates before (sum() of
+        # Python 3.12+ compensates, which would change the logged loss in its last digits)
         total = 0.0
         for value in values:
             total += value

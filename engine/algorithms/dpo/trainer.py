@@ -34,8 +34,8 @@ PAIR = 2  # rows per preference pair: chosen, rejected
 class DPOStepOutputs:
     """What a DPO step keeps for `write_step_outputs`: its pairs, their rows
     [chosen_0, rejected_0, ...], the policy's token logprobs (2B, T), the recorded rows'
-    top-5 (probs, ids) and entropy (None when no row is recorded), each pair's implicit rewards, and the recorded
-    rows' reference logprobs (the step used sums)."""
+    top-5 (probs, ids) and entropy (None when no row is recorded), each pair's implicit
+    rewards, and the recorded rows' reference logprobs (the step used sums)."""
 
     examples: list[Example]
     rows: Rollout
@@ -213,8 +213,7 @@ class DPOTrainer(Trainer):
         with torch.no_grad():
             batch.logps[mb] = token_logps.detach()
             batch.logit_sums[mb] = (logits.sums() * mask[mb]).sum(-1)
-            if batch.num_recorded > mb.start:  # the entropy pass only for micro-batches with recorded rows
-                batch.record_top(logits, mb, logits.entropy())
+            batch.record_top(logits, mb, entropy=True)
         for key, value in (("r_chosen", r_chosen), ("r_rejected", r_rejected), ("chosen", chosen),
                            ("rejected", rejected)):
             batch.per_pair[key][pairs] = value.detach()
@@ -249,7 +248,7 @@ class DPOTrainer(Trainer):
         if self.algo.rpo_alpha is not None:
             metrics["nll_loss"] = update.metrics.get("nll_loss")
         outputs = DPOStepOutputs(examples=batch.examples, rows=rows, logps=batch.logps, top=batch.top,
-                                 entropy=torch.cat(batch.recorded_entropy) if batch.recorded_entropy else None,
+                                 entropy=batch.recorded_entropy,
                                  r_chosen=r_chosen.tolist(), r_rejected=r_rejected.tolist(),
                                  ref_recorded=self.recorded_reference(rows, batch.num_recorded, group_size=PAIR)
                                  if batch.ref_tokens is None else batch.ref_tokens[:batch.num_recorded],

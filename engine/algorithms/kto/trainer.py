@@ -79,9 +79,9 @@ def distinct_prompts(examples: list[Example]) -> list[Example]:
 @dataclass
 class KTOStepOutputs:
     """What a KTO step keeps for `write_step_outputs`: its rows, their rollout, the
-    policy's token logprobs (B, T), the recorded rows' top-5 (probs, ids) and entropy (None when no row is recorded),
-    each row's implicit reward, the step's KL reference point, and the recorded rows'
-    reference logprobs (the step used sums)."""
+    policy's token logprobs (B, T), the recorded rows' top-5 (probs, ids) and entropy
+    (None when no row is recorded), each row's implicit reward, the step's KL reference
+    point, and the recorded rows' reference logprobs (the step used sums)."""
 
     examples: list[Example]
     rows: Rollout
@@ -245,7 +245,7 @@ class KTOTrainer(Trainer):
             batch.per_row["policy"][mb] = policy.detach()
             batch.per_row["logits"][mb] = (logits.sums() * mask[mb]).sum(-1)
             batch.per_row["entropy"][mb] = (entropy * mask[mb]).sum(-1)
-            batch.record_top(logits, mb, entropy)
+            batch.record_top(logits, mb, entropy=entropy)
         return MicroLoss(losses.sum() / batch.samples)  # the mean over all rows, accumulated over micro-batches
 
     def update_effect_inputs(self, batch: KTOBatch):
@@ -261,7 +261,7 @@ class KTOTrainer(Trainer):
         metrics = {"kl": float(batch.kl)}
         metrics.update(self.side_metrics(rewards, batch.per_row, batch.rows.completion_mask.sum(-1), batch.labels, V))
         outputs = KTOStepOutputs(examples=batch.examples, rows=batch.rows, logps=batch.logps, top=batch.top,
-                                 entropy=torch.cat(batch.recorded_entropy) if batch.recorded_entropy else None,
+                                 entropy=batch.recorded_entropy,
                                  rewards=rewards, kl=float(batch.kl),
                                  ref_recorded=self.recorded_reference(batch.rows, batch.num_recorded, group_size=1),
                                  logprob_after=batch.logprob_after)
