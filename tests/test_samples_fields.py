@@ -140,4 +140,5 @@ def test_rows_without_an_advantage_get_no_column_of_nulls(qtbot, tmp_path):
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     view = open_samples(qtbot, run_dir, rows=lambda count: count == 8)
     assert "advantage" not in view.model.columns and "label" in view.model.columns
-    assert "advantage" in open_samples(qtbot, made_up_run(tmp_path / "with"), rows=lambda count: count == 8).model.columns
+    with_advantage = open_samples(qtbot, made_up_run(tmp_path / "with"), rows=lambda count: count == 8)
+    assert "advantage" in with_advantage.model.columns

@@ -46,7 +46,8 @@ __all__ = [
     "PolicyLoss", "Surrogate", "Aggregation", "Estimator", "RewardScaling", "DPOLoss", "ImportanceLevel",
     "POLICY_LOSSES", "SURROGATES", "AGGREGATIONS", "ESTIMATORS", "REWARD_SCALINGS", "KL_ESTIMATORS",
     "IMPORTANCE_LEVELS", "DPO_LOSSES", "KTOLoss", "KTO_LOSSES", "DEFAULT_AGGREGATION", "rows_share", "tokens_share",
-    "policy_loss_parts", "micro_batch_weight", "surrogate_options", "offer_section_fields", "length_neutral_loss_types", "register_policy_loss",
+    "policy_loss_parts", "micro_batch_weight", "surrogate_options", "offer_section_fields",
+    "length_neutral_loss_types", "register_policy_loss",
     "unregister_policy_loss", "upper_clip", "wants_greedy_baseline", "RewardAggregation", "REWARD_AGGREGATIONS",
 ]
 

@@ -91,11 +91,11 @@ class SamplesModel(QAbstractTableModel):
 
     def _column_names(self) -> list[str]:
         """The columns: step, prompt, completion, total reward, each component,
-        advantage (once a row has one: KTO's have none), and one for each sample field the run's rows have (declared by the
-        run, or an old run's known keys), each where its kind goes: texts, flags and the
-        episode beside the completion, the greedy baseline beside the reward, numbers and
-        step scores after the components, scores (each reward's advantage) after the
-        advantage, an unknown kind (or the tie) last."""
+        advantage (once a row has one: KTO's have none), and one for each sample field
+        the run's rows have (declared by the run, or an old run's known keys), each where
+        its kind goes: texts, flags and the episode beside the completion, the greedy
+        baseline beside the reward, numbers and step scores after the components, scores
+        (each reward's advantage) after the advantage, an unknown kind (or the tie) last."""
         by_place: dict[str, list[str]] = {}
         for name, (field_, _part) in self._field_columns().items():
             by_place.setdefault(field_.where, []).append(name)
