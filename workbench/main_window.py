@@ -6,11 +6,12 @@ milliseconds when nothing is new); a run model that read something new announces
 (RunData.updated) and the views that show it (dashboard, samples, header) redraw
 themselves. Nothing the window does waits on the engine.
 
-MainWindow composes: the views, and four controllers it owns, each given what it needs
+MainWindow composes: the views, and five controllers it owns, each given what it needs
 (the document, the set-up form, the window's callbacks: workbench/window/hooks.py):
 `presets` (workbench/window/presets.py: New, Open, Save, recent and bundled menus),
 `run_control` (run_control.py: Run, Stop, Kill, Resume, the window's engine and a run's
-status), `fork` (fork.py) and `export` (export.py). The Dashboard tab's layout is
+status), `fork` (fork.py), `export` (export.py) and `pipeline` (pipeline.py: a run as the
+next stage's starting point or reward model, in the set-up form). The Dashboard tab's layout is
 window/dashboard_tab.py, the status bar's message window/status_message.py, the tab and
 answer names window/names.py.
 """
@@ -48,6 +49,7 @@ from workbench.window.export import ExportController
 from workbench.window.fork import ForkController
 from workbench.window.hooks import WindowHooks, make_action
 from workbench.window.names import DASHBOARD, INSPECTOR, LOG, RUNS, SAMPLES
+from workbench.window.pipeline import PipelineController
 from workbench.window.presets import PresetsController
 from workbench.window.run_control import RunControl
 from workbench.window.status_message import StatusMessage
@@ -117,6 +119,9 @@ class MainWindow(QMainWindow):
                                       self._run_data, self.open_run, self.run_launched.emit, self._engine_finished)
         self.fork = ForkController(hooks, self.settings, self.run_control)
         self.export = ExportController(hooks, lambda: self.shown[0].run_dir if self.shown else None)
+        self.pipeline = PipelineController(hooks, self.setup, lambda path: self._run_data(path).preset)
+        # A reward model's Run… lists this folder's reward-model runs (the playground's editor too).
+        self.setup.rewards.runs_folder = self.playground.rewards.runs_folder = lambda: self.settings.runs_path
         self._make_actions()
         self.statusBar().addWidget(self.run_message, 1)
 
@@ -138,6 +143,9 @@ class MainWindow(QMainWindow):
         self.runs_view.fork_requested.connect(self.fork.fork_run)
         self.runs_view.export_requested.connect(self.export.export_run)
         self.runs_view.resume_requested.connect(self.run_control.resume)
+        self.runs_view.start_from_requested.connect(self.pipeline.start_policy_from)
+        self.runs_view.reward_model_requested.connect(self.pipeline.use_as_reward_model)
+        self.header.open_requested.connect(self.open_run)  # an earlier stage of the run's pipeline
         self.runs_view.folder_changed.connect(self._runs_folder_changed)
         self.tabs.currentChanged.connect(self._tab_changed)
 

@@ -14,11 +14,13 @@ window judges a run's status (`judge`, as only it holds the engine process) and 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
+from workbench.runs.pipeline_line import PipelineLine
 from workbench.runs.rundata import RunData, format_duration
 from workbench.runs.status import RESUMABLE, clean_output, resume_note, resume_problem
 from workbench.runs.runs_view import STATUS_COLOURS
@@ -132,10 +134,12 @@ class FailureBanner(QFrame):
 
 
 class RunHeader(QWidget):
-    """Signals: show_log(), resume_requested() (the banner's Resume, for the run on show)."""
+    """Signals: show_log(), resume_requested() (the banner's Resume, for the run on show),
+    open_requested(path) (an earlier stage of the run's pipeline clicked)."""
 
     show_log = Signal()
     resume_requested = Signal()
+    open_requested = Signal(Path)
     # Why no run can be resumed now whatever its state (the window's own engine is busy), or None.
     resume_blocked: Callable[[], str | None] = staticmethod(lambda: None)
 
@@ -159,6 +163,8 @@ class RunHeader(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#c75000;")
         self.note.hide()
+        self.pipeline = PipelineLine()
+        self.pipeline.open_requested.connect(self.open_requested)
         self.failure = FailureBanner()
         self.failure.show_log.connect(self.show_log)
         self.failure.resume_requested.connect(self.resume_requested)
@@ -173,6 +179,7 @@ class RunHeader(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 0)
         layout.addLayout(row)
+        layout.addWidget(self.pipeline)
         layout.addWidget(self.note)
         layout.addWidget(self.failure)
         self.progress.hide()
@@ -230,8 +237,10 @@ class RunHeader(QWidget):
             self.eta.setText("")
             self.note.hide()
             self.failure.hide()
+            self.pipeline.show_run(None)
             return
         self.name.setText(run.name)
+        self.pipeline.show_run(run)
         self.set_status(status, note)
         progress = run.progress()
         if progress.max_steps:

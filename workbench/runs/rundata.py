@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.run import rundir
 from workbench.signals import Signal
+from workbench.runs.lineage import Stage, stages_of
 from workbench.runs.metric_table import MetricTable
 from workbench.runs.samples_store import SampleStore, sample_fields_of
 
@@ -60,6 +61,9 @@ class RunData:
         self.checkpoints: list[dict] = []
         self.alarms: list[dict] = []  # `alarm` events with a kind and a step, in order (is_alarm)
         self.parent: dict | None = None  # a fork's run_started `parent`: {run, checkpoint, step}
+        # The runs it was built from (run_started's `lineage`: the run it starts from, its
+        # reward models), as workbench/runs/lineage.py reads them; [] for most runs.
+        self.lineage: list[Stage] = []
         # (step, samples) of each eval event: greedy completions of the same held-out
         # prompts at every evaluation (the inspector's prompt history follows them).
         self.eval_samples: list[tuple[int, list[dict]]] = []
@@ -143,6 +147,7 @@ class RunData:
                 if kind in ("run_started", "run_resumed"):
                     if kind == "run_started":
                         self.parent = event.get("parent") if isinstance(event.get("parent"), dict) else None
+                        self.lineage = stages_of(event.get("lineage"))
                     if kind == "run_resumed" and isinstance(step, int):
                         # Steps after the checkpoint are being redone: their old values go.
                         # A restart (no checkpoint: trained again from step 0) redoes them

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.runs.lineage import REWARD_MODEL, has_complete_checkpoint
 from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
 from workbench.setup.schema import format_value
@@ -32,6 +33,8 @@ STATUS_COLOURS = {
     "running": "#1565c0", "starting": "#1565c0", "done": "#1e7e34", "stopped": "#8a6d00",
     "failed": "#b00020", "interrupted": "#b00020", "stale": "#c75000",
 }
+START_POLICY = "Start a policy from this run"
+USE_AS_REWARD_MODEL = "Use as reward model"
 COLUMNS = ("name", "algorithm", "model", "status", "steps", "last reward", "started", "family")
 
 
@@ -92,8 +95,8 @@ class RunsModel(QAbstractTableModel):
         if role == Qt.ForegroundRole and column == "status":
             return QColor(STATUS_COLOURS.get(run.status, "#333"))
         if role == Qt.ToolTipRole:
-            if column == "family" and run.parent:
-                return f"forked from {run.parent.get('run')} at {run.parent.get('checkpoint')}"
+            if column == "family" and run.family_tooltip:
+                return run.family_tooltip
             return run.note or str(run.path)
         if role == Qt.TextAlignmentRole and column in ("steps", "last reward"):
             return int(Qt.AlignRight | Qt.AlignVCenter)
@@ -102,7 +105,9 @@ class RunsModel(QAbstractTableModel):
 
 class RunsView(QWidget):
     """Signals: open_requested(path), compare_requested([paths]), preset_requested(path),
-    fork_requested(path), export_requested(path), resume_requested(path), folder_changed(path)."""
+    fork_requested(path), export_requested(path), resume_requested(path), folder_changed(path),
+    start_from_requested(path) (a new policy from the run's adapter), reward_model_requested(path)
+    (the reward-model run as a reward of the set-up form's preset)."""
 
     open_requested = Signal(Path)
     compare_requested = Signal(list)
@@ -111,6 +116,8 @@ class RunsView(QWidget):
     export_requested = Signal(Path)
     resume_requested = Signal(Path)
     folder_changed = Signal(Path)
+    start_from_requested = Signal(Path)
+    reward_model_requested = Signal(Path)
 
     def __init__(self, folder: Path, parent=None):
         super().__init__(parent)
@@ -266,10 +273,13 @@ class RunsView(QWidget):
             self.resume_requested.emit(paths[0])
 
     def context_menu(self, row: int) -> QMenu:
-        """The menu of a run's row: Open, Resume, Fork from here…, Export…, Load its preset."""
+        """The menu of a run's row: Open, Resume, Fork from here…, Export…, Load its preset,
+        and the next stage of a pipeline: Start a policy from this run (a run that trained
+        a policy), or Use as reward model (a reward-model run)."""
         run = self.model.runs[row]
         path = run.path
         menu = QMenu(self)
+        menu.setToolTipsVisible(True)  # why an action is greyed out
         menu.addAction("Open", lambda: self.open_requested.emit(path))
         problem = resume_problem(path, run.status)
         resume = menu.addAction("Resume", lambda: self.resume_requested.emit(path))
@@ -279,7 +289,25 @@ class RunsView(QWidget):
         menu.addAction("Fork from here…", lambda: self.fork_requested.emit(path))
         menu.addAction("Export…", lambda: self.export_requested.emit(path))
         menu.addAction("Load its preset into Set-up", lambda: self.preset_requested.emit(path))
+        menu.addSeparator()
+        self._add_pipeline_action(menu, run)
         return menu
+
+    def _add_pipeline_action(self, menu: QMenu, run: RunSummary) -> None:
+        """The pipeline's next stage from this run, enabled once the run has a complete
+        checkpoint (what the next run loads); greyed out, with the reason, before."""
+        path = run.path
+        if run.algorithm == REWARD_MODEL:
+            action = menu.addAction(USE_AS_REWARD_MODEL, lambda: self.reward_model_requested.emit(path))
+            action.setToolTip("Add this reward model to the rewards of the preset in Set-up")
+        else:
+            action = menu.addAction(START_POLICY, lambda: self.start_from_requested.emit(path))
+            action.setToolTip("Set the preset in Set-up to start from this run's adapter (model.start_from) on its "
+                              "base model")
+        if not has_complete_checkpoint(path):
+            action.setEnabled(False)
+            action.setToolTip(f"{run.name} has no complete checkpoint yet (one is saved every training.save_steps "
+                              "steps and when a run ends or is stopped)")
 
     def _context_menu(self, pos) -> None:
         index = self.table.indexAt(pos)

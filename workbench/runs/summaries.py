@@ -4,13 +4,14 @@ between runs. No Qt."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from engine.run import rundir
+from workbench.runs.lineage import Stage, family_text, pipeline_tooltip, stages_of
 from workbench.runs.process import EXIT_FILE, LAUNCH_PRESET, PROCESS_FILE, read_process_record, workbench_dir
 from workbench.runs.status import describe_run
 
@@ -32,14 +33,30 @@ class RunSummary:
     preset: dict | None = None
     parent: dict | None = None  # a fork's: run_started's `parent` {run, checkpoint, step}
     forks: int = 0  # runs of the same folder forked from this one
+    lineage: list[Stage] = field(default_factory=list)  # run_started's `lineage` (lineage.py)
+    used_by: int = 0  # runs of the same folder whose lineage names this one
 
     @property
     def family(self) -> str:
-        """"fork of NAME @ step N", "2 forks", both, or ""."""
+        """"fork of NAME @ step N", "from SFT-RUN · RM RM-RUN", "2 forks", "used by 1
+        run", some of them, or ""."""
         parts = [fork_label(self.parent)] if self.parent else []
+        if self.lineage:
+            parts.append(family_text(self.lineage))
         if self.forks:
             parts.append(f"{self.forks} fork{'s' if self.forks > 1 else ''}")
+        if self.used_by:
+            parts.append(f"used by {self.used_by} run{'s' if self.used_by > 1 else ''}")
         return "; ".join(parts)
+
+    @property
+    def family_tooltip(self) -> str:
+        """The family spelled out: the fork's parent and checkpoint, the whole pipeline
+        with its folders and checkpoints."""
+        lines = [f"forked from {self.parent.get('run')} at {self.parent.get('checkpoint')}"] if self.parent else []
+        if self.lineage:
+            lines.append(pipeline_tooltip(self.lineage, self.algorithm, self.name))
+        return "\n".join(lines)
 
 
 def fork_label(parent: dict | None) -> str:
@@ -76,6 +93,7 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
         summary.model = str((first.get("model") or {}).get("name_or_path") or "")
         summary.max_steps = first.get("max_steps")
         summary.parent = first.get("parent") if isinstance(first.get("parent"), dict) else None
+        summary.lineage = stages_of(first.get("lineage"))
     if summary.preset is None:
         for path in (run_dir / rundir.PRESET_FILE, workbench_dir(run_dir) / LAUNCH_PRESET):
             try:
@@ -154,11 +172,13 @@ class RunIndex:
         found.sort(key=lambda s: s.started or 0, reverse=True)
         by_path = {s.path.resolve(): s for s in found}
         for summary in found:
-            summary.forks = 0
+            summary.forks = summary.used_by = 0
         for summary in found:
             parent = by_path.get(Path(str(summary.parent["run"])).resolve()) if summary.parent else None
             if parent is not None:
                 parent.forks += 1
+            for path in {stage.run.resolve() for stage in summary.lineage} & by_path.keys():
+                by_path[path].used_by += 1
         return found
 
 

@@ -386,6 +386,10 @@ def make_editor(spec: FieldSpec, parent: QWidget | None = None) -> FieldEditor:
     """The editor for a field: a few fields get a richer one, the rest by kind."""
     if spec.path == "model.name_or_path":
         return ModelEditor(spec, parent)
+    if spec.path == "model.start_from":  # a run folder or a checkpoint in one (the field is newer than some engines)
+        editor = PathEditor(spec, folder=True, parent=parent)
+        editor.browse.setToolTip("Choose a run folder, or a checkpoint folder in one (RUN/checkpoints/step_N)")
+        return editor
     if spec.path == "model.chat_template":
         return SuggestEditor(spec, ["auto", "none"], parent)
     if spec.path == "model.device":

@@ -6,7 +6,7 @@ label, weight, step delimiter and options, and the Add component chooser.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -29,14 +29,17 @@ from engine.rewards import PRM_HEADS
 from workbench.setup import schema
 from workbench.setup.document import PresetDocument
 from workbench.setup.editors import NOTE_STYLE, ChoiceEditor, FieldRow, NumberEditor, PathEditor, TextEditor
+from workbench.setup.model_picker import type_into
 from workbench.setup.options_editor import TEXT, OptionsEditor
+from workbench.setup.reward_run_picker import RewardRunButton
 from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, StepDelimiterEditor, \
     delimiter_placeholder, functions_in, relative_to_preset, reward_help, reward_row_kind, split_function_name
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
 
 REWARD_MODEL_HELP = ("A Hugging Face sequence-classification model with one label (num_labels 1): its logit on "
-                     "prompt + completion is the reward. A hub id (org/name) or a local folder.")
+                     "prompt + completion is the reward. A hub id (org/name), a local folder, or a reward-model run "
+                     "(its folder, or run:PRESET_NAME for that preset's newest run: Run…).")
 PROCESS_REWARD_MODEL_HELP = (
     "A Hugging Face process reward model that scores each step of a completion: a token-classification "
     "model (the probability of class `label` at each step's end) or a causal LM (p(good_token) / "
@@ -85,6 +88,7 @@ class RewardRow(QFrame):
         self.model: PathEditor | None = None
         self.file: RewardFileEditor | None = None
         self.function: FunctionEditor | None = None
+        self.run_picker: RewardRunButton | None = None  # a reward model's "Run…"
 
         top = QHBoxLayout()
         layout = QVBoxLayout(self)
@@ -109,6 +113,11 @@ class RewardRow(QFrame):
             self.model = PathEditor(model_spec, folder=True, parent=self)
             self.model.line.setPlaceholderText("Hugging Face id (org/name) or a folder")
             self.model.browse.setToolTip(f"Choose a local {kind.replace('_', ' ')} folder")
+            if kind == REWARD_MODEL:
+                self.model.line.setPlaceholderText("Hugging Face id (org/name), a folder, or a reward-model run")
+                self.run_picker = RewardRunButton(lambda: editor.runs_folder(),
+                                                  lambda text: type_into(self.model, text), self.model)
+                self.model.layout_.addWidget(self.run_picker)
             self.field_rows["options.model"] = FieldRow(self.model, self)
             layout.addWidget(self.field_rows["options.model"])
             self.model.edited.connect(self._model_edited)
@@ -234,6 +243,8 @@ class RewardsEditor(QGroupBox):
     def __init__(self, doc: PresetDocument, parent: QWidget | None = None):
         super().__init__("Rewards", parent)
         self.doc = doc
+        # The folder whose reward-model runs a reward model's Run… lists (the window sets it).
+        self.runs_folder: Callable[[], Path | None] = lambda: None
         self.items: list[RewardRow] = []
         self.list_row = FieldRow(QLabel("total reward = Σ weight × component", self), self)
         self.list_row.editor.setStyleSheet(NOTE_STYLE)
