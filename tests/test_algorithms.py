@@ -213,7 +213,7 @@ def test_dpo_file_without_rejected_column_names_it(tmp_path):
     data = small_preset_dict()
     data["algorithm"] = {"name": "dpo"}
     data["data"] = {"task": None, "path": str(pairs), "num_eval": 2}
-    with pytest.raises(ValueError, match="data.path: DPO needs .*lacks rejected"):
+    with pytest.raises(ValueError, match="data.path: DPO needs .*rejected is missing"):
         DPOTrainer(preset_from_dict(data), tmp_path / "run")
 
 

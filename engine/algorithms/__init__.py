@@ -1,5 +1,5 @@
 """The training algorithms, one folder each: `grpo` (with RLOO, REINFORCE++, GSPO), `ppo`,
-`dpo`, on the shared `base.Trainer`. Each folder holds its preset section (`config.py`,
+`dpo`, `online_dpo`, `kto`, and the RLHF pipeline's first stages `sft` and `reward_model`, on the shared `base.Trainer`. Each folder holds its preset section (`config.py`,
 torch-free, with the declarations of engine/algorithms/config_base.py) and its trainer
 (`trainer.py`). `ALGORITHMS` (a foundation Registry, as every other kind's) is the one
 registry: a preset's `algorithm.name` -> its trainer class as "module:Class", imported only
@@ -21,6 +21,8 @@ from engine.algorithms.grpo.config import GRPOConfig
 from engine.algorithms.kto.config import KTOConfig
 from engine.algorithms.online_dpo.config import OnlineDPOConfig
 from engine.algorithms.ppo.config import PPOConfig
+from engine.algorithms.reward_model.config import RewardModelConfig
+from engine.algorithms.sft.config import SFTConfig
 from engine.foundation.registry import Registry, first_line
 
 
@@ -78,16 +80,18 @@ register_algorithm(PPOConfig, "engine.algorithms.ppo.trainer:PPOTrainer")
 register_algorithm(DPOConfig, "engine.algorithms.dpo.trainer:DPOTrainer")
 register_algorithm(OnlineDPOConfig, "engine.algorithms.online_dpo.trainer:OnlineDPOTrainer")
 register_algorithm(KTOConfig, "engine.algorithms.kto.trainer:KTOTrainer")
+register_algorithm(SFTConfig, "engine.algorithms.sft.trainer:SFTTrainer")
+register_algorithm(RewardModelConfig, "engine.algorithms.reward_model.trainer:RewardModelTrainer")
 
 
 def trainer_class(name: str) -> type:
     """The trainer class (an engine.algorithms.base.Trainer) of an algorithm name; a
     ValueError naming the known ones else.
 
-    >>> trainer_class("sft")
+    >>> trainer_class("rlhf")
     Traceback (most recent call last):
     ...
-    ValueError: algorithm.name: unknown algorithm 'sft'; known: dpo, grpo, ...
+    ValueError: algorithm.name: unknown algorithm 'rlhf'; known: dpo, grpo, ...
     """
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm.name: unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from engine.run import rundir
+from engine.run.lineage import pin_run_references
 from engine.alarms import AlarmWatcher
 from engine.algorithms.checkpoints import CheckpointParts, Progress, load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
@@ -73,6 +74,10 @@ class Trainer(TrainingStep, Declares):
 
     def __init__(self, preset: Preset, run_dir: str | Path, stop: StopFlag | None = None,
                  preset_dir: Path | None = None, world: World | None = None):
+        self.run_dir = Path(run_dir)
+        # Runs this one stands on (model.start_from, a reward-model run as a reward): checked
+        # and pinned to their checkpoints before anything loads (engine/run/lineage.py).
+        preset, self.lineage = pin_run_references(preset, self.run_dir.parent, preset_dir)
         self.preset = preset
         self.world = world or World()
         problems = world_size_problems(preset, self.world.size)
@@ -80,7 +85,6 @@ class Trainer(TrainingStep, Declares):
             raise ValueError("; ".join(problems))
         self.algo = preset.algorithm
         self.cfg = preset.training
-        self.run_dir = Path(run_dir)
         self.stop = stop or StopFlag()
         self.step = 0
         self.nonfinite_steps = 0
@@ -101,7 +105,7 @@ class Trainer(TrainingStep, Declares):
             raise ValueError("; ".join(f"{field}: {message}" for field, message in missing))
         self.accuracy_reward = accuracy_reward_name(preset.data, held_out, [r.name for r in preset.rewards])
         self.stop.check_setup()
-        loaded: LoadedModel = load_model(preset.model, self.cfg.gradient_checkpointing)
+        loaded: LoadedModel = self.load_model()
         self.policy = Policy(loaded, Sampling.of(self.algo), preset.group_size)
         # Prompts as the model sees them: through its chat template (engine/model/chat.py).
         self.chat = chat_format(preset.model.chat_template, loaded.tokenizer_chat_template,
@@ -109,8 +113,7 @@ class Trainer(TrainingStep, Declares):
         # data.environment: multi-turn episodes with tools, the prompts templated with them
         self.episodes = EpisodeRunner.of(preset, self.chat, loaded, preset_dir)
         self.train_examples, self.eval_examples = (
-            self.episodes.template(examples) if self.episodes else
-            template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
+            self.episodes.template(examples) if self.episodes else self.template_data(examples)
             for examples in (train, held_out))
         self.stream = PromptStream(self.train_examples, self.cfg.seed)
         self.stop.check_setup()
@@ -171,6 +174,15 @@ class Trainer(TrainingStep, Declares):
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
         return load_splits(self.preset.data, self.cfg.seed, preset_dir)
+
+    def load_model(self) -> LoadedModel:
+        """The model and its tokenizer (engine/model/loading.py): a causal LM with a fresh adapter."""
+        return load_model(self.preset.model, self.cfg.gradient_checkpointing)
+
+    def template_data(self, examples: list[Example]) -> list[Example]:
+        """The examples as the model sees them: the prompts through the chat template (with
+        TEMPLATED_PAIRS, DPO's answers too)."""
+        return template_examples(examples, self.chat, self.tokenizer, pairs=self.TEMPLATED_PAIRS)
 
     def setup_modules(self) -> None:
         """Build modules trained besides the LoRA adapter (PPO's value head)."""
@@ -410,8 +422,9 @@ class Trainer(TrainingStep, Declares):
     # -------------------------------------------------------------------- run
 
     def run_started_fields(self) -> dict:
-        return run_started_fields(self.preset, self.policy, self.chat.source, self.world, self.declaration(),
-                                  len(self.train_examples), len(self.eval_examples))
+        fields = run_started_fields(self.preset, self.policy, self.chat.source, self.world, self.declaration(),
+                                    len(self.train_examples), len(self.eval_examples))
+        return {**fields, "lineage": self.lineage} if self.lineage else fields
 
     def run(self, on_step=None, resume_from: Path | None = None, fork_of: dict | None = None, restart=False) -> str:
         """Train to max_steps or until stopped. Returns "done" or "stopped"; raises on failure

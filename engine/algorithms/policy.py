@@ -111,13 +111,18 @@ class Policy:
     def answer_rows(self, prompts: list[str], answers: list[str], max_tokens: int) -> Rollout:
         """Rows (prompt i, answer i) of given answers: prompts left-padded, answers
         right-padded, as a sampled rollout would be, so the same passes run over them."""
-        prompt_ids, prompt_mask = self.encode_prompts(prompts)
-        encoded = [self.encode_answer(a, max_tokens) for a in answers]
-        T = max(len(a) for a in encoded)
+        prompt_ids = self.tokenizer(prompts, add_special_tokens=False)["input_ids"]
+        return self.id_rows(prompt_ids, [self.encode_answer(a, max_tokens) for a in answers])
+
+    def id_rows(self, prompts: list[list[int]], completions: list[list[int]]) -> Rollout:
+        """Rows of given token ids: each prompt left-padded, each completion right-padded."""
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([a + [pad] * (T - len(a)) for a in encoded], device=self.device)
-        mask = torch.tensor([[1.0] * len(a) + [0.0] * (T - len(a)) for a in encoded], device=self.device)
-        B = len(encoded)
+        P, T = max(len(p) for p in prompts), max(len(c) for c in completions)
+        prompt_ids = torch.tensor([[pad] * (P - len(p)) + p for p in prompts], device=self.device)
+        prompt_mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        ids = torch.tensor([c + [pad] * (T - len(c)) for c in completions], device=self.device)
+        mask = torch.tensor([[1.0] * len(c) + [0.0] * (T - len(c)) for c in completions], device=self.device)
+        B = len(completions)
         return Rollout(prompt_ids, prompt_mask, ids, mask, torch.zeros(B, T, device=self.device),
                        torch.zeros(B, dtype=torch.bool, device=self.device))
 

@@ -8,11 +8,14 @@ How an answer is corrupted belongs to its task (``corrupt=`` in
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
+from engine.data.columns import is_conversation
 from engine.data.examples import Example
+from engine.data.splits import load_splits
 from engine.data.tasks import CORRUPTIONS
 
-__all__ = ["corrupt_answer", "preference_pairs"]
+__all__ = ["corrupt_answer", "preference_pairs", "pair_problem", "load_preference_splits"]
 
 
 def corrupt_answer(answer: str, rng: random.Random, task: str) -> str:
@@ -43,3 +46,46 @@ def preference_pairs(examples: list[Example], seed: int, task: str) -> list[Exam
     rng = random.Random(f"pairs:{seed}")
     return [Example(e.prompt, {**e.fields, "chosen": e.fields["answer"],
                                "rejected": corrupt_answer(e.fields["answer"], rng, task)}) for e in examples]
+
+
+def _answer_problem(value: object) -> str | None:
+    """Why a pair's side cannot be an answer (None when it can): text, or assistant messages."""
+    if isinstance(value, str):
+        return "is empty" if not value.strip() else None
+    if is_conversation(value):
+        text = "".join(str(m.get("content", "")) for m in value if m.get("role") == "assistant")
+        return "has no assistant message with text" if not text.strip() else None
+    return "is missing" if value is None else f"is neither text nor messages ({type(value).__name__})"
+
+
+def pair_problem(e: Example) -> str | None:
+    """What keeps an example from being a preference pair (None when nothing does).
+
+    >>> pair_problem(Example("2+2=", {"chosen": " 4", "rejected": "  "}))
+    'rejected is empty'
+    """
+    found = [f"{side} {why}" for side in ("chosen", "rejected") if (why := _answer_problem(e.fields.get(side)))]
+    return " and ".join(found) or None
+
+
+def load_preference_splits(cfg, seed: int, base_dir: Path | None = None,
+                           who: str = "DPO") -> tuple[list[Example], list[Example]]:
+    """(train, held-out) preference pairs for a preset's data section (`cfg`): a built-in
+    task's pairs (its answer chosen, a corrupted one rejected: seeded, so DPO, KTO and a
+    reward model see the same pairs), or a file's or data set's rows, each checked for a
+    non-empty `chosen` and `rejected` (TRL's preference format: text or assistant messages).
+    `who` names the algorithm in the errors."""
+    train, held_out = load_splits(cfg, seed, base_dir)
+    if cfg.task is not None:
+        return preference_pairs(train, seed, cfg.task), preference_pairs(held_out, seed + 1, cfg.task)
+    source = "data.dataset" if cfg.dataset is not None else "data.path"
+    for where, examples in (("training", train), ("held-out", held_out)):
+        for number, e in enumerate(examples):
+            problem = pair_problem(e)
+            if problem:
+                raise ValueError(
+                    f"{source}: {who} needs `chosen` and `rejected` answers (text, or assistant messages in "
+                    f"TRL's preference format) beside the prompt; {where} example {number} "
+                    f"({str(e.prompt)[:40]!r}): {problem} (columns data.chosen_field / data.rejected_field "
+                    "name them)")
+    return train, held_out

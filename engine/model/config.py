@@ -63,6 +63,14 @@ class ModelConfig(Section):
         False, description="QLoRA: the base model's weights in 4 bit (bitsandbytes NF4, CUDA only), the adapter "
         "in fp32; for GPUs too small for the bf16 weights. The reference is still the adapter switched off.",
     )
+    start_from: Union[str, None] = Field(
+        None, min_length=1,
+        description="Start from another run's adapter instead of the bare base model: a run folder (its newest "
+        "checkpoint), a checkpoint folder in one (RUN/checkpoints/step_N), or `run:PRESET_NAME` (the newest run of "
+        "that preset in the runs folder). Its adapter is merged into the base, which is then this run's policy and "
+        "reference (an SFT run before RL); it must have been trained on this name_or_path. The run keeps the "
+        "checkpoint it took in its preset.yaml.",
+    )
     trust_remote_code: bool = Field(
         False, description="Run the Python code a hub model ships with its weights. Off: such a model is "
         "refused, since its code runs with your rights; turn it on only for a model whose code you trust.",

@@ -293,36 +293,96 @@ def four_bit_config(cfg: ModelConfig, device: torch.device, dtype: torch.dtype) 
         bnb_4bit_compute_dtype=compute), "device_map": {"": device.index or 0}}
 
 
-def load_model(cfg: ModelConfig, gradient_checkpointing="auto") -> LoadedModel:
+# What a run trains on top of the base model: a causal LM (every algorithm but one), or
+# (`score`, reward-model runs) the base with a one-output score head, read at a text's
+# last token, that is trained and saved with the adapter (peft's modules_to_save).
+HEADS = {"causal_lm": ("AutoModelForCausalLM", "CAUSAL_LM"),
+         "score": ("AutoModelForSequenceClassification", "SEQ_CLS")}
+
+
+def merge_adapters(base: nn.Module, adapters: list[Path]) -> nn.Module:
+    """`base` with each adapter folder merged into its weights in turn, oldest first
+    (model.start_from: the model an earlier run ended with). A score head an adapter
+    holds (a reward-model run's) is kept with the merged model."""
+    from peft import PeftModel
+
+    for folder in adapters:
+        if not (Path(folder) / "adapter_config.json").is_file():
+            raise ModelLoadError(f"model.start_from: {folder} holds no adapter (adapter_config.json); give a "
+                                 "checkpoint folder a run wrote")
+        with peft_reading_deprecated_alias():
+            base = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    return base
+
+
+@contextlib.contextmanager
+def new_head_quiet(quiet: bool):
+    """transformers' load report off while a score head is created (`quiet`): it warns
+    that `score.weight` is "newly initialized", which is what a reward-model run wants, and
+    (for a model whose tensor-parallel plan is empty) that no layer was sharded."""
+    loggers = [logging.getLogger(f"transformers.{name}") for name in ("modeling_utils", "distributed.tensor_parallel")]
+    levels = [logger.level for logger in loggers]
+    if quiet:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+        if quiet:
+            log.info("a new one-output score head: the reward-model run trains it with the adapter")
+
+
+def load_base_model(path: str, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, head: str = "causal_lm",
+                    pad_token_id: int | None = None, quantization: dict | None = None) -> nn.Module:
+    """The base model of `path` with `head`, on `device` in `dtype`, with model.start_from's
+    adapters merged in (engine/foundation/run_files.py's chain)."""
+    import transformers
+
+    auto_class = getattr(transformers, HEADS[head][0])
+    extra = {"num_labels": 1, "pad_token_id": pad_token_id} if head == "score" else {}
+    try:
+        with new_head_quiet(head == "score"):
+            base = auto_class.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
+                                              attn_implementation=attention_implementation(device, dtype),
+                                              **extra, **(quantization or {}))
+    except Exception as exc:
+        raise ModelLoadError(_load_hint(path, "model", exc)) from exc
+    if not quantization:  # a 4-bit model is placed on its GPU as it loads
+        base.to(device)
+    if cfg.start_from is not None:
+        from engine.foundation.run_files import adapter_chain
+
+        base = merge_adapters(base, adapter_chain(cfg.start_from))
+    return base
+
+
+def load_model(cfg: ModelConfig, gradient_checkpointing="auto", head: str = "causal_lm") -> LoadedModel:
     """Load tokenizer, base model and a fresh LoRA adapter as the preset says
-    (`gradient_checkpointing`: training.gradient_checkpointing)."""
+    (`gradient_checkpointing`: training.gradient_checkpointing; `head`: HEADS)."""
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(cfg.name_or_path)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     quantization = four_bit_config(cfg, device, dtype)
     tokenizer = load_tokenizer(path, cfg.trust_remote_code)
-    try:
-        base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=cfg.trust_remote_code,
-                                                    attn_implementation=attention_implementation(device, dtype),
-                                                    **quantization)
-    except Exception as exc:
-        raise ModelLoadError(_load_hint(path, "model", exc)) from exc
-    if not quantization:  # a 4-bit model is placed on its GPU as it loads
-        base.to(device)
+    base = load_base_model(path, cfg, device, dtype, head, tokenizer.pad_token_id, quantization)
     fuse_activations(base)  # gelu_new -> its one-kernel equivalent (engine/model/activations.py)
     checkpointing = wants_checkpointing(gradient_checkpointing, sum(p.numel() for p in base.parameters()))
     if checkpointing:
         enable_checkpointing(base)
-    if base.generation_config is not None and base.generation_config.pad_token_id is None:
-        base.generation_config.pad_token_id = tokenizer.pad_token_id
+    generation = getattr(base, "generation_config", None)  # a score model has none
+    if generation is not None and generation.pad_token_id is None:
+        generation.pad_token_id = tokenizer.pad_token_id
 
     targets = find_lora_targets(base) if cfg.lora.target_modules == "auto" else list(cfg.lora.target_modules)
     lora = LoraConfig(
         r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-        target_modules=targets, task_type="CAUSAL_LM", fan_in_fan_out=uses_conv1d(base, targets),
+        target_modules=targets, task_type=HEADS[head][1], fan_in_fan_out=uses_conv1d(base, targets),
+        # the score head is trained whole and saved with the adapter, so a reloaded reward model scores as trained
+        modules_to_save=["score"] if head == "score" else None,
     )
     try:
         with peft_reading_deprecated_alias():

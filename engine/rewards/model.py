@@ -27,15 +27,14 @@ from pathlib import Path
 
 import torch
 
+from engine.foundation.run_files import adapter_base_model, has_score_head, is_adapter
 from engine.model.loading import context_length, resolve_device, resolve_dtype
+from engine.model.score import encode_texts, text_limit
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import REWARD_MODEL_OPTIONS
 from engine.rewards.paths import num_labels_message, resolve_reward_model
 
 log = logging.getLogger(__name__)
-
-# A tokenizer's model_max_length is a huge sentinel when the tokenizer does not know it.
-_NO_LIMIT = 1_000_000
 
 
 @dataclass
@@ -56,18 +55,15 @@ class RewardModel:
     @torch.inference_mode()
     def score(self, texts: list[str], batch_size: int = 32, max_length: int | None = None) -> list[float]:
         """The model's logit for each text, in batches of ``batch_size`` (texts of
-        similar length batched together; the order of the result is the input's)."""
+        similar length batched together; the order of the result is the input's). Texts
+        are encoded as a reward-model run encodes them (engine/model/score.py)."""
         limit = max_length or self.context
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         scores = [0.0] * len(texts)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
-            encoded = self.tokenizer(
-                [texts[i] for i in rows], return_tensors="pt", padding=True,
-                truncation=limit is not None, max_length=limit,
-            )
-            encoded = {k: v.to(self.device) for k, v in encoded.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-            logits = self.model(**encoded).logits
+            ids, mask = encode_texts(self.tokenizer, [texts[i] for i in rows], limit, self.device)
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
             for row, value in zip(rows, logits[:, 0].float().cpu().tolist()):
                 scores[row] = value
         return scores
@@ -131,6 +127,9 @@ def load_reward_model(model: str, device=None, dtype: str = "auto", where: str =
     key = (model, str(device), str(torch_dtype))
     if key in _CACHE:
         return _CACHE[key]
+    if is_adapter(model):  # a reward-model run's checkpoint (or its exported adapter): base + adapter
+        _CACHE[key] = load_adapter_reward_model(model, device, dtype, torch_dtype, where)
+        return _CACHE[key]
     try:
         config = AutoConfig.from_pretrained(model)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
@@ -147,12 +146,36 @@ def load_reward_model(model: str, device=None, dtype: str = "auto", where: str =
     loaded.config.pad_token_id = tokenizer.pad_token_id
     loaded.to(device).eval()
     loaded.requires_grad_(False)
-    limits = [n for n in (context_length(loaded.config), tokenizer.model_max_length)
-              if isinstance(n, int) and 0 < n < _NO_LIMIT]
-    result = RewardModel(model, loaded, tokenizer, device, torch_dtype, min(limits) if limits else None)
+    result = RewardModel(model, loaded, tokenizer, device, torch_dtype, text_limit(context_length(loaded.config),
+                                                                                   tokenizer))
     _CACHE[key] = result
     log.info("loaded reward model %s on %s (%s)", model, device, torch_dtype)
     return result
+
+
+def load_adapter_reward_model(folder: str, device: torch.device, dtype: str, torch_dtype, where: str) -> RewardModel:
+    """A reward model given as a LoRA adapter with its score head (a reward-model run's
+    checkpoint): its base model as a one-output sequence classifier, with the adapters it
+    stands on merged in (engine/foundation/run_files.py's chain), so it scores exactly as
+    the run did. RewardError naming `where` when the adapter has no trained head."""
+    from engine.model.config import ModelConfig
+    from engine.model.loading import ModelLoadError, load_base_model, resolve_model_path
+
+    if not has_score_head(folder):
+        raise RewardError(f"{where}: {folder} is an adapter without a trained score head (no 'score' in its "
+                          "modules_to_save), so it would score at random; give a reward-model run's checkpoint")
+    base = adapter_base_model(folder)
+    try:
+        path = resolve_model_path(base)
+        tokenizer = padded_tokenizer(path, where)
+        loaded = load_base_model(path, ModelConfig(name_or_path=base, start_from=folder), device, torch_dtype,
+                                 head="score", pad_token_id=tokenizer.pad_token_id)
+    except ModelLoadError as exc:
+        raise RewardError(f"{where}: {exc}") from exc
+    loaded.eval().requires_grad_(False)
+    log.info("loaded reward model %s (base %s with its adapter) on %s (%s)", folder, base, device, torch_dtype)
+    return RewardModel(folder, loaded, tokenizer, device, torch_dtype,
+                       text_limit(context_length(loaded.config), tokenizer))
 
 
 def reward_model_reward(*, model: str, batch_size: int = REWARD_MODEL_OPTIONS["batch_size"],

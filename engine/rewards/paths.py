@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from engine.foundation.paths import link_problem, looks_like_local_path
+from engine.foundation.run_files import PRESET_FILE, RUN_PREFIX, is_adapter
 from engine.rewards.custom import find_reward_file, static_problems
 from engine.rewards.kinds import reward_kind, split_custom_name
 
@@ -65,6 +66,8 @@ def _reward_model_problems(model: str, base_dir, one_label: bool = True) -> list
     is missing, is not a model, or (``one_label``: a reward model, not a process reward
     model) has a number of labels other than one."""
     resolved = Path(resolve_reward_model(model, base_dir))
+    if model.startswith(RUN_PREFIX) or (resolved / PRESET_FILE).is_file() or is_adapter(resolved):
+        return []  # a reward-model run (or its adapter): checked before the run loads (engine/run/lineage.py)
     if not resolved.is_dir():
         # A bare name or org/name that is a broken link here is no hub id: it was meant local.
         for root in (base_dir, Path.cwd()):

@@ -48,7 +48,8 @@ import torch
 from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
-from engine.rewards.model import _NO_LIMIT, _hint, load_with_head, padded_tokenizer
+from engine.model.score import _NO_LIMIT
+from engine.rewards.model import _hint, load_with_head, padded_tokenizer
 from engine.rewards.paths import resolve_reward_model
 from engine.rewards.steps import split_step_ends
 

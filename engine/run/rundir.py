@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-PRESET_FILE = "preset.yaml"
+from engine.foundation.run_files import CHECKPOINT_STATE, CHECKPOINTS_DIR, PRESET_FILE  # one definition, below
+
 EVENTS_FILE = "events.jsonl"
 LOG_FILE = "engine.log"
 TRAJECTORIES_DIR = "trajectories"
-CHECKPOINTS_DIR = "checkpoints"
-CHECKPOINT_STATE = "state.json"
 
 EVENT_TYPES = (
     "run_started", "run_resumed", "metrics", "samples", "eval", "checkpoint", "micro_batch_size", "alarm",

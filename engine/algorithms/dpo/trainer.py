@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from engine.data import Example, load_splits, preference_pairs
-from engine.data.columns import is_conversation
+from engine.data import Example
+from engine.data.preference import load_preference_splits
 from engine.rl.dpo_losses import dpo_loss, length_averaged, sequence_logps
 from engine.model.rollout import Rollout
 from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
@@ -90,23 +90,7 @@ class DPOTrainer(Trainer):
     RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
-        train, held_out = load_splits(self.preset.data, self.cfg.seed, preset_dir)
-        if self.preset.data.task is not None:
-            task = self.preset.data.task
-            return preference_pairs(train, self.cfg.seed, task), preference_pairs(held_out, self.cfg.seed + 1, task)
-        source = "data.dataset" if self.preset.data.dataset is not None else "data.path"
-        for where, examples in (("training", train), ("held-out", held_out)):
-            for number, e in enumerate(examples):
-                missing = [k for k in ("chosen", "rejected")
-                           if not (isinstance(e.fields.get(k), str) or is_conversation(e.fields.get(k)))]
-                if missing:
-                    raise ValueError(
-                        f"{source}: DPO needs `chosen` and `rejected` answers (text, or assistant messages in "
-                        f"TRL's preference format) beside the prompt; {where} example {number} "
-                        f"({str(e.prompt)[:40]!r}) lacks {', '.join(missing)} (columns data.chosen_field / "
-                        "data.rejected_field name them)"
-                    )
-        return train, held_out
+        return load_preference_splits(self.preset.data, self.cfg.seed, preset_dir)
 
     def setup_modules(self) -> None:
         self.loss_options = self.algo.model_dump()  # dpo_loss's: the loss type takes the options it names

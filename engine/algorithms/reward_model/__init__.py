@@ -1,0 +1,1 @@
+"""Reward-model training on preference pairs, Bradley-Terry (algorithm.name: reward_model)."""
