@@ -32,6 +32,7 @@ from engine.run import rundir
 from engine.run.failures import NoSuchCheckpoint, checkpoint_step, failure_message, named_checkpoint
 from engine.preset.schema import load_preset
 from engine.foundation.errors import PresetError
+from engine.foundation.run_files import adapter_chain
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID = 0, 1, 2
 
@@ -223,16 +224,27 @@ def model_card(preset, run_dir: Path, checkpoint: Path, events: list[dict], merg
     if not metrics and not evaluation:
         lines += ["No metrics were logged up to this checkpoint.", ""]
     base = preset.model.name_or_path if not preset.model.name_or_path.startswith("builtin:") else "BASE_MODEL_FOLDER"
-    lines += ["## Use", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer"]
+    scorer = export_head(preset) == "score"
+    auto, extra = ("AutoModelForSequenceClassification", ", num_labels=1") if scorer else ("AutoModelForCausalLM", "")
+    lines += ["## Use", "", "```python", f"from transformers import {auto}, AutoTokenizer"]
     if merged:
-        lines += ['model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")',
+        lines += [f'model = {auto}.from_pretrained("THIS_FOLDER")',
                   'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")']
     else:
         lines += ["from peft import PeftModel", "",
-                  f'base = AutoModelForCausalLM.from_pretrained("{base}")',
+                  f'base = {auto}.from_pretrained("{base}"{extra})',
                   'model = PeftModel.from_pretrained(base, "THIS_FOLDER")',
                   'tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")']
     lines += ["```", ""]
+    if scorer:
+        lines += ["A reward model: the score of a text (the prompt as the run templated it, then the answer, with "
+                  "no end token) is `model(**tokenizer(text, return_tensors=\"pt\")).logits[0, 0]`, read at the "
+                  "text's last token that is not padding.", ""]
+    earlier = adapter_chain(checkpoint)[:-1]
+    if earlier and not merged:
+        lines += ["The run started from other runs' adapters (model.start_from); merge them into the base first, "
+                  "in this order: " + ", ".join(f"`{p}`" for p in earlier) + ". The merged export (`--merged`) "
+                  "has them in.", ""]
     if preset.model.chat_template == "none":
         lines += ["The run fed prompts as plain text (`model.chat_template: none`), not through a chat template.", ""]
     return "\n".join(lines)
@@ -284,24 +296,40 @@ def stored_dtype(config):
     return value if isinstance(value, torch.dtype) and value.is_floating_point else None
 
 
-def load_merged(preset, checkpoint: Path, bar=None):
-    """The run's base model, loaded as the engine loads it but fp32 on the CPU, with the
-    checkpoint's adapter merged in; then cast to the dtype the base was stored in, so a
-    bf16 model exports at its own size, not twice it (the merge itself is fp32)."""
-    import torch
-    from peft import PeftModel
-    from transformers import AutoConfig, AutoModelForCausalLM
+def export_head(preset) -> str:
+    """What the run trained on top of its base (engine/model/loading.py's HEADS): a
+    reward-model run's score head, else the causal LM's."""
+    return "score" if preset.algorithm.name == "reward_model" else "causal_lm"
 
-    from engine.model.loading import ModelLoadError, _load_hint, peft_reading_deprecated_alias, resolve_model_path
+
+def load_merged(preset, checkpoint: Path, bar=None, pad_token_id: int | None = None):
+    """The run's base model, loaded as the engine loads it but fp32 on the CPU, with the
+    adapters of the runs it started from and then the checkpoint's merged in; then cast
+    to the dtype the base was stored in, so a bf16 model exports at its own size, not
+    twice it (the merge itself is fp32). A reward-model run's is a one-output sequence
+    classifier (its score head comes with the adapter; `pad_token_id` tells it where a
+    text ends)."""
+    import torch
+    import transformers
+    from peft import PeftModel
+    from transformers import AutoConfig
+
+    from engine.model.loading import (HEADS, ModelLoadError, _load_hint, merge_adapters, new_head_quiet,
+                                      peft_reading_deprecated_alias, resolve_model_path)
 
     path = resolve_model_path(preset.model.name_or_path)
     trust = preset.model.trust_remote_code
+    head = export_head(preset)
+    extra = {"num_labels": 1, "pad_token_id": pad_token_id} if head == "score" else {}
     try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust, **extra)
         dtype = stored_dtype(config) or torch.float32  # read before loading in fp32 sets config.dtype
-        base = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32, trust_remote_code=trust)
+        with new_head_quiet(head == "score"):  # the head the checkpoint's adapter brings
+            base = getattr(transformers, HEADS[head][0]).from_pretrained(path, config=config, dtype=torch.float32,
+                                                                         trust_remote_code=trust)
     except Exception as exc:  # transformers raises many kinds; all mean "cannot load"
         raise ModelLoadError(_load_hint(path, "model", exc)) from exc
+    base = merge_adapters(base, adapter_chain(checkpoint)[:-1])  # the runs it started from (model.start_from)
     _advance(bar, "applying the adapter")
     with peft_reading_deprecated_alias():  # peft's own FutureWarning, not ours (engine/model/loading.py)
         model = PeftModel.from_pretrained(base, str(checkpoint))
@@ -347,9 +375,10 @@ def export_merged(preset, run_dir: Path, checkpoint: Path, out: Path, events: li
         stage(STAGES["--merged"][0])
         tokenizer = _tokenizer(preset, run_dir)
         stage(STAGES["--merged"][1])
-        model = load_merged(preset, checkpoint, bar)
-        if model.generation_config is not None and model.generation_config.pad_token_id is None:
-            model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model = load_merged(preset, checkpoint, bar, tokenizer.pad_token_id)
+        generation = getattr(model, "generation_config", None)  # a score model has none
+        if generation is not None and generation.pad_token_id is None:
+            generation.pad_token_id = tokenizer.pad_token_id
         with _Staged(out) as tmp:
             model.save_pretrained(tmp)
             _advance(bar, "tokenizer and model card")
@@ -431,8 +460,10 @@ def run_export(args) -> int:
                   "(PeftModel.from_pretrained(base_model, FOLDER))", flush=True)
         if "--merged" in outs:
             export_merged(preset, run_dir, checkpoint, outs["--merged"], events, args.quiet, progress)
-            print(f"merged model ({checkpoint.name}): {outs['--merged']}  "
-                  "(AutoModelForCausalLM.from_pretrained(FOLDER))", flush=True)
+            loads = ("AutoModelForSequenceClassification" if export_head(preset) == "score"
+                     else "AutoModelForCausalLM")
+            print(f"merged model ({checkpoint.name}): {outs['--merged']}  ({loads}.from_pretrained(FOLDER))",
+                  flush=True)
         if "--tensorboard" in outs:
             count = export_tensorboard(events, outs["--tensorboard"], args.quiet, progress)
             print(f"tensorboard ({count} summaries from {len(events)} events): {outs['--tensorboard']}  "
