@@ -9,6 +9,7 @@ state.json): no engine runs."""
 from __future__ import annotations
 
 import doctest
+import html
 import json
 import re
 import time
@@ -91,8 +92,8 @@ def test_the_family_column_names_the_pipeline_and_its_tooltip_spells_it_out(qtbo
     qtbot.addWidget(view)
     model, column = view.model, COLUMNS.index("family")
     family = {run.name: model.data(model.index(row, column)) for row, run in enumerate(model.runs)}
-    assert family[PPO] == f"from {SFT} · RM {RM}"
-    assert family[RM] == f"from {SFT}; used by 1 run"
+    assert family[PPO] == "from sft-sort · RM rm-sort"  # the launch times in the tooltip
+    assert family[RM] == "from sft-sort; used by 1 run"
     assert family[SFT] == "used by 2 runs"
     assert family["grpo-sort-20261128-170000"] == "" and family["rm-early-20261128-180000"] == ""
     row = [run.name for run in model.runs].index(PPO)
@@ -136,7 +137,7 @@ def test_the_header_shows_the_pipeline_and_opens_an_earlier_stage(qtbot, pipelin
     header.set_runs([run], lambda _run: ("done", ""))
     line = header.pipeline
     assert line.isVisible()
-    text = re.sub(r"<[^>]+>", "", line.text())
+    text = html.unescape(re.sub(r"<[^>]+>", "", line.text())).replace("\xa0", " ")
     assert text == f"Pipeline: SFT {SFT} (step 10) → RM {RM} (step 10) → PPO this run"
     links = re.findall(r'href="([^"]+)"', line.text())
     assert links == [str(pipeline_runs["sft"].resolve()), str(pipeline_runs["rm"].resolve())]

@@ -11,6 +11,7 @@ in a run built from nothing but its base model, and in runs older than the field
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,15 @@ START_FROM, REWARD_MODEL = "start_from", "reward_model"
 # How a stage's algorithm reads in a pipeline: the RLHF stages by their usual short names.
 SHORT_ALGORITHMS = {"sft": "SFT", "reward_model": "RM"}
 _ROLE_ORDER = {START_FROM: 0, REWARD_MODEL: 1}  # the policy's origin first, then what scores it
+RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")  # the launch time the engine and the window end a run's name with
+
+
+def strip_stamp(name: str) -> str:
+    """
+    >>> strip_stamp("sft-sort-20261128-140000"), strip_stamp("my-run")
+    ('sft-sort', 'my-run')
+    """
+    return RUN_STAMP.sub("", name) or name
 
 
 @dataclass(frozen=True)
@@ -89,13 +99,15 @@ def stages_of(lineage) -> list[Stage]:
 
 def family_text(stages: list[Stage]) -> str:
     """The runs list's short words for a pipeline: where the policy came from, then each
-    reward model.
+    reward model, by their names without the launch time (the column is narrow; its
+    tooltip names the folders).
 
-    >>> family_text(stages_of([{"role": "start_from", "run": "/r/sft-1", "algorithm": "sft"},
-    ...                        {"role": "reward_model", "run": "/r/rm-1", "algorithm": "reward_model"}]))
-    'from sft-1 · RM rm-1'
+    >>> family_text(stages_of([{"role": "start_from", "run": "/r/sft-a-20261128-140000", "algorithm": "sft"},
+    ...                        {"role": "reward_model", "run": "/r/rm-a-20261128-150000", "algorithm": "reward_model"}]))
+    'from sft-a · RM rm-a'
     """
-    words = [f"from {s.name}" if s.role == START_FROM else f"{s.label} {s.name}" for s in stages]
+    words = [f"from {strip_stamp(s.name)}" if s.role == START_FROM else f"{s.label} {strip_stamp(s.name)}"
+             for s in stages]
     return " · ".join(words)
 
 

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy
 from workbench.runs.lineage import Stage, algorithm_label, pipeline_tooltip
 from workbench.runs.rundata import RunData
 
-ARROW = " → "
+ARROW = " →&nbsp;"  # a plain space there was drawn as part of the link after it
 MISSING_COLOUR = "#9aa0a6"
 
 

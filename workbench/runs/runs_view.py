@@ -3,7 +3,6 @@ click; two or more selected can be compared."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.runs.lineage import REWARD_MODEL, has_complete_checkpoint
+from workbench.runs.lineage import REWARD_MODEL, has_complete_checkpoint, strip_stamp
 from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
 from workbench.setup.schema import format_value
@@ -140,6 +139,7 @@ class RunsView(QWidget):
         self.table.setSelectionMode(QAbstractItemView.ExtendedSelection)
         self.table.verticalHeader().hide()
         self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)  # an elided family stays on one line (its tooltip says it all)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.Stretch)
@@ -315,9 +315,6 @@ class RunsView(QWidget):
             self.context_menu(index.row()).exec(self.table.viewport().mapToGlobal(pos))
 
 
-_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")
-
-
 def short_names(names: list[str]) -> list[str]:
     """Run names without the launch time stamp, where that keeps them apart.
 
@@ -326,7 +323,7 @@ def short_names(names: list[str]) -> list[str]:
     >>> short_names(["a-20261121-014143", "a-20261121-020013"])
     ['a-20261121-014143', 'a-20261121-020013']
     """
-    short = [_STAMP.sub("", n) or n for n in names]
+    short = [strip_stamp(n) for n in names]
     return short if len(set(short)) == len(short) else list(names)
 
 
