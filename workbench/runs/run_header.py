@@ -1,6 +1,8 @@
 """The strip above the tabs about the run on show: its name and status, a progress bar
-with step / max_steps and an ETA, and, when the engine failed or was killed, its message
-(once, cleaned of terminal progress output) with the log one click away.
+with step / max_steps and an ETA, the pipeline it was built from (pipeline_line.py: a run
+started from another run, scored by a reward-model run), and, when the engine failed or
+was killed, its message (once, cleaned of terminal progress output) with the log one
+click away.
 
 A run that ended early (stopped, killed, interrupted, failed) gets the banner with a
 Resume button: it says where Resume continues from, or, with Resume greyed out, why it
