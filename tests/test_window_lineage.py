@@ -12,7 +12,6 @@ import doctest
 import html
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -216,7 +215,8 @@ def test_use_as_reward_model_adds_a_reward_once(window, pipeline_runs):
     assert window.tabs.currentIndex() == SETUP
     rewards = window.doc.get("rewards")
     assert rewards[:-1] == before
-    assert rewards[-1]["name"] == "reward_model" and rewards[-1]["options"] == {"model": str(pipeline_runs["rm"].resolve())}
+    assert rewards[-1]["name"] == "reward_model"
+    assert rewards[-1]["options"] == {"model": str(pipeline_runs["rm"].resolve())}
     row = window.setup.rewards.items[-1]
     assert row.model.line.text() == str(pipeline_runs["rm"].resolve())
     assert not window.pipeline.use_as_reward_model(pipeline_runs["rm"])  # a second time: refused

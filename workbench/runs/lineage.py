@@ -103,7 +103,7 @@ def family_text(stages: list[Stage]) -> str:
     tooltip names the folders).
 
     >>> family_text(stages_of([{"role": "start_from", "run": "/r/sft-a-20261128-140000", "algorithm": "sft"},
-    ...                        {"role": "reward_model", "run": "/r/rm-a-20261128-150000", "algorithm": "reward_model"}]))
+    ...                        {"role": "reward_model", "run": "/r/rm-a-20261128-150000"}]))
     'from sft-a · RM rm-a'
     """
     words = [f"from {strip_stamp(s.name)}" if s.role == START_FROM else f"{s.label} {strip_stamp(s.name)}"
@@ -145,7 +145,7 @@ class RewardModelRun:
     preset: str  # the preset's name (run:PRESET picks its newest run)
     step: int  # its newest complete checkpoint's
     accuracy: float | None  # the held-out accuracy of its last evaluation, if it logged one
-    saved: float  # when its newest checkpoint was complete: run:PRESET takes the preset's newest (engine/run/lineage.py)
+    saved: float  # when its newest checkpoint was complete (run:PRESET takes the newest: engine/run/lineage.py)
 
     @property
     def name(self) -> str:
