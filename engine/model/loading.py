@@ -304,14 +304,18 @@ def merge_adapters(base: nn.Module, adapters: list[Path]) -> nn.Module:
     """`base` with each adapter folder merged into its weights in turn, oldest first
     (model.start_from: the model an earlier run ended with). A score head an adapter
     holds (a reward-model run's) is kept with the merged model."""
-    from peft import PeftModel
+    from peft import PeftConfig, PeftModel
 
     for folder in adapters:
         if not (Path(folder) / "adapter_config.json").is_file():
             raise ModelLoadError(f"model.start_from: {folder} holds no adapter (adapter_config.json); give a "
                                  "checkpoint folder a run wrote")
+        config = PeftConfig.from_pretrained(str(folder))
+        # No task wrapper: an SFT run's (causal LM) adapter merges into a reward model's
+        # score model too; merging needs only the adapted layers.
+        config.task_type = None
         with peft_reading_deprecated_alias():
-            base = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+            base = PeftModel.from_pretrained(base, str(folder), config=config).merge_and_unload()
     return base
 
 
