@@ -271,3 +271,10 @@ def test_an_empty_side_and_a_row_without_completion_get_one_line_naming_the_row(
     chat = demonstration(Example([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], {}),
                          False, "row 1")
     assert chat.prompt == [{"role": "user", "content": "hi"}]
+
+
+def test_validate_names_the_runs_a_pipeline_preset_needs(tmp_path):
+    result = cli("validate", ROOT / "presets" / "ppo-sort-rm.yaml", cwd=tmp_path)  # no runs/ here
+    assert result.code == 2
+    assert "model.start_from: no run of preset 'sft-sort' with a checkpoint in runs" in result.err
+    assert "rewards.0.options.model: no run of preset 'rm-sort' with a checkpoint in runs" in result.err

@@ -19,6 +19,7 @@ from engine.hub.access import download_hint, go_offline_if_unreachable, hub_ids_
 from engine.preset.schema import load_preset
 from engine.model.config import BUILTIN_MODEL
 from engine.foundation.errors import PresetError
+from engine.run.lineage import RunReferenceError, pin_run_references
 from engine.foundation.paths import model_path_problem
 from engine.run.reporting import missing_reporter
 from engine.foundation.stopping import ctrl_c_counted, sigint_count
@@ -56,11 +57,13 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
 
     from engine.model.chat import chat_format, template_examples
     from engine.data import load_splits
+    from engine.data.demonstrations import load_demonstration_splits
     from engine.rewards.input_checks import reward_field_problems
     from engine.algorithms.context_fit import check_prompts_fit
     from engine.model.loading import context_length, load_tokenizer, resolve_model_path, tokenizer_chat_template
 
-    train, held_out = load_splits(preset.data, preset.training.seed, base_dir)
+    sft = preset.algorithm.name == "sft"  # rows as SFT trains on them: a conversation's prompt ends before the answer
+    train, held_out = (load_demonstration_splits if sft else load_splits)(preset.data, preset.training.seed, base_dir)
     fields = reward_field_problems(preset, train + held_out)
     if fields:
         raise ValueError("\n  - ".join(f"{path}: {message}" for path, message in fields))
@@ -78,6 +81,8 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     else:
         pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
         examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
+        if sft:  # a plain-text row has no prompt (all of its text is trained on): not templated, as SFT's
+            examples = [e if e.prompt == "" else t for e, t in zip(train + held_out, examples)]
     longest = check_prompts_fit(tokenizer, examples, train + held_out, preset, base_dir, context_length(config),
                                 getattr(runner, "tools_tokens", 0))
     if runner is not None:  # the first rows reset as the run would: their first observations must fit too
@@ -106,6 +111,10 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     model_problem = model_path_problem(preset.model.name_or_path, base_dir)
     if model_problem:
         problems.append(tuple(model_problem.split(": ", 1)))
+    try:  # the runs it stands on (model.start_from, a reward-model run), in the default runs folder
+        pin_run_references(preset, Path("runs"), base_dir)
+    except RunReferenceError as exc:
+        problems += [tuple(p.split(": ", 1)) for p in exc.problems]
     problems += [("processes", p) for p in world_size_problems(preset, processes)]
     missing = missing_reporter(preset.training.report_to)
     if missing:

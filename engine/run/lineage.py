@@ -22,10 +22,18 @@ from engine.foundation.paths import resolve_data_path
 from engine.foundation.run_files import RUN_PREFIX, SCORE_HEAD, checkpoint_run, has_score_head, run_preset
 from engine.run import rundir
 
-__all__ = ["RUN_PREFIX", "RunReference", "is_run_reference", "resolve_run", "runs_of", "pin_run_references",
+__all__ = ["RUN_PREFIX", "RunReferenceError", "RunReference", "is_run_reference", "resolve_run", "runs_of", "pin_run_references",
            "REWARD_MODEL_ALGORITHM", "has_score_head"]
 
 REWARD_MODEL_ALGORITHM = "reward_model"
+
+
+class RunReferenceError(ValueError):
+    """References to runs that cannot work: `problems`, one line each, naming the field."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -151,8 +159,8 @@ def _reward_model_problem(field: str, ref: RunReference, preset) -> str | None:
 
 def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
     """(the preset with every run reference replaced by its checkpoint folder, the
-    run's lineage); ValueError naming the field and the fix for a reference that cannot
-    work. `preset` is an engine.preset.schema.Preset."""
+    run's lineage); RunReferenceError naming the field and the fix for each reference that
+    cannot work. `preset` is an engine.preset.schema.Preset."""
     lineage, problems = [], []
     model = preset.model
     if model.start_from is not None:
@@ -183,5 +191,5 @@ def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
                 reward = reward.model_copy(update={"options": {**reward.options, "model": str(ref.checkpoint)}})
         rewards.append(reward)
     if problems:
-        raise ValueError("; ".join(problems))
+        raise RunReferenceError(problems)
     return preset.model_copy(update={"model": model, "rewards": rewards}), lineage
