@@ -35,20 +35,25 @@ from common import read_our_run, run_child  # noqa: E402
 from gpu_bench import OURS_WRAPPER, build_model, peak_gib  # noqa: E402
 
 PRESETS = sorted((ROOT / "presets" / "hub").glob("*.yaml"))
-# Preference data sets read from a local folder (the fixture's cache layout declares train and
-# test splits only, UltraFeedback has train_prefs and test_prefs): same rows, same format.
-DATA_SETS = {"dpo": lambda work: [f"data.dataset={work / 'prefs'}", "data.split=train", "data.eval_split=test"]}
+# Data sets but GSM8K read from a local folder (the fixture's cache layout declares train and
+# test splits only, UltraFeedback has train_prefs and test_prefs): same rows, same format. The
+# SFT and reward-model sets are saved under the real sets' split names (hub_fixtures.py).
+DATA_SETS = {"dpo": lambda work: [f"data.dataset={work / 'prefs'}", "data.split=train", "data.eval_split=test"],
+             "sft": lambda work: [f"data.dataset={work / 'chats'}"],
+             "rm": lambda work: [f"data.dataset={work / 'ultrafeedback'}"]}
 
 
 def fill_cache(hf_home: Path, work: Path, shape: str) -> None:
-    """A model of `shape` (Qwen2.5-0.5B's) under the real id; GSM8K and UltraFeedback-format
-    sets under theirs."""
+    """A model of `shape` (Qwen2.5-0.5B's) under the real id; GSM8K under its own, the
+    preference and chat sets in a folder each (DATA_SETS)."""
     import hub_fixtures as hf
 
     model = build_model(shape, "cuda" if shape != "tiny" else "cpu")
     hf.cache_model(hf_home, "Qwen/Qwen2.5-0.5B-Instruct", model)
     hf.cache_dataset(hf_home, "openai/gsm8k", hf.make_gsm8k_parquet_pair(work / "gsm8k"), config_name="main")
     hf.make_preference_set(work / "prefs", "save_to_disk")  # DPO: read from disk (DATA_SETS)
+    hf.make_chat_set(work / "chats", "save_to_disk")  # SFT and the reward model: from disk too
+    hf.make_ultrafeedback_set(work / "ultrafeedback", "save_to_disk")
 
 
 def estimate_gib(preset: Path, sets: list[str], env: dict) -> tuple[float | None, str]:

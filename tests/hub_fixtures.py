@@ -254,6 +254,50 @@ def make_preference_set(folder: Path, fmt: str, conversational: bool = True) -> 
     return _write({"train": rows[:20], "test": rows[20:]}, folder, fmt, "preference")
 
 
+def make_ultrafeedback_set(folder: Path, fmt: str, splits: tuple[str, str] = ("train_prefs", "test_prefs")) -> Path:
+    """HuggingFaceH4/ultrafeedback_binarized's format: a text `prompt`, and `chosen` /
+    `rejected` conversations (the user's turn, then the assistant's answer), with its other
+    columns (prompt_id, messages, score_chosen, score_rejected). The chosen answer is the
+    right number, the rejected one is off by one. 20 train and 4 test rows, under `splits`
+    (the real set's train_prefs / test_prefs by default)."""
+    rows = []
+    for r in GSM8K_ROWS[:24]:
+        ans = int(r["answer"].rsplit("#### ", 1)[1])
+        user = {"role": "user", "content": r["question"]}
+        chosen = [user, {"role": "assistant", "content": f"The answer is {ans}."}]
+        rejected = [user, {"role": "assistant", "content": f"The answer is {ans + 1}."}]
+        rows.append({"prompt": r["question"], "prompt_id": hashlib.sha256(r["question"].encode()).hexdigest(),
+                     "chosen": chosen, "rejected": rejected, "messages": chosen,
+                     "score_chosen": 8.0, "score_rejected": 3.0})
+    return _write({splits[0]: rows[:20], splits[1]: rows[20:]}, folder, fmt, "ultrafeedback")
+
+
+def _chat_row(i: int, r: dict) -> dict:
+    """One trl-lib/Capybara-shaped row: `messages` alternating user and assistant, ending with
+    the assistant's; every third a single exchange, the others two (the first answer
+    worked, then a follow-up question), every fourth opening with a system message."""
+    ans = r["answer"].rsplit("#### ", 1)[1]
+    steps = r["answer"].rsplit("\n#### ", 1)[0]
+    messages = [{"role": "system", "content": "You are a careful math tutor."}] if i % 4 == 0 else []
+    messages.append({"role": "user", "content": r["question"]})
+    if i % 3 == 0:
+        messages.append({"role": "assistant", "content": f"{steps}\nThe answer is {ans}."})
+    else:
+        messages += [{"role": "assistant", "content": steps},
+                     {"role": "user", "content": "So what is the final answer?"},
+                     {"role": "assistant", "content": f"The answer is {ans}."}]
+    return {"source": "GSM8K", "messages": messages,
+            "num_turns": sum(m["role"] == "assistant" for m in messages)}
+
+
+def make_chat_set(folder: Path, fmt: str) -> Path:
+    """trl-lib/Capybara's format (TRL's conversational language-modeling type): a `messages`
+    column of multi-turn chats whose last message is the assistant's, beside `source` and
+    `num_turns`. 20 train and 4 test rows."""
+    rows = [_chat_row(i, r) for i, r in enumerate(GSM8K_ROWS[:24])]
+    return _write({"train": rows[:20], "test": rows[20:]}, folder, fmt, "chats")
+
+
 def make_conversational_prompts(folder: Path, fmt: str) -> Path:
     """TRL's conversational prompt-only format with an extra answer column (as GRPO sets
     built from GSM8K carry): every other prompt opens with a system message. 20 train and

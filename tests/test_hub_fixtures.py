@@ -124,6 +124,28 @@ def test_conversational_prompt_formats(tmp_path, fmt):
     assert [m["role"] for m in ds[1]["prompt"]] == ["user"]
 
 
+@pytest.mark.parametrize("fmt", hf.FORMATS)
+def test_chat_and_ultrafeedback_formats(tmp_path, fmt):
+    """trl-lib/Capybara's messages (alternating turns, the assistant's last) and
+    HuggingFaceH4/ultrafeedback_binarized's pairs (a text prompt, [user, assistant] sides)."""
+    chats = _load(hf.make_chat_set(tmp_path / "c", fmt), fmt)
+    chats = chats["train"] if fmt in ("save_to_disk", "folder") else chats
+    assert set(chats.column_names) == {"source", "messages", "num_turns"}
+    for row in chats:
+        roles = [m["role"] for m in row["messages"] if m["role"] != "system"]
+        assert roles == ["user", "assistant"] * (len(roles) // 2) and row["num_turns"] == len(roles) // 2
+    assert {row["num_turns"] for row in chats} == {1, 2}
+    prefs = _load(hf.make_ultrafeedback_set(tmp_path / "p", fmt), fmt)
+    if fmt in ("save_to_disk", "folder"):  # load_dataset names a folder's splits by pattern: train_prefs.jsonl is train
+        names = ("train", "test") if fmt == "folder" else ("train_prefs", "test_prefs")
+        assert {k: len(v) for k, v in prefs.items()} == {names[0]: 20, names[1]: 4}
+        prefs = prefs[names[0]]
+    row = prefs[0]
+    assert isinstance(row["prompt"], str) and row["chosen"][0] == row["rejected"][0] == {"role": "user",
+                                                                                         "content": row["prompt"]}
+    assert row["chosen"][1]["role"] == "assistant" and row["chosen"][1] != row["rejected"][1]
+
+
 def _offline(hf_home, code):
     """Run `code` in a fresh interpreter with the hub offline, HF_HOME set before any import."""
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1",

@@ -10,6 +10,8 @@ process (engine_runs.cli)."""
 
 from __future__ import annotations
 
+import json
+import math
 import subprocess
 
 import pytest
@@ -26,6 +28,20 @@ QUICK = ["training.max_steps=2", "training.batch_size=8", "training.micro_batch_
          "algorithm.max_completion_length=12"]
 
 
+# Local stand-ins of the presets' data sets, by algorithm, saved to disk under the real sets'
+# split names where they differ from the fixture's: --set overrides pointing at them.
+LOCAL_DATA = {
+    "dpo": lambda tmp: [f"data.dataset={hf.make_preference_set(tmp / 'prefs', 'save_to_disk')}",
+                        "data.split=train", "data.eval_split=test"],
+    "sft": lambda tmp: [f"data.dataset={hf.make_chat_set(tmp / 'chats', 'save_to_disk')}"],  # train / test
+    "reward_model": lambda tmp: [  # train_prefs / test_prefs, as HuggingFaceH4/ultrafeedback_binarized
+        f"data.dataset={hf.make_ultrafeedback_set(tmp / 'prefs', 'save_to_disk')}"],
+}
+# What each algorithm promises in its metrics events (TRL's names), beside the loss.
+PROMISED = {"sft": ("loss", "mean_token_accuracy", "entropy", "num_tokens"),
+            "reward_model": ("loss", "accuracy", "margin", "num_tokens")}
+
+
 def _sets(items) -> list[str]:
     return [arg for item in items for arg in ("--set", item)]
 
@@ -34,21 +50,23 @@ def _stand_ins(preset_path, tmp_path, hf_home=None) -> list[str]:
     """The tiny model and a local data set of the preset's format, as --set overrides, or
     (with hf_home) cached under the preset's own hub ids."""
     preset = yaml.safe_load(preset_path.read_text())
-    # an episode preset's prompts carry the tools' schemas: a longer context
-    model = hf.make_tiny_chat_model(tmp_path / "model", context=2048 if preset["data"].get("environment") else 512)
-    if preset["algorithm"]["name"] == "dpo":
-        data = hf.make_preference_set(tmp_path / "data", "parquet")
-        files = {f"data/{split}-00000-of-00001.parquet": path for split, path in
-                 (("train_prefs", data), ("test_prefs", data))}
-    else:
-        files = hf.make_gsm8k_parquet_pair(tmp_path / "data")
+    algorithm = preset["algorithm"]["name"]
+    # an episode preset's prompts carry the tools' schemas, SFT's and the reward model's the
+    # preset's 1024-token answers: a longer context (positions cost the tiny model nothing)
+    long = preset["data"].get("environment") or algorithm in ("sft", "reward_model")
+    model = hf.make_tiny_chat_model(tmp_path / "model", context=2048 if long else 512)
     if hf_home is not None:
+        if algorithm == "dpo":
+            data = hf.make_preference_set(tmp_path / "data", "parquet")
+            files = {f"data/{split}-00000-of-00001.parquet": path for split, path in
+                     (("train_prefs", data), ("test_prefs", data))}
+        else:
+            files = hf.make_gsm8k_parquet_pair(tmp_path / "data")
         hf.cache_model(hf_home, preset["model"]["name_or_path"], model)
         hf.cache_dataset(hf_home, preset["data"]["dataset"], files, config_name=preset["data"].get("subset") or "default")
         return []
-    if preset["algorithm"]["name"] == "dpo":
-        local = hf.make_preference_set(tmp_path / "prefs", "save_to_disk")
-        return [f"model.name_or_path={model}", f"data.dataset={local}", "data.split=train", "data.eval_split=test"]
+    if algorithm in LOCAL_DATA:
+        return [f"model.name_or_path={model}", *LOCAL_DATA[algorithm](tmp_path)]
     local = hf.make_gsm8k(tmp_path / "gsm8k", "save_to_disk")
     return [f"model.name_or_path={model}", f"data.dataset={local}", "data.subset=null"]
 
@@ -77,6 +95,32 @@ def test_runs_two_steps_with_local_stand_ins(preset, tmp_path):
     events = rundir.read_events(run)
     assert events[0]["model"]["chat_template"] == "tokenizer"
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done"
+    algorithm = yaml.safe_load(preset.read_text())["algorithm"]["name"]
+    steps = [e for e in events if e["type"] == "metrics"]
+    assert [e["step"] for e in steps] == [1, 2]
+    for name in PROMISED.get(algorithm, ()):
+        assert all(math.isfinite(e[name]) for e in steps), (name, [e.get(name) for e in steps])
+    if "num_tokens" in PROMISED.get(algorithm, ()):  # TRL's: every token trained on so far
+        assert 0 < steps[0]["num_tokens"] < steps[1]["num_tokens"], [e["num_tokens"] for e in steps]
+    if algorithm == "reward_model":  # the score head is saved whole beside the adapter
+        config = json.loads((run / events[-1]["checkpoint"] / "adapter_config.json").read_text())
+        assert "score" in config["modules_to_save"], config["modules_to_save"]
+
+
+@pytest.mark.parametrize("stem, user", [("sft-chat-qwen2.5-0.5b", "<|im_start|>system\nYou are a careful math tutor."),
+                                         ("rm-preferences-qwen2.5-0.5b", "<|im_start|>system\nYou are Qwen")],
+                         ids=["sft", "reward_model"])
+def test_rlhf_presets_validate_in_full_with_local_stand_ins(stem, user, tmp_path):
+    """As written but for the stand-ins (and the 4 held-out rows they have): the data read as
+    the algorithm reads it. The first prompt is what the model answers after: SFT's is the
+    conversation before its last (assistant) message, never that answer itself."""
+    preset = ROOT / "presets" / "hub" / f"{stem}.yaml"
+    result = cli("validate", preset, *_sets(["data.num_eval=4", *_stand_ins(preset, tmp_path)]))
+    assert result.code == 0, result.err[-3000:]
+    first = result.out.split("first prompt as the model sees it:\n", 1)[1].split("\nmemory:", 1)[0]
+    assert first.startswith(user) and first.endswith("<|im_end|>\n<|im_start|>assistant\n"), first
+    assert "The answer is" not in first and first.count("<|im_start|>assistant") == first.count("<|im_start|>user")
+    assert "chat template: tokenizer" in result.out and "20 train / 4 held-out prompts" in result.out
 
 
 def test_gsm8k_preset_validates_in_full_from_the_cache(tmp_path, engine_env):

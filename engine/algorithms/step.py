@@ -110,7 +110,10 @@ class TrainingStep:
         result = self.finish(batch, update)
         metrics = result.metrics
         metrics["loss"] = update.loss
-        metrics.update(self.timing_metrics(self._times, batch.samples, batch.tokens, batch.generated))
+        timing = self.timing_metrics(self._times, batch.samples, batch.tokens, batch.generated)
+        # an algorithm's own count is kept: SFT's and the reward model's num_tokens is TRL's
+        # (every token trained on so far), the step's tokens only where it gives none
+        metrics.update({k: v for k, v in timing.items() if k not in metrics})
         metrics["grad_norm"] = update.grad_norm
         if batch.logprob_after is not None:
             before, advantage, mask = self.update_effect_inputs(batch)
