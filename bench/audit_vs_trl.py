@@ -18,24 +18,39 @@ and our TokenLogits work in float32, our advantages come out in float32).
     python bench/audit_vs_trl.py                      # the markdown table
     python bench/audit_vs_trl.py --json bench/out/audit_vs_trl.json
     python bench/audit_vs_trl.py --only dpo           # the rows whose name contains "dpo"
+    python bench/audit_vs_trl.py --only "reward model" # SFT: --only sft
+
+SFT and the reward model are audited on a real model instead (a second table): our
+trainer's own step (SFTTrainer / RewardModelTrainer made from a preset on the built-in
+model, float32, LoRA r 4 with seeded weights; its train_step run with the optimizer step
+left out) against TRL 1.16's SFTTrainer.compute_loss (fused LM head) and
+RewardTrainer.compute_loss on the same model object and the same token ids (TRL's own
+collators lay them out: right padding, labels -100 on the prompt; [chosen..., rejected...]):
+the loss, the gradient w.r.t. every trained parameter, the metrics both log, and the reward
+model's scores (ours position_scores at last_token_positions, TRL's the model's forward,
+which pools at the last non-pad token). A control row in each must differ.
 
 A variant whose function is not in this checkout prints "not in this checkout yet". Exit
 status 1 when a row differs from TRL beyond its tolerance and the difference is not one
 the engine makes on purpose (those say "by design / convention" and why).
 
-Files: the GRPO, advantage and PPO cases here; DPO, KTO and online DPO in
-bench/audit_preference.py; the shared tensors and result row in bench/audit_harness.py;
-TRL's side in bench/audit_trl_paths.py.
+Files: the GRPO, advantage, PPO, SFT and reward-model cases here; DPO, KTO and online DPO
+in bench/audit_preference.py; the shared tensors and result row in bench/audit_harness.py;
+TRL's side in bench/audit_trl_paths.py (SFT's and the reward model's TRL trainers are made
+here, as the others there).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import inspect
 import sys
-from dataclasses import asdict
+import tempfile
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import torch
 
@@ -297,6 +312,368 @@ def ppo_rows(batch: Batch, download: bool) -> list[Row]:
     return [row, kl_row]
 
 
+# ------------------------------------------------------------ SFT and the reward model
+# Whole-model sections: our trainer's real step (train_step: prepare, the update's loop of
+# loss and backward over the micro-batches, finish) on the built-in model, against TRL's
+# compute_loss on the same model object and the same token ids. Float32 on both sides (our
+# TokenLogits works in float32 whatever the model's dtype), so the loss, scores and metrics
+# are held to F32_TOL and the gradient to GRAD_REL_TOL of its largest element; TRL run again
+# on a float64 copy of the model gives the float32 rounding floor of the gradient.
+
+GRAD_REL_TOL = 1e-4
+CONTROL_MIN = 1e3 * F32_TOL  # a control row must differ by more than this
+
+
+@dataclass
+class ModelRow(Row):
+    """A whole-model row: `value` |Δ loss|, `metrics` the largest |Δ| of the metrics both log,
+    `grad_params` of the gradient w.r.t. every trained parameter (LoRA A and B of each
+    targeted layer; the reward model's score head too), `scores` of each text's score;
+    `figures` each quantity as [ours, TRL]. A `control` row must differ (the harness sees a
+    difference when there is one)."""
+
+    grad_params: float | None = None
+    grad_scale: float | None = None  # our gradient's largest |element|
+    grad_floor: float | None = None  # TRL's float32 gradient against TRL's float64 one
+    scores: float | None = None
+    figures: dict = field(default_factory=dict)
+    control: bool = False
+    tol: float = F32_TOL
+
+    def worst(self) -> float:
+        worst = [x / self.tol for x in (self.value, self.metrics, self.scores) if x is not None]
+        if self.grad_params is not None:
+            worst.append(self.grad_params / (GRAD_REL_TOL * max(self.grad_scale or 0.0, 1e-30)))
+        return max(worst, default=0.0)
+
+    def settle(self) -> "ModelRow":
+        if self.control and not self.status:
+            self.status = "control: differs, as it must" if max(self.value or 0.0, self.metrics or 0.0) > \
+                CONTROL_MIN else "ERROR"
+        return super().settle()
+
+
+class FixedStream:
+    """Hands the trainer these examples each step (in place of its shuffled PromptStream)."""
+
+    def __init__(self, examples):
+        self.examples = examples
+
+    def take(self, n):
+        return self.examples[:n]
+
+
+def trained(model) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
+def model_trainer(trainer_class, algorithm: dict, batch_size: int, run_dir: Path, seed: int):
+    """Our trainer, made as a run makes it, on the built-in model (float32, CPU, LoRA r 4 on
+    the modules the engine picks; the reward model through load_model(head="score")) and
+    the sort task's data (the preset's seed 0); its trained weights then set to random
+    values of `seed` (a fresh adapter's B is 0: it would change nothing and A would get no
+    gradient)."""
+    from engine.preset.schema import preset_from_dict
+
+    preset = {"name": "audit", "model": {"name_or_path": "builtin:tiny", "device": "cpu", "dtype": "float32",
+                                         "lora": {"r": 4, "alpha": 8.0, "dropout": 0.0}},
+              "algorithm": algorithm, "data": {"task": "sort", "num_train": 4 * batch_size, "num_eval": 2},
+              "rewards": [{"name": "exact_match"}],
+              "training": {"max_steps": 1, "batch_size": batch_size, "eval_steps": 0, "save_steps": 0,
+                           "record_rollouts": 0, "seed": 0}}
+    trainer = trainer_class(preset_from_dict(preset), run_dir)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in trained(trainer.model).values():
+            p.copy_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return trainer
+
+
+def our_step(trainer, micro_batch_size=None):
+    """One real training step of `trainer`, the optimizer step left out: its clip_and_step
+    takes the accumulated gradient instead (before clipping), so the weights stay as they
+    are. Returns (the step's metrics, its outputs, the gradient by parameter name)."""
+    from engine.algorithms.memory import MicroBatchSize
+
+    trainer.micro_batch_size = MicroBatchSize(micro_batch_size, trainer.cfg.batch_size)
+    params, grads = trained(trainer.model), {}
+
+    def clip_and_step(loss_total):
+        grads.update({n: p.grad.detach().clone() for n, p in params.items()})
+        return float("nan"), True
+
+    trainer.clip_and_step = clip_and_step
+    result = trainer.train_step()
+    return result.metrics, result.outputs, grads
+
+
+def trl_grads(model, loss) -> dict[str, torch.Tensor]:
+    params = trained(model)
+    return dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
+
+
+def trl_logged(values: list) -> float:
+    """A metric as TRL's log() reports it: the mean of what compute_loss appended since the last log."""
+    return sum(values) / len(values)
+
+
+def model_row(variant, path, ours, g_ours, loss, g_trl, g_floor, note="", **kw) -> ModelRow:
+    row = ModelRow(variant, path, value=abs(ours["loss"] - loss.item()), grad_params=grads_diff(g_ours, g_trl),
+                   grad_scale=max(float(v.abs().max()) for v in g_ours.values()),
+                   grad_floor=grads_diff(g_trl, g_floor), note=note, **kw)
+    row.figures["loss"] = [ours["loss"], loss.item()]
+    return row
+
+
+def grads_diff(a: dict, b: dict) -> float:
+    return max(maxdiff(a[n], b[n]) for n in a)
+
+
+def add_figures(row: ModelRow, ours: dict, trl_metrics: dict, pairs) -> ModelRow:
+    """The metrics both log, (our name, TRL's name): ours from the step's metrics, TRL's as its log() gives them."""
+    diffs = []
+    for mine, theirs in pairs:
+        a, b = float(ours[mine]), trl_logged(trl_metrics[theirs])
+        row.figures[theirs] = [a, b]
+        diffs.append(abs(a - b))
+    row.metrics, row.metric_names = max(diffs), tuple(theirs for _, theirs in pairs)
+    return row
+
+
+def micro_slices(n: int, size: int | None) -> list[slice]:
+    size = size or n
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+# ---------------------------------------------------------------------------------- SFT
+
+SFT_METRICS = [(k, k) for k in ("mean_token_accuracy", "entropy", "num_tokens")]
+SFT_VARIANTS = ("SFT completion-only NLL", "SFT, 2 micro-batches", "SFT metrics over 2 micro-batches",
+                "SFT, completion_only_loss false", "control: SFT ours completion-only vs TRL all tokens")
+
+
+def sft_trl_trainer():
+    """TRL's SFTTrainer whose compute_loss runs its plain NLL path (no compute_loss_func, no
+    label smoother, loss_type nll, no MoE aux loss), one process."""
+    from trl import SFTTrainer
+
+    class Acc(trl_paths.Accelerator):
+        parallelism_config = None  # no sequence parallelism (compute_loss reads it)
+
+    t = object.__new__(SFTTrainer)
+    t.model, t.aux_loss_enabled, t.compute_loss_func, t.label_smoother = NS(training=True), False, None, None
+    t.args, t.is_deepspeed_enabled = NS(loss_type="nll", average_tokens_across_devices=True), False  # get_tp_size
+    t.accelerator, t._metrics, t._total_train_tokens, t._tp_size = Acc(), trl_paths.metrics_dict(), 0, 1
+    return t
+
+
+def sft_trl_batch(rows, sel: slice, pad_token_id: int, completion_only=True) -> dict:
+    """Rows `sel` of our step's Rollout as TRL's SFT batch: each row's tokens [prompt |
+    completion] without padding, labels -100 on the prompt (TRL's build_labels from its
+    completion_mask; completion_only False: labels = input_ids), through TRL's own collator
+    (right padding, labels -100 on the padding)."""
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    examples = []
+    for r in range(sel.start, sel.stop):
+        prompt = rows.prompt_ids[r][rows.prompt_mask[r].bool()].tolist()
+        completion = rows.completion_ids[r][: int(rows.completion_mask[r].sum())].tolist()
+        labels = [-100] * len(prompt) + completion if completion_only else prompt + completion
+        examples.append({"input_ids": prompt + completion, "labels": labels})
+    return DataCollatorForLanguageModeling(pad_token_id=pad_token_id)(examples)
+
+
+def sft_trl_loss(t, model, rows, micro_batches, pad_token_id, completion_only=True):
+    """TRL's loss over micro-batches as transformers' Trainer accumulates it: num_items_in_batch
+    counts labels[..., 1:] != -100 over all the micro-batches (None with one: compute_loss
+    counts), each compute_loss divides by it, and the micro-batches' losses add up (no
+    division by the accumulation steps: the loss is normalised by num_items_in_batch)."""
+    batches = [sft_trl_batch(rows, mb, pad_token_id, completion_only) for mb in micro_batches]
+    num_items = sum((b["labels"][..., 1:] != -100).sum() for b in batches) if len(batches) > 1 else None
+    return sum(t.compute_loss(model, dict(b), num_items_in_batch=num_items) for b in batches)
+
+
+def sft_rows(seed: int) -> list[Row]:
+    """Our SFTTrainer's step (loss: -(target logprobs summed) / target tokens; target_stats)
+    against TRL's SFTTrainer.compute_loss with its fused LM head on the same model."""
+    try:
+        from engine.algorithms.sft.trainer import SFTTrainer
+    except ImportError:
+        return [missing_row("SFT", "SFTTrainer.compute_loss", "engine.algorithms.sft")]
+    from trl.trainer.utils import add_fused_lm_head
+
+    B, path = 8, "SFTTrainer.compute_loss (fused LM head)"
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = model_trainer(SFTTrainer, {"name": "sft", "max_completion_length": 16}, B, Path(tmp) / "run", seed)
+        model, pad = trainer.model, trainer.tokenizer.pad_token_id
+        model64 = copy.deepcopy(model).double()
+        for m in (model, model64):  # as TRL's __init__ patches its model (the base under PEFT)
+            add_fused_lm_head(m.get_base_model(), outputs=("log_probs", "entropy", "is_top1"))
+        t = sft_trl_trainer()  # one for the section: its num_tokens adds up over the steps as ours does
+
+        def case(variant, note="", micro=None, completion_only=True, metrics=True, cap=16):
+            trainer.algo = trainer.algo.model_copy(update={"completion_only_loss": completion_only,
+                                                           "max_completion_length": cap})
+            ours, out, g_ours = our_step(trainer, micro)
+            micro_batches = micro_slices(B, micro)
+            t._metrics = trl_paths.metrics_dict()
+            loss = sft_trl_loss(t, model, out.rows, micro_batches, pad, completion_only)
+            floor = sft_trl_loss(sft_trl_trainer(), model64, out.rows, micro_batches, pad, completion_only)
+            row = model_row(variant, path + (f", {len(micro_batches)} micro-batches" if micro else ""), ours, g_ours,
+                            loss, trl_grads(model, loss), trl_grads(model64, floor), note)
+            if metrics:
+                add_figures(row, ours, t._metrics["train"], SFT_METRICS)
+            return row, ours, out
+
+        first, _, out = case(SFT_VARIANTS[0])
+        lengths = out.rows.completion_mask.sum(1).long().tolist()
+        first.note = (f"{B} demonstrations, prompts of {out.rows.prompt_mask.sum(1).min().item()}-"
+                      f"{out.rows.prompt_mask.sum(1).max().item()} tokens (ours left-padded, TRL's right-padded), "
+                      f"{min(lengths)}-{max(lengths)} target tokens.")
+        two, ours2, _ = case(SFT_VARIANTS[1], "TRL: num_items_in_batch of the whole batch; ours: the "
+                             "batch's target tokens.", micro=B // 2, metrics=False)
+        metrics2 = add_figures(ModelRow(SFT_VARIANTS[2], path + " + log()", by_design=True),
+                               ours2, t._metrics["train"], SFT_METRICS)
+        if metrics2.worst() > 1:
+            metrics2.note = ("convention: ours are over all the step's target tokens; TRL logs the mean of each "
+                             "micro-batch's token mean (log() averages what compute_loss appended).")
+        else:
+            metrics2.note = "TRL logs the mean of each micro-batch's token mean; equal here."
+        plain, _, out = case(SFT_VARIANTS[3], completion_only=False, cap=64)
+        # what max_completion_length 16 (the sort preset's) would have left of these rows
+        trainer.algo = trainer.algo.model_copy(update={"max_completion_length": 16})
+        short = trainer.demonstration_rows(out.examples).completion_mask.sum(1)
+        prompt_rest = torch.tensor([len(trainer.tokenizer(e.prompt, add_special_tokens=False)["input_ids"]) - 1
+                                    for e in out.examples])  # the prompt's tokens after the first
+        whole = out.rows.completion_mask.sum(1)
+        kept, answers = int((short - prompt_rest).clamp(min=0).sum()), int((whole - prompt_rest).sum())
+        plain.note = (f"every token but the first on both; max_completion_length 64. Ours cuts prompt[1:] + answer "
+                      f"at max_completion_length: at 16 (sft-sort's) these rows would keep {kept} of their {answers} "
+                      f"answer tokens (EOS included) (TRL cuts the whole row at max_length, 1024).")
+        trainer.algo = trainer.algo.model_copy(update={"completion_only_loss": True})
+        # control: TRL on every token against ours completion-only, on the same rows
+        ours, out, _ = our_step(trainer)
+        control = sft_trl_loss(sft_trl_trainer(), model, out.rows, [slice(0, B)], pad, completion_only=False)
+        ctl = ModelRow(SFT_VARIANTS[4], path, control=True,
+                       value=abs(ours["loss"] - control.item()), note="must differ.")
+        ctl.figures["loss"] = [ours["loss"], control.item()]
+    return [r.settle() for r in (first, two, metrics2, plain, ctl)]
+
+
+# ------------------------------------------------------------------------- reward model
+
+RM_METRICS = [(k, k) for k in ("accuracy", "margin", "min_reward", "mean_reward", "max_reward", "num_tokens")]
+RM_VARIANTS = ("reward model, Bradley-Terry", "reward model, margin column",
+               "reward model, center_rewards_coefficient 0.01", "reward model, margin + centering 0.01",
+               "reward model, 2 micro-batches (margin + centering)", "reward model metrics over 2 micro-batches",
+               "control: reward model ours with margin vs TRL without")
+
+
+def rm_trl_trainer(center_rewards_coefficient=None):
+    """TRL's RewardTrainer whose compute_loss runs, one process."""
+    from trl import RewardTrainer
+
+    t = object.__new__(RewardTrainer)
+    t.model, t.args = NS(training=True), NS(center_rewards_coefficient=center_rewards_coefficient)
+    t.accelerator, t._metrics, t._total_train_tokens, t._tp_size = (trl_paths.Accelerator(), trl_paths.metrics_dict(),
+                                                                    0, 1)
+    return t
+
+
+def rm_trl_batch(texts, pairs: slice, margins, pad_token_id: int) -> dict:
+    """Pairs `pairs` of our step's texts ([chosen_0, rejected_0, chosen_1, ...]) as TRL's batch:
+    each text's ids without padding through TRL's own collator, which lays them out
+    [chosen..., rejected...] (right padding), with the margin column when there is one."""
+    from trl.trainer.reward_trainer import DataCollatorForPreference
+
+    def ids(i):
+        return texts.ids[i][texts.mask[i].bool()].tolist()
+
+    examples = [{"chosen_ids": ids(2 * p), "rejected_ids": ids(2 * p + 1),
+                 **({"margin": float(margins[p])} if margins is not None else {})}
+                for p in range(pairs.start, pairs.stop)]
+    return DataCollatorForPreference(pad_token_id=pad_token_id)(examples)
+
+
+def rm_trl_loss(t, model, texts, micro_batches, margins, pad_token_id):
+    """TRL's loss over micro-batches as transformers' Trainer accumulates it (no labels, so no
+    num_items_in_batch: each micro-batch's mean / the accumulation steps), and each text's
+    score from the model's forward (HF pools at the last non-pad token), back in our order."""
+    total, scores = 0.0, []
+    for mb in micro_batches:
+        loss, outputs = t.compute_loss(model, rm_trl_batch(texts, mb, margins, pad_token_id), return_outputs=True)
+        total = total + loss / len(micro_batches)
+        chosen, rejected = outputs.logits.squeeze(-1).detach().chunk(2)
+        scores.append(torch.stack([chosen, rejected], 1).reshape(-1))  # interleaved, as ours
+    return total, torch.cat(scores)
+
+
+def reward_model_rows(seed: int) -> list[Row]:
+    """Our RewardModelTrainer's step (encode_texts, position_scores read at last_token_positions,
+    bradley_terry_loss, pair_metrics) against TRL's RewardTrainer.compute_loss on the same model."""
+    try:
+        from engine.algorithms.reward_model.trainer import RewardModelTrainer
+    except ImportError:
+        return [missing_row("reward model", "RewardTrainer.compute_loss", "engine.algorithms.reward_model")]
+    from engine.data import Example
+
+    B, path = 4, "RewardTrainer.compute_loss"
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = model_trainer(RewardModelTrainer, {"name": "reward_model", "max_completion_length": 16}, B,
+                                Path(tmp) / "run", seed)
+        model, pad = trainer.model, trainer.tokenizer.pad_token_id
+        model64 = copy.deepcopy(model).double()
+        # the sort task's first pairs, pairs 1 and 3 with their sides swapped (the corrupted answer chosen):
+        # the model scores the right answer higher, so accuracy is 0.5, not 1
+        pairs = [Example(e.prompt, {**e.fields, "chosen": e.fields["rejected"], "rejected": e.fields["chosen"]})
+                 if i % 2 else e for i, e in enumerate(trainer.train_examples[:B])]
+        margins = [0.5, -0.3, 0.0, 1.2]
+        with_margin = [Example(e.prompt, {**e.fields, "margin": m}) for e, m in zip(pairs, margins)]
+        t = rm_trl_trainer()  # one for the section: its num_tokens adds up over the steps as ours does
+
+        def case(variant, note="", margin=False, center=None, micro=None, metrics=True):
+            trainer.stream = FixedStream(with_margin if margin else pairs)
+            trainer.algo = trainer.algo.model_copy(update={"center_rewards_coefficient": center})
+            ours, out, g_ours = our_step(trainer, micro)
+            m = torch.tensor(margins) if margin else None
+            micro_batches = micro_slices(B, micro)
+            t._metrics, t.args.center_rewards_coefficient = trl_paths.metrics_dict(), center
+            loss, scores = rm_trl_loss(t, model, out.texts, micro_batches, m, pad)
+            floor, _ = rm_trl_loss(rm_trl_trainer(center), model64, out.texts, micro_batches, m, pad)
+            row = model_row(variant, path + (f", {len(micro_batches)} micro-batches" if micro else ""), ours, g_ours,
+                            loss, trl_grads(model, loss), trl_grads(model64, floor), note,
+                            scores=maxdiff(torch.tensor(out.rewards), scores))
+            if metrics:
+                add_figures(row, ours, t._metrics["train"], RM_METRICS)
+            return row, ours, out
+
+        plain, _, out = case(RM_VARIANTS[0])
+        width = out.texts.ids.shape[1]
+        lengths = out.texts.mask.sum(1)
+        plain.note = (f"{B} pairs (2 with sides swapped), texts of {lengths.min().item()}-{lengths.max().item()} tokens padded to {width}; "
+                      f"scores: ours position_scores at last_token_positions, TRL's the model's forward "
+                      f"(HF pools at the last non-pad token).")
+        rows = [plain,
+                case(RM_VARIANTS[1], f"margins {margins}.", margin=True)[0],
+                case(RM_VARIANTS[2], center=0.01)[0],
+                case(RM_VARIANTS[3], margin=True, center=0.01)[0]]
+        two, ours2, _ = case(RM_VARIANTS[4],
+                             "TRL: each micro-batch's mean / 2 (gradient accumulation); ours: sum / pairs.",
+                             margin=True, center=0.01, micro=B // 2, metrics=False)
+        metrics2 = add_figures(ModelRow(RM_VARIANTS[5], path + " + log()", by_design=True), ours2, t._metrics["train"], RM_METRICS)
+        metrics2.note = ("convention: ours are over the step's texts; TRL logs the mean of each micro-batch's "
+                         "figure (log() averages what compute_loss appended): equal for accuracy, margin and mean "
+                         "with equal micro-batches, not for min / max reward.")
+        # control: TRL without the margin column against ours with it, on the same texts
+        trainer.stream = FixedStream(with_margin)
+        ours, out, _ = our_step(trainer)
+        control, _ = rm_trl_loss(rm_trl_trainer(), model, out.texts, [slice(0, B)], None, pad)
+        ctl = ModelRow(RM_VARIANTS[6], path, control=True,
+                       value=abs(ours["loss"] - control.item()), note="must differ.")
+        ctl.figures["loss"] = [ours["loss"], control.item()]
+    return [r.settle() for r in rows + [two, metrics2, ctl]]
+
+
 # -------------------------------------------------------------------------------- table
 
 
@@ -313,6 +690,23 @@ def markdown(rows: list[Row]) -> str:
         cells = (r.variant, r.trl, fmt(r.value), fmt(r.grad_logp), fmt(r.value_logits), fmt(r.grad_logits),
                  fmt(r.metrics, r.metrics_logits), r.status, r.note.replace("|", "/"))
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_markdown(rows: list[ModelRow]) -> str:
+    """The whole-model rows' table, then each row's figures, ours / TRL."""
+    head = ("variant", "TRL code path", "loss", "grad params (max \\|g\\|)", "float32 floor", "scores", "metrics",
+            "status", "note")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        grad = "" if r.grad_params is None else f"{fmt(r.grad_params)} ({r.grad_scale:.2g})"
+        cells = (r.variant, r.trl, fmt(r.value), grad, fmt(r.grad_floor), fmt(r.scores), fmt(r.metrics), r.status,
+                 r.note.replace("|", "/"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("\nFigures, ours / TRL:\n")
+    for r in rows:
+        if r.figures:
+            lines.append(f"- {r.variant}: " + "; ".join(f"{k} {a:.6g} / {b:.6g}" for k, (a, b) in r.figures.items()))
     return "\n".join(lines)
 
 
@@ -343,16 +737,28 @@ def main(argv=None) -> int:
     batch = Batch.make(args.seed)
     sections = [("GRPO losses", lambda: grpo_rows(batch)), ("advantages", lambda: advantage_rows(batch)),
                 ("DPO", lambda: dpo_rows(batch)), ("KTO", lambda: kto_rows(batch)),
-                ("online DPO", lambda: online_dpo_rows(batch)), ("PPO", lambda: ppo_rows(batch, not args.no_download))]
+                ("online DPO", lambda: online_dpo_rows(batch)), ("PPO", lambda: ppo_rows(batch, not args.no_download)),
+                ("SFT", lambda: sft_rows(args.seed)), ("reward model", lambda: reward_model_rows(args.seed))]
+    names = {"SFT": SFT_VARIANTS, "reward model": RM_VARIANTS}  # the model sections: skipped when --only keeps none
+    sections = [(name, make) for name, make in sections
+                if name not in names or any(args.only.lower() in v.lower() for v in names[name])]
     rows = [r for name, make in sections for r in run_section(name, make)]
     rows = [r for r in rows if args.only.lower() in r.variant.lower()]
+    model_rows = [r for r in rows if isinstance(r, ModelRow)]
+    rows = [r for r in rows if not isinstance(r, ModelRow)]
     today = datetime.date.today().isoformat()
     print(f"Audit vs TRL {trl.__version__} (PPO: TRL 1.12), torch {torch.__version__}, seed {args.seed}, {today}; "
           f"B={batch.B} T={batch.T} G={batch.G} V={batch.V}; tolerance {F64_TOL:g} (float64) / {F32_TOL:g} "
           f"(float32 paths)\n")
     print(markdown(rows))
+    if model_rows:
+        print(f"\nSFT and reward model: our trainer's step on the built-in model against TRL's compute_loss on the "
+              f"same model object, float32; tolerance {F32_TOL:g} (loss, scores, metrics), {GRAD_REL_TOL:g} x the "
+              f"gradient's largest element (grad params)\n")
+        print(model_markdown(model_rows))
     control = harness_control(batch)
     print(f"\nharness control: ours dapo vs TRL's grpo differ by {control:.1e} (must be well above the tolerance)")
+    rows = rows + model_rows
     bad = [r for r in rows if r.status in ("DIFFERS", "ERROR")]
     if control <= 1e3 * F64_TOL:
         bad.append(Row("harness control", "", status="ERROR"))
