@@ -278,3 +278,17 @@ def test_validate_names_the_runs_a_pipeline_preset_needs(tmp_path):
     assert result.code == 2
     assert "model.start_from: no run of preset 'sft-sort' with a checkpoint in runs" in result.err
     assert "rewards.0.options.model: no run of preset 'rm-sort' with a checkpoint in runs" in result.err
+
+
+def test_a_loss_on_the_prompt_too_keeps_the_whole_answer(tmp_path):
+    """completion_only_loss false: every token but the first is a target, and
+    max_completion_length cuts the answer alone (the prompt does not take its room)."""
+    data = stage("sft-whole", {"name": "sft", "completion_only_loss": False, "max_completion_length": 8})
+    trainer = build_trainer(preset_from_dict(data), tmp_path / "run")
+    e = trainer.train_examples[0]
+    rows = trainer.demonstration_rows([e])
+    prompt = trainer.tokenizer(e.prompt, add_special_tokens=False)["input_ids"]
+    answer = trainer.policy.encode_answer(e.fields["completion"], 8)
+    assert rows.prompt_ids[0].tolist() == prompt[:1]
+    assert rows.completion_ids[0].tolist() == prompt[1:] + answer
+    assert answer[-1] == trainer.tokenizer.eos_token_id  # a sort answer fits 8 tokens with its end

@@ -103,7 +103,9 @@ class SFTTrainer(Trainer):
     def demonstration_rows(self, examples: list[Example]) -> Rollout:
         """Rows (prompt, completion) of token ids: the completion up to its first end token
         or with EOS added, cut to max_completion_length. A row that trains on every token
-        (plain text, or completion_only_loss false) has its first token as the prompt."""
+        (plain text, or completion_only_loss false) has its first token as the prompt; the
+        cut then applies to the text (plain text) or to the answer alone (the prompt's
+        tokens are all kept, so they never take the answer's room)."""
         tokenizer, cap = self.tokenizer, self.algo.max_completion_length
         prompts, completions = [], []
         for e in examples:
@@ -111,6 +113,7 @@ class SFTTrainer(Trainer):
                 whole = tokenizer(e.fields[COMPLETION], add_special_tokens=True)["input_ids"]
                 whole = whole + ([] if whole and whole[-1] in self.policy.loaded.eos_token_ids
                                  else [tokenizer.eos_token_id])
+                whole = whole[:1 + cap]
             else:
                 answer = self.policy.encode_answer(e.fields[COMPLETION], cap)
                 prompt = tokenizer(e.prompt, add_special_tokens=False)["input_ids"]
@@ -120,7 +123,7 @@ class SFTTrainer(Trainer):
                     continue
                 whole = prompt + answer
             prompts.append(whole[:1])
-            completions.append(whole[1:][:cap])
+            completions.append(whole[1:])
         return self.policy.id_rows(prompts, completions)
 
     # ------------------------------------------------------------------ step
