@@ -147,11 +147,20 @@ def test_thresholds_are_checked_preset_fields():
     assert preset_from_dict({**small_preset_dict(), "alarms": {"enabled": False}}).alarms.enabled is False
 
 
+# The RLHF pipeline's RL stages train on a learned reward that the policy learns to exploit
+# (README, "The RLHF pipeline"): the held-out exact match falls while the learned reward
+# rises, and the alarms are right to say so. These are the alarms their recordings raise.
+EXPLOITED = {"ppo-sort-rm": [("eval_falling", 25)],
+             "grpo-sort-rm": [("eval_falling", 50), ("update_against_advantage", 161), ("entropy_collapse", 317),
+                              ("entropy_collapse", 399)]}
+
+
 def test_the_bundled_presets_full_runs_raise_no_alarm():
     """The metrics and evaluations of full runs of every bundled preset (recorded from
-    their resolved presets: every step, 300-400 of them but grpo-calculator-tools' 30),
+    their resolved presets: every step, 150-400 of them but grpo-calculator-tools' 30),
     replayed through the watch their presets set (the default, but for the calculator's
-    length bounds and dpo-sort's against-advantage bound, which their presets explain)."""
+    length bounds and dpo-sort's against-advantage bound, which their presets explain);
+    the pipeline's RL stages raise the alarms of a reward model exploited (EXPLOITED)."""
     runs = sorted(BUNDLED_RUNS.glob("*.jsonl"))
     assert {r.stem for r in runs} == {p.stem for p in (Path(__file__).parents[1] / "presets").glob("*.yaml")}
     for path in runs:
@@ -163,7 +172,8 @@ def test_the_bundled_presets_full_runs_raise_no_alarm():
         fired = replay(watcher, events)
         assert len(watcher.history.steps) == preset["training"]["max_steps"] and len(watcher.history.evals) >= 5, \
             path.stem
-        assert fired == [], f"{path.stem}: {[alarm_line(a) for a in fired]}"
+        expected = EXPLOITED.get(path.stem, [])
+        assert [(a["kind"], a["step"]) for a in fired] == expected, f"{path.stem}: {[alarm_line(a) for a in fired]}"
 
 
 def test_the_calculator_preset_at_its_first_learning_rate_overshoots_and_the_alarm_says_so():

@@ -302,7 +302,7 @@ def test_the_alarm_advises_only_fields_of_the_runs_algorithm():
 def test_runs_without_the_metric_never_raise_it():
     """Histories without update/against_advantage_ratio, however the other metrics look;
     and every bundled full run records it (KTO and online DPO since the base took over the
-    step, re-taken 2026-11-28)."""
+    step, re-taken 2026-11-28), but the reward model's."""
     flat = history(frac_reward_zero_std=[1] * 12, kl=[5.0] * 12, **{"update/change_abs_mean": [0.3] * 12})
     assert DETECTORS["update_against_advantage"](flat, CFG) is None
     looked_at = []
@@ -314,7 +314,9 @@ def test_runs_without_the_metric_never_raise_it():
         fired = [a for e in metrics_events for a in watcher.observe_metrics(e["step"], e)]
         assert "update_against_advantage" not in {a["kind"] for a in fired}, path.stem
         looked_at.append(path.stem)
-    assert looked_at == []  # every recording has the metric: test_alarms.py replays them all
+    # every recording has the metric (test_alarms.py replays them all) but the reward
+    # model's: a score head has no tokens' log-probabilities for an update to move
+    assert looked_at == ["rm-sort"]
 
 
 def test_a_change_within_rounding_is_not_a_movement_against():
