@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.runs.lineage import REWARD_MODEL, has_complete_checkpoint, strip_stamp
+from workbench.runs.lineage import REWARD_MODEL, algorithm_label, has_complete_checkpoint, strip_stamp
 from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
 from workbench.setup.schema import format_value
@@ -78,7 +78,7 @@ class RunsModel(QAbstractTableModel):
             if column == "name":
                 return run.name
             if column == "algorithm":
-                return run.algorithm.upper()
+                return algorithm_label(run.algorithm)
             if column == "model":
                 return run.model
             if column == "status":

@@ -2,7 +2,7 @@
 column names each run's pipeline, under the header of a run built from earlier runs
 (its pipeline line: SFT … → RM … → PPO this run).
 
-    xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python bench/screenshots/pipeline.py RUNS_FOLDER OUT.png
+    xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python bench/pipeline_screenshots.py RUNS_FOLDER OUT.png
 
 The run in the header: --run NAME, else the newest run of the folder whose run_started
 names a lineage (else the newest run). Reads the folder only; writes OUT.png.
@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.camera import Camera  # noqa: E402
