@@ -31,10 +31,17 @@ def text_limit(context: int | None, tokenizer) -> int | None:
 def encode_texts(tokenizer, texts: list[str], max_length: int | None, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids (B, L), attention mask (B, L)) of `texts` as the tokenizer encodes a text
     (its special tokens added), right-padded with its pad token; a text longer than
-    `max_length` tokens loses its beginning, so the answer is always scored."""
+    `max_length` tokens loses its beginning, so the answer is always scored (the
+    tokenizer's own truncation, which keeps its special tokens: a classifier's [CLS])."""
     rows = tokenizer(texts, add_special_tokens=True, verbose=False)["input_ids"]
-    if max_length is not None:
-        rows = [row[-max_length:] for row in rows]
+    if max_length is not None and any(len(row) > max_length for row in rows):
+        side = tokenizer.truncation_side
+        tokenizer.truncation_side = "left"
+        try:
+            rows = tokenizer(texts, add_special_tokens=True, truncation=True, max_length=max_length,
+                             verbose=False)["input_ids"]
+        finally:
+            tokenizer.truncation_side = side
     width = max(len(row) for row in rows)
     pad = tokenizer.pad_token_id
     ids = torch.tensor([row + [pad] * (width - len(row)) for row in rows], device=device)
