@@ -127,7 +127,7 @@ def test_the_check_leaves_other_names_alone(source):
 
 
 def test_the_schema_reads_its_algorithms_off_the_one_registry():
-    assert ALGORITHM_NAMES == ("grpo", "ppo", "dpo", "online_dpo", "kto")
+    assert ALGORITHM_NAMES == ("grpo", "ppo", "dpo", "online_dpo", "kto", "sft", "reward_model")
     assert ALGORITHM_CONFIGS == {entry.name: entry.declares for entry in ALGORITHMS.entries()}
     assert all(undeclared(entry.declares) == "" for entry in ALGORITHMS.entries())
 

@@ -225,9 +225,9 @@ def test_bad_run_references_are_refused_naming_the_field_and_the_fix(pipeline, t
         pin({**stage("p", grpo), "rewards": [rm_young]}, runs)
     with pytest.raises(ValueError, match=r"no run of preset 'nothing' with a checkpoint in"):
         pin(stage("p", grpo, start_from="run:nothing"), runs)
-    with pytest.raises(ValueError, match=r"model.start_from: rm is a reward-model run .*use it as a reward"):
+    with pytest.raises(ValueError, match=r"model.start_from: rm is a reward model .*use it as a reward"):
         pin(stage("p", grpo, start_from=str(runs / "rm")), runs)
-    with pytest.raises(ValueError, match=r"options.model: sft is a sft run, not a reward-model run"):
+    with pytest.raises(ValueError, match=r"options.model: sft \(a sft run\) has no trained score head"):
         pin({**stage("p", grpo), "rewards": [{"name": "reward_model", "options": {"model": "run:sft-stage"}}]}, runs)
     other = stage("p", grpo, start_from="run:sft-stage")
     other["model"]["name_or_path"] = "builtin:tiny-tools"
@@ -250,7 +250,7 @@ def test_a_reward_model_checkpoint_without_its_head_is_refused(pipeline, tmp_pat
     (checkpoint / "adapter_config.json").write_text(json.dumps(config))
     data = {**stage("p", {"name": "grpo", "num_generations": 4}),
             "rewards": [{"name": "reward_model", "options": {"model": str(headless)}}]}
-    with pytest.raises(ValueError, match=r"holds no trained score head .* would score at random"):
+    with pytest.raises(ValueError, match=r"has no trained score head .* would score at random"):
         pin(data, tmp_path / "runs")
 
 
@@ -292,3 +292,13 @@ def test_a_loss_on_the_prompt_too_keeps_the_whole_answer(tmp_path):
     assert rows.prompt_ids[0].tolist() == prompt[:1]
     assert rows.completion_ids[0].tolist() == prompt[1:] + answer
     assert answer[-1] == trainer.tokenizer.eos_token_id  # a sort answer fits 8 tokens with its end
+
+
+def test_a_reference_by_preset_name_is_pinned_to_an_absolute_checkpoint(pipeline, monkeypatch):
+    """`rl-engine run` resolves run:NAME in the relative folder runs/: the preset.yaml the
+    run keeps (and its lineage) must still find the checkpoint from another folder."""
+    monkeypatch.chdir(pipeline["runs"].parent)
+    pinned, lineage = pin(stage("p", {"name": "grpo", "num_generations": 4}, start_from="run:sft-stage"),
+                          Path("runs"))
+    assert Path(pinned.model.start_from).is_absolute() and Path(lineage[0]["run"]).is_absolute()
+    assert Path(pinned.model.start_from) == rundir.complete_checkpoints(pipeline["runs"] / "sft")[-1].resolve()

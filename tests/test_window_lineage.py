@@ -41,8 +41,9 @@ def fake_run(folder: Path, name: str, algorithm: str, *, lineage: list | None = 
     preset = {"name": re.sub(r"-\d{8}-\d{6}$", "", name), "model": {"name_or_path": base, "chat_template": "none"},
               "algorithm": {"name": algorithm}, "training": {"max_steps": 10}}
     (run_dir / rundir.PRESET_FILE).write_text(yaml.safe_dump(preset, sort_keys=False))
+    scorer = algorithm == "reward_model"  # as the engine writes a reward-model run: its head, its adapter's
     started = {"type": "run_started", "time": start, "step": 0, "preset": preset, "algorithm": algorithm,
-               "max_steps": 10, "model": {"name_or_path": base}}
+               "max_steps": 10, "model": {"name_or_path": base, "head": "score" if scorer else "causal_lm"}}
     if lineage is not None:
         started["lineage"] = lineage
     events = [started] + [{"type": "metrics", "time": start + s, "step": s, "loss": 1.0 / s} for s in range(1, 11)]
@@ -54,6 +55,7 @@ def fake_run(folder: Path, name: str, algorithm: str, *, lineage: list | None = 
         folder_ = run_dir / rundir.CHECKPOINTS_DIR / f"step_{checkpoint:06d}"
         folder_.mkdir(parents=True)
         (folder_ / rundir.CHECKPOINT_STATE).write_text("{}")
+        (folder_ / "adapter_config.json").write_text(json.dumps({"modules_to_save": ["score"] if scorer else None}))
     return run_dir
 
 

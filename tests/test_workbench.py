@@ -72,6 +72,7 @@ SPECIAL = {
     "alarms.single_step_fraction": 0.8,  # must stay above 0.5 (the share before that counts as split)
     "data.environment": "calculator",  # multi-turn episodes (a built-in environment)
     "algorithm.delta": 4.0,  # the two-sided clip's cap must be above 1
+    "model.start_from": "run:sft-sort",  # another run's adapter (a text field; resolved when a run starts)
 }
 
 

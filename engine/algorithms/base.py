@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from pathlib import Path
@@ -265,23 +264,6 @@ class Trainer(TrainingStep, Declares):
         if rows and (self.world.is_main or self.sharded_layers):
             return self.reference_logprobs(rollout, slice(0, rows), group_size=group_size)
         return None
-
-    @torch.no_grad()
-    def reference_chunks(self, examples: list, rows_of, group_size: int, what: str):
-        """The reference's logprobs over `examples` (given data: DPO's pairs, KTO's rows) in
-        chunks of a batch or 32, for a cache filled once before training: yields (the
-        chunk's examples, their rows `rows_of(chunk)`, the reference logprobs of every row),
-        with progress in the log. `what` names an example in it ("pairs", "rows")."""
-        started = time.perf_counter()
-        chunk = max(self.cfg.batch_size, 32)
-        log.info("precomputing reference logprobs of %d %s", len(examples), what)
-        for i in range(0, len(examples), chunk):
-            if i and i % (chunk * 50) == 0:
-                log.info("reference logprobs: %d / %d %s", i, len(examples), what)
-            part = examples[i: i + chunk]
-            rows = rows_of(part)
-            yield part, rows, self.reference_logprobs(rows, slice(0, rows.completion_ids.shape[0]), group_size)
-        log.info("reference logprobs of %d %s in %.1f s", len(examples), what, time.perf_counter() - started)
 
     def micro_batches(self, batch: int, unit: int = 1) -> list[slice]:
         """This process's micro-batches of a batch of `batch` rows: all of them with one

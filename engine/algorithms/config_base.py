@@ -9,7 +9,8 @@ of `num_generations` completions per prompt means) and fills in:
 
 - `update_batch(training)`: one update pass over a step's rows (the memory estimate);
 - `step_shares(training)`: what a step's processes share (the world-size check);
-- optionally `trains_value_head`, `trains_on_pairs`, `trains_on_unpaired`, `batch_problems`,
+- optionally `trains_value_head`, `trains_on_pairs`, `trains_on_unpaired`,
+  `trains_on_demonstrations`, `trains_score_head`, `batch_problems`,
   `world_size_problems` and `playground_reason`, whose defaults are "no".
 
 A class that leaves an abstract declaration out cannot be instantiated (pydantic's
@@ -57,6 +58,13 @@ class AlgorithmSection(Section):
     # not on completions the rewards score: as with pairs, the rewards' data columns are not
     # checked against the training data.
     trains_on_unpaired: ClassVar[bool] = False
+    # Trains on demonstrations from the data (SFT: a prompt and the completion to imitate,
+    # engine/data/demonstrations.py): the data is read as demonstrations, a conversation's
+    # last (assistant) message being the completion.
+    trains_on_demonstrations: ClassVar[bool] = False
+    # Trains a one-output score head with the adapter (a reward model): the model is the base
+    # as a sequence classifier, exported as one, and its runs are rewards, not policies.
+    trains_score_head: ClassVar[bool] = False
     # Trains on multi-turn episodes (data.environment, engine/episodes/): its passes attend to
     # the tools' tokens and train on the model's. False: the field is refused, with `episodes_reason`.
     trains_episodes: ClassVar[bool] = False

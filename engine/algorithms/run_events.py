@@ -89,7 +89,7 @@ def run_started_fields(preset, policy, chat_source: str, world, declaration: dic
                   "parameters": counts["total"], "trainable_parameters": counts["trainable"],
                   "lora_targets": loaded.target_modules,
                   "context_length": loaded.context_length,
-                  "chat_template": chat_source, "eos_token_ids": loaded.eos_token_ids},
+                  "chat_template": chat_source, "eos_token_ids": loaded.eos_token_ids, "head": loaded.head},
         "device": str(policy.device), "dtype": str(loaded.dtype).removeprefix("torch."),
         "algorithm": preset.algorithm.name, "max_steps": preset.training.max_steps, "pid": os.getpid(),
         "num_train": num_train, "num_eval": num_eval, **declaration,

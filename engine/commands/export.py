@@ -299,7 +299,7 @@ def stored_dtype(config):
 def export_head(preset) -> str:
     """What the run trained on top of its base (engine/model/loading.py's HEADS): a
     reward-model run's score head, else the causal LM's."""
-    return "score" if preset.algorithm.name == "reward_model" else "causal_lm"
+    return "score" if preset.algorithm.trains_score_head else "causal_lm"
 
 
 def load_merged(preset, checkpoint: Path, bar=None, pad_token_id: int | None = None):

@@ -62,8 +62,10 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     from engine.algorithms.context_fit import check_prompts_fit
     from engine.model.loading import context_length, load_tokenizer, resolve_model_path, tokenizer_chat_template
 
-    sft = preset.algorithm.name == "sft"  # rows as SFT trains on them: a conversation's prompt ends before the answer
-    train, held_out = (load_demonstration_splits if sft else load_splits)(preset.data, preset.training.seed, base_dir)
+    # rows as the algorithm reads them: a demonstration's prompt ends before its answer
+    demonstrations = preset.algorithm.trains_on_demonstrations
+    train, held_out = (load_demonstration_splits if demonstrations else load_splits)(
+        preset.data, preset.training.seed, base_dir)
     fields = reward_field_problems(preset, train + held_out)
     if fields:
         raise ValueError("\n  - ".join(f"{path}: {message}" for path, message in fields))
@@ -81,7 +83,7 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
     else:
         pairs = preset.algorithm.trains_on_pairs and preset.data.task is None
         examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
-        if sft:  # a plain-text row has no prompt (all of its text is trained on): not templated, as SFT's
+        if demonstrations:  # a plain-text row has no prompt (all of its text is trained on): not templated, as SFT's
             examples = [e if e.prompt == "" else t for e, t in zip(train + held_out, examples)]
     longest = check_prompts_fit(tokenizer, examples, train + held_out, preset, base_dir, context_length(config),
                                 getattr(runner, "tools_tokens", 0))

@@ -20,12 +20,12 @@ from pathlib import Path
 
 from engine.foundation.paths import resolve_data_path
 from engine.foundation.run_files import RUN_PREFIX, SCORE_HEAD, checkpoint_run, has_score_head, run_preset
+from engine.rewards.kinds import REWARD_MODEL
 from engine.run import rundir
 
 __all__ = ["RUN_PREFIX", "RunReferenceError", "RunReference", "is_run_reference", "resolve_run", "runs_of", "pin_run_references",
-           "REWARD_MODEL_ALGORITHM", "has_score_head"]
+           "has_score_head"]
 
-REWARD_MODEL_ALGORITHM = "reward_model"
 
 
 class RunReferenceError(ValueError):
@@ -98,7 +98,8 @@ def resolve_run(value: str, field: str, runs_folder: Path, base_dir: Path | None
         if not runs:
             raise ValueError(f"{field}: no run of preset {name!r} with a checkpoint in {runs_folder}; run that "
                              f"preset first (rl-engine run PRESET), or give the run's folder")
-        return RunReference(runs[-1], rundir.complete_checkpoints(runs[-1])[-1], run_preset(runs[-1]))
+        run = runs[-1].resolve()
+        return RunReference(run, rundir.complete_checkpoints(run)[-1], run_preset(run))
     path = resolve_data_path(value, base_dir)
     if not path.is_dir():
         raise ValueError(f"{field}: {value} is not a folder; give a run folder, a checkpoint folder in one, or "
@@ -137,9 +138,10 @@ def _format_problem(field: str, ref: RunReference, preset, what: str) -> str | N
 
 def _start_problem(ref: RunReference, preset) -> str | None:
     field = "model.start_from"
-    if ref.algorithm == REWARD_MODEL_ALGORITHM:
-        return (f"{field}: {ref.run.name} is a reward-model run (a scorer, not a policy); use it as a reward "
-                f"(rewards: - name: reward_model, options: {{model: {ref.run}}}), or start from an SFT or RL run")
+    if has_score_head(ref.checkpoint):
+        return (f"{field}: {ref.run.name} is a reward model (its adapter carries a score head), a scorer, not a "
+                f"policy; use it as a reward (rewards: - name: reward_model, options: {{model: {ref.run}}}), or "
+                "start from an SFT or RL run")
     if ref.base_model != preset.model.name_or_path:
         return (f"{field}: {ref.run.name}'s adapter was trained on {ref.base_model}, not on this preset's "
                 f"model.name_or_path {preset.model.name_or_path}; set model.name_or_path: {ref.base_model}")
@@ -147,13 +149,11 @@ def _start_problem(ref: RunReference, preset) -> str | None:
 
 
 def _reward_model_problem(field: str, ref: RunReference, preset) -> str | None:
-    if ref.algorithm != REWARD_MODEL_ALGORITHM:
-        return (f"{field}: {ref.run.name} is a {ref.algorithm} run, not a reward-model run (algorithm.name: "
-                f"reward_model); to start the policy from it use model.start_from")
     if not has_score_head(ref.checkpoint):
-        return (f"{field}: {ref.checkpoint} holds no trained score head (its adapter_config.json lists no "
-                f"'{SCORE_HEAD}' in modules_to_save), so it would score at random; take a checkpoint the "
-                "reward-model run wrote")
+        return (f"{field}: {ref.run.name} (a {ref.algorithm} run) has no trained score head in "
+                f"{ref.checkpoint.name} (no '{SCORE_HEAD}' in its adapter's modules_to_save), so it would score "
+                "at random: give a reward-model run (algorithm.name: reward_model); to start the policy from "
+                "this run, use model.start_from")
     return _format_problem(field, ref, preset, "reward-model run")
 
 
@@ -176,7 +176,7 @@ def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
             model = model.model_copy(update={"start_from": str(ref.checkpoint)})
     rewards = []
     for index, reward in enumerate(preset.rewards):
-        value = reward.options.get("model") if reward.name == "reward_model" else None
+        value = reward.options.get("model") if reward.name == REWARD_MODEL else None
         if is_run_reference(value, base_dir):
             field = f"rewards.{index}.options.model"
             try:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import yaml
 
+from engine.foundation.run_files import SCORE_HEAD, has_score_head
 from engine.run import rundir
 
-START_FROM, REWARD_MODEL = "start_from", "reward_model"
-# How a stage's algorithm reads in a pipeline: the RLHF stages by their usual short names.
-SHORT_ALGORITHMS = {"sft": "SFT", "reward_model": "RM"}
+START_FROM, REWARD_MODEL = "start_from", "reward_model"  # the roles a lineage entry names
 _ROLE_ORDER = {START_FROM: 0, REWARD_MODEL: 1}  # the policy's origin first, then what scores it
 RUN_STAMP = re.compile(r"-\d{8}-\d{6}(-\d+)?$")  # the launch time the engine and the window end a run's name with
 
@@ -51,11 +50,11 @@ class Stage:
 
     @property
     def label(self) -> str:
-        """The stage's short name: "SFT", "RM", "GRPO"; a reward model's role wins over
-        an unknown algorithm."""
-        if self.algorithm:
-            return algorithm_label(self.algorithm)
-        return "RM" if self.role == REWARD_MODEL else "run"
+        """The stage's short name: "RM" for the run that scores (its role), else its
+        algorithm's ("SFT", "GRPO"), or "run"."""
+        if self.role == REWARD_MODEL:
+            return "RM"
+        return algorithm_label(self.algorithm) if self.algorithm else "run"
 
     @property
     def where(self) -> str:
@@ -66,11 +65,12 @@ class Stage:
 
 
 def algorithm_label(algorithm: str) -> str:
+    """An algorithm's name as the window shows it (the window learns no algorithm names).
+
+    >>> algorithm_label("sft"), algorithm_label("reward_model"), algorithm_label("online_dpo")
+    ('SFT', 'REWARD MODEL', 'ONLINE DPO')
     """
-    >>> algorithm_label("sft"), algorithm_label("reward_model"), algorithm_label("grpo")
-    ('SFT', 'RM', 'GRPO')
-    """
-    return SHORT_ALGORITHMS.get(algorithm, algorithm.upper())
+    return algorithm.replace("_", " ").upper()
 
 
 def stages_of(lineage) -> list[Stage]:
@@ -164,17 +164,6 @@ _EVALUATIONS = ("eval", "evaluation")  # the engine's evaluation event (a reward
 _TAIL_BYTES = 256 * 1024
 
 
-def run_algorithm(run_dir: Path, preset: dict | None = None) -> str:
-    """A run's algorithm: its preset.yaml's algorithm.name (`preset`, when read already),
-    else its run_started's (a run whose preset.yaml is missing or unreadable)."""
-    preset = run_preset(run_dir) if preset is None else preset
-    name = (preset.get("algorithm") or {}).get("name") if isinstance(preset.get("algorithm"), dict) else None
-    if isinstance(name, str) and name:
-        return name
-    first = rundir.read_first_record(Path(run_dir) / rundir.EVENTS_FILE)
-    return str((first or {}).get("algorithm") or "")
-
-
 def run_preset(run_dir: Path) -> dict:
     """A run's preset.yaml as a mapping ({} when it has none or it does not read)."""
     try:
@@ -205,7 +194,7 @@ def reward_model_runs(folder: Path | None) -> list[RewardModelRun]:
     for run_dir in folders:
         checkpoints = rundir.complete_checkpoints(run_dir)
         preset = run_preset(run_dir) if checkpoints else {}
-        if not checkpoints or run_algorithm(run_dir, preset) != REWARD_MODEL:
+        if not checkpoints or not has_score_head(checkpoints[-1]):
             continue
         newest = checkpoints[-1]
         found.append(RewardModelRun(
@@ -217,3 +206,15 @@ def reward_model_runs(folder: Path | None) -> list[RewardModelRun]:
 
 def has_complete_checkpoint(run_dir: Path) -> bool:
     return bool(rundir.complete_checkpoints(run_dir))
+
+
+def is_reward_model_run(run_dir: Path) -> bool:
+    """Whether a run is a reward model (not its algorithm's name): its newest complete
+    checkpoint's adapter carries a trained score head, what the engine's reward loads; a
+    run with no checkpoint yet, its run_started's model `head` is `score`."""
+    checkpoints = rundir.complete_checkpoints(run_dir)
+    if checkpoints:
+        return has_score_head(checkpoints[-1])
+    first = rundir.read_first_record(Path(run_dir) / rundir.EVENTS_FILE) or {}
+    model = first.get("model")
+    return isinstance(model, dict) and model.get("head") == SCORE_HEAD

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.runs.lineage import REWARD_MODEL, algorithm_label, has_complete_checkpoint, strip_stamp
+from workbench.runs.lineage import algorithm_label, has_complete_checkpoint, is_reward_model_run, strip_stamp
 from workbench.runs.status import resume_problem
 from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
 from workbench.setup.schema import format_value
@@ -297,7 +297,7 @@ class RunsView(QWidget):
         """The pipeline's next stage from this run, enabled once the run has a complete
         checkpoint (what the next run loads); greyed out, with the reason, before."""
         path = run.path
-        if run.algorithm == REWARD_MODEL:
+        if is_reward_model_run(path):
             action = menu.addAction(USE_AS_REWARD_MODEL, lambda: self.reward_model_requested.emit(path))
             action.setToolTip("Add this reward model to the rewards of the preset in Set-up")
         else:

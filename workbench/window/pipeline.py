@@ -11,7 +11,7 @@ from typing import Callable
 
 from engine.model.config import BUILTIN_MODEL, ModelConfig
 from engine.rewards import REWARD_MODEL as REWARD_MODEL_KIND
-from workbench.runs.lineage import REWARD_MODEL, has_complete_checkpoint, run_algorithm
+from workbench.runs.lineage import has_complete_checkpoint, is_reward_model_run
 from workbench.setup.model_picker import type_into
 from workbench.window.hooks import WindowHooks
 from workbench.window.names import SETUP
@@ -85,7 +85,7 @@ class PipelineController:
         if not engine_has_start_from():
             return ("This engine's presets have no model.start_from yet: update the engine (engine/model/config.py) "
                     "to start a policy from a run")
-        if run_algorithm(run_dir) == REWARD_MODEL:
+        if is_reward_model_run(run_dir):
             return f"{run_dir.name} is a reward model: use it as a reward, not as a policy to start from"
         if not has_complete_checkpoint(run_dir):
             return NO_CHECKPOINT.format(name=run_dir.name)
@@ -97,10 +97,10 @@ class PipelineController:
         """Add the reward-model run to the form's rewards (options.model: its folder).
         False when refused (not a reward model, no checkpoint, a reward already)."""
         run_dir = Path(run_dir).resolve()
-        if run_algorithm(run_dir) != REWARD_MODEL:
-            problem = f"{run_dir.name} is not a reward-model run (algorithm.name: reward_model)"
-        elif not has_complete_checkpoint(run_dir):
+        if not has_complete_checkpoint(run_dir):
             problem = NO_CHECKPOINT.format(name=run_dir.name)
+        elif not is_reward_model_run(run_dir):
+            problem = f"{run_dir.name} is not a reward-model run (its checkpoint has no trained score head)"
         elif self._rewarded_by(run_dir):
             problem = f"{run_dir.name} is one of the preset's rewards already"
         else:

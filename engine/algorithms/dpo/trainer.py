@@ -22,6 +22,7 @@ from engine.model.rollout import Rollout
 from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
 from engine.algorithms.update_effect import effect_per_token
 from engine.algorithms.base import Trainer
+from engine.algorithms.reference_chunks import reference_chunks
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
 from engine.algorithms.declaration import REJECTED, plot
@@ -128,7 +129,7 @@ class DPOTrainer(Trainer):
 
     def precompute_reference(self, examples: list[Example]) -> None:
         """Reference logps of every pair, once (sums and lengths, so IPO's averages follow)."""
-        for part, rows, ref in self.reference_chunks(examples, self.pair_rows, PAIR, "pairs"):
+        for part, rows, ref in reference_chunks(self, examples, self.pair_rows, PAIR, "pairs"):
             sums = (ref * rows.completion_mask).sum(-1).tolist()
             lengths = rows.completion_mask.sum(-1).long().tolist()
             for j, e in enumerate(part):

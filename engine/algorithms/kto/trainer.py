@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from engine.algorithms.base import Trainer
+from engine.algorithms.reference_chunks import reference_chunks
 from engine.algorithms.declaration import LABEL as LABEL_FIELD, plot
 from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
 from engine.algorithms.policy import set_update_mode
@@ -189,7 +190,7 @@ class KTOTrainer(Trainer):
 
     def precompute_reference(self, examples: list[Example]) -> None:
         """Reference logp sums of every training row, once."""
-        for part, rows, ref in self.reference_chunks(examples, self.rows_of, 1, "rows"):
+        for part, rows, ref in reference_chunks(self, examples, self.rows_of, 1, "rows"):
             for e, total in zip(part, sequence_logps(ref, rows.completion_mask).tolist()):
                 self.reference_cache[self._key(e)] = total
 

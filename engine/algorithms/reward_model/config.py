@@ -31,6 +31,7 @@ class RewardModelConfig(AlgorithmSection):
     # Declarations (engine/algorithms/config_base.py): a step is training.batch_size pairs,
     # two texts each; micro_batch_size counts pairs.
     trains_on_pairs: ClassVar[bool] = True
+    trains_score_head: ClassVar[bool] = True
 
     def update_batch(self, training) -> UpdateBatch:
         return UpdateBatch(units=training.batch_size, rows=2, micro_rows=2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,6 +25,8 @@ class SFTConfig(AlgorithmSection):
         256, ge=1, le=MAX_TOKENS,
         description="Completions are cut to this many tokens; also the generation length at evaluation.",
     )
+
+    trains_on_demonstrations: ClassVar[bool] = True  # (engine/algorithms/config_base.py)
 
     def update_batch(self, training) -> UpdateBatch:
         return UpdateBatch(units=training.batch_size, rows=1)
