@@ -157,6 +157,15 @@ def _reward_model_problem(field: str, ref: RunReference, preset) -> str | None:
     return _format_problem(field, ref, preset, "reward-model run")
 
 
+def _checked(value: str, field: str, runs_folder: Path, base_dir: Path | None, problem_of):
+    """(the run `value` names, or None; what is wrong with it, or None)."""
+    try:
+        ref = resolve_run(value, field, runs_folder, base_dir)
+    except ValueError as exc:
+        return None, str(exc)
+    return ref, problem_of(ref)
+
+
 def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
     """(the preset with every run reference replaced by its checkpoint folder, the
     run's lineage); RunReferenceError naming the field and the fix for each reference that
@@ -164,11 +173,8 @@ def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
     lineage, problems = [], []
     model = preset.model
     if model.start_from is not None:
-        try:
-            ref = resolve_run(model.start_from, "model.start_from", runs_folder, base_dir)
-            problem = _start_problem(ref, preset)
-        except ValueError as exc:
-            ref, problem = None, str(exc)
+        ref, problem = _checked(model.start_from, "model.start_from", runs_folder, base_dir,
+                                lambda ref: _start_problem(ref, preset))
         if problem:
             problems.append(problem)
         else:
@@ -179,11 +185,8 @@ def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
         value = reward.options.get("model") if reward.name == REWARD_MODEL else None
         if is_run_reference(value, base_dir):
             field = f"rewards.{index}.options.model"
-            try:
-                ref = resolve_run(value, field, runs_folder, base_dir)
-                problem = _reward_model_problem(field, ref, preset)
-            except ValueError as exc:
-                ref, problem = None, str(exc)
+            ref, problem = _checked(value, field, runs_folder, base_dir,
+                                    lambda ref: _reward_model_problem(field, ref, preset))
             if problem:
                 problems.append(problem)
             else:
