@@ -1,11 +1,12 @@
 """The training algorithms, one folder each: `grpo` (with RLOO, REINFORCE++, GSPO), `ppo`,
-`dpo`, `online_dpo`, `kto`, and the RLHF pipeline's first stages `sft` and `reward_model`, on the shared `base.Trainer`. Each folder holds its preset section (`config.py`,
-torch-free, with the declarations of engine/algorithms/config_base.py) and its trainer
-(`trainer.py`). `ALGORITHMS` (a foundation Registry, as every other kind's) is the one
-registry: a preset's `algorithm.name` -> its trainer class as "module:Class", imported only
-when asked for, so importing this package loads no torch; each entry declares its config
-class. engine/preset/schema.py builds the preset's
-algorithm union from it; engine/commands/train.py's `build_trainer` picks the trainer.
+`dpo`, `online_dpo`, `kto`, and the RLHF pipeline's first stages `sft` and
+`reward_model`, on the shared `base.Trainer`. Each folder holds its preset section
+(`config.py`, torch-free, with the declarations of engine/algorithms/config_base.py) and
+its trainer (`trainer.py`). `ALGORITHMS` (a foundation Registry, as every other kind's) is
+the one registry: a preset's `algorithm.name` -> its trainer class as "module:Class",
+imported only when asked for, so importing this package loads no torch; each entry
+declares its config class. engine/preset/schema.py builds the preset's algorithm union
+from it; engine/commands/train.py's `build_trainer` picks the trainer.
 
 Adding an algorithm: its folder here and its `register_algorithm` line (docs/architecture.md,
 "Where to add a new algorithm").

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["RUN_PREFIX", "PRESET_FILE", "CHECKPOINTS_DIR", "CHECKPOINT_STATE", "ADAPTER_CONFIG", "SCORE_HEAD", "checkpoint_run",
-           "run_preset", "adapter_chain", "is_adapter", "has_score_head", "adapter_base_model"]
+__all__ = ["RUN_PREFIX", "PRESET_FILE", "CHECKPOINTS_DIR", "CHECKPOINT_STATE", "ADAPTER_CONFIG", "SCORE_HEAD",
+           "checkpoint_run", "run_preset", "adapter_chain", "is_adapter", "has_score_head", "adapter_base_model"]
 
 RUN_PREFIX = "run:"  # run:PRESET_NAME, the newest run of a preset (engine/run/lineage.py)
 PRESET_FILE = "preset.yaml"

@@ -23,8 +23,8 @@ from engine.foundation.run_files import RUN_PREFIX, SCORE_HEAD, checkpoint_run, 
 from engine.rewards.kinds import REWARD_MODEL
 from engine.run import rundir
 
-__all__ = ["RUN_PREFIX", "RunReferenceError", "RunReference", "is_run_reference", "resolve_run", "runs_of", "pin_run_references",
-           "has_score_head"]
+__all__ = ["RUN_PREFIX", "RunReferenceError", "RunReference", "is_run_reference", "resolve_run", "runs_of",
+           "pin_run_references", "has_score_head"]
 
 
 
