@@ -84,7 +84,7 @@ class RewardModelTrainer(Trainer):
     MICRO_BATCH_UNIT = "preference pairs"
     SAMPLES = False  # it reads its pairs
     PLOTS = (
-        plot("rm_eval", "Held-out accuracy", eval=("accuracy",)),
+        plot("eval", "Held-out accuracy (pairs)", eval=("accuracy",)),
         plot("loss", "Loss (Bradley-Terry)", "loss"),
         plot("rm_accuracy", "Accuracy (chosen scored above rejected)", "accuracy"),
         plot("rm_rewards", "Rewards", "rewards/chosen", "rewards/rejected", "margin"),

@@ -65,9 +65,10 @@ class SFTTrainer(Trainer):
     MICRO_BATCH_UNIT = "demonstrations"
     SAMPLES = False  # it reads its demonstrations
     PLOTS = (
-        plot("eval", "Held-out evaluation", eval=("accuracy", "mean_token_accuracy")),
+        plot("eval", "Held-out evaluation", eval=("accuracy", "reward")),
         plot("loss", "Loss (completion NLL)", "loss"),
         plot("sft_eval_loss", "Held-out loss", eval=("loss",)),
+        plot("sft_eval_tokens", "Held-out token accuracy", eval=("mean_token_accuracy",)),
         plot("sft_accuracy", "Mean token accuracy", "mean_token_accuracy"),
         plot("sft_entropy", "Entropy", "entropy"),
         plot("grad_norm", "Gradient norm", "grad_norm"),
