@@ -302,3 +302,29 @@ def test_a_reference_by_preset_name_is_pinned_to_an_absolute_checkpoint(pipeline
                           Path("runs"))
     assert Path(pinned.model.start_from).is_absolute() and Path(lineage[0]["run"]).is_absolute()
     assert Path(pinned.model.start_from) == rundir.complete_checkpoints(pipeline["runs"] / "sft")[-1].resolve()
+
+
+def test_preference_pairs_with_implicit_prompts_are_read_as_trl_reads_them(tmp_path):
+    """TRL's implicit-prompt format (trl-lib/ultrafeedback_binarized): no prompt column,
+    `chosen` and `rejected` whole conversations; the messages they begin with alike are the
+    prompt. From a file and from a data set saved with save_to_disk."""
+    import datasets
+
+    from engine.data.config import DataConfig
+
+    user = {"role": "user", "content": "What colour is the sky?"}
+    rows = [{"chosen": [user, {"role": "assistant", "content": "Blue."}],
+             "rejected": [user, {"role": "assistant", "content": "Green."}], "score_chosen": 8.0}] * 3
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+    for cfg in (DataConfig(task=None, path=str(tmp_path / "pairs.jsonl"), num_eval=1),
+                DataConfig(task=None, dataset=str(tmp_path / "saved"), num_eval=1)):
+        train, held_out = load_preference_splits(cfg, 0, who="a reward model")
+        pair = train[0]
+        assert pair.prompt == [user]
+        assert pair.fields["chosen"] == [{"role": "assistant", "content": "Blue."}]
+        assert pair.fields["rejected"] == [{"role": "assistant", "content": "Green."}]
+        assert pair.fields["score_chosen"] == 8.0 and len(held_out) == 1
+    (tmp_path / "plain.jsonl").write_text('{"chosen": " 4", "rejected": " 5"}\n' * 3)  # text: no prompt to find
+    with pytest.raises(ValueError, match=r"has no column 'prompt' \(data.prompt_field\)"):
+        load_preference_splits(DataConfig(task=None, path=str(tmp_path / "plain.jsonl"), num_eval=1), 0)

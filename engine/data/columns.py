@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from engine.data.examples import Example
 
 __all__ = ["Columns", "compile_answer_pattern", "extract_answer", "is_conversation",
-           "check_conversation", "row_to_example", "missing_columns_message"]
+           "check_conversation", "implicit_prompt", "row_to_example", "missing_columns_message"]
 
 
 def compile_answer_pattern(pattern: str) -> re.Pattern:
@@ -98,12 +98,37 @@ def missing_columns_message(source: str, missing: dict[str, str], found: list[st
             "Set the field to the column that holds it.")
 
 
+def implicit_prompt(chosen: object, rejected: object) -> tuple[list, list, list] | None:
+    """TRL's implicit prompt (`extract_prompt`), for conversations: the messages `chosen`
+    and `rejected` begin with alike are the prompt, the rest each side's answer; None when
+    they are not two conversations that share a beginning and then differ.
+
+    >>> user = {"role": "user", "content": "Sky?"}
+    >>> implicit_prompt([user, {"role": "assistant", "content": "blue"}], [user, {"role": "assistant", "content": "green"}])
+    ([{'role': 'user', 'content': 'Sky?'}], [{'role': 'assistant', 'content': 'blue'}], [{'role': 'assistant', 'content': 'green'}])
+    """
+    if not (is_conversation(chosen) and is_conversation(rejected)):
+        return None
+    shared = 0
+    while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+        shared += 1
+    if shared == 0 or shared == len(chosen) or shared == len(rejected):
+        return None
+    return chosen[:shared], chosen[shared:], rejected[shared:]
+
+
 def row_to_example(row: dict, columns: Columns, where: str) -> Example:
     """One row as an Example: the prompt column (text or a conversation) is the prompt;
     the answer column, through answer_pattern, is `answer`; DPO's columns are `chosen`
-    and `rejected`; every other column keeps its name."""
+    and `rejected`; every other column keeps its name. A row with no prompt column whose
+    `chosen` and `rejected` are conversations has TRL's implicit prompt: the messages they
+    begin with alike."""
     if columns.prompt not in row:
-        raise ValueError(missing_columns_message(where, {"prompt_field": columns.prompt}, list(row)))
+        split = implicit_prompt(row.get(columns.chosen), row.get(columns.rejected))
+        if split is None:
+            raise ValueError(missing_columns_message(where, {"prompt_field": columns.prompt}, list(row)))
+        prompt, chosen, rejected = split
+        row = {**row, columns.prompt: prompt, columns.chosen: chosen, columns.rejected: rejected}
     prompt = row[columns.prompt]
     if is_conversation(prompt):
         prompt = check_conversation(prompt, where, columns.prompt)

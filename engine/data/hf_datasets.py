@@ -232,7 +232,9 @@ def _examples(table, rows: list[int], columns: Columns, name: str, split: str) -
 
 def _check_columns(table, columns: Columns, name: str, split: str) -> None:
     found = list(table.column_names)
-    missing = {"prompt_field": columns.prompt} if columns.prompt not in found else {}
+    # no prompt column: preference pairs may hold it implicitly (TRL's format; row_to_example)
+    implicit = columns.chosen in found and columns.rejected in found
+    missing = {"prompt_field": columns.prompt} if columns.prompt not in found and not implicit else {}
     if columns.answer_pattern is not None and columns.answer not in found:
         missing["answer_field"] = columns.answer  # the pattern says an answer column is expected
     if missing:
