@@ -328,3 +328,17 @@ def test_preference_pairs_with_implicit_prompts_are_read_as_trl_reads_them(tmp_p
     (tmp_path / "plain.jsonl").write_text('{"chosen": " 4", "rejected": " 5"}\n' * 3)  # text: no prompt to find
     with pytest.raises(ValueError, match=r"has no column 'prompt' \(data.prompt_field\)"):
         load_preference_splits(DataConfig(task=None, path=str(tmp_path / "plain.jsonl"), num_eval=1), 0)
+
+
+def test_the_inspector_heads_a_reward_models_pair_with_its_reward(pipeline):
+    """A reward model's pair has no implicit reward (DPO's): each side is headed by its
+    reward, the score at its last token; SFT's record opens as a completion."""
+    from workbench.inspector.records import Trajectory
+    from workbench.inspector.trajectory_page import side_header
+
+    started = next(e for e in rundir.read_events(pipeline["runs"] / "rm") if e["type"] == "run_started")
+    pair = Trajectory.from_record(rundir.read_trajectories(pipeline["runs"] / "rm", 2)[0], started["records"])
+    chosen = side_header(pair, pair.sides[0])
+    assert "implicit reward" not in chosen and f"reward <b>{pair.sides[0].reward:.4g}" in chosen
+    sft = Trajectory.from_record(rundir.read_trajectories(pipeline["runs"] / "sft", 2)[0])
+    assert len(sft.sides) == 1 and len(sft.sides[0]) == len(sft.sides[0].numbers["logprob"])

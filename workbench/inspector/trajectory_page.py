@@ -31,13 +31,17 @@ from workbench.inspector.widgets import SidePanel
 
 def side_header(trajectory: Trajectory, side: Side) -> str:
     """The line above a side's text: a pair's side (its score when the pair was
-    sampled and scored, its implicit reward); an unpaired completion's label; else ''."""
+    sampled and scored, its implicit reward; a pair without implicit rewards, a reward
+    model's, its reward); an unpaired completion's label; else ''."""
     if trajectory.layout == PAIR:
         colour = "#2e7d32" if side is trajectory.sides[0] else "#b00020"
         score = ""
         if trajectory.scored:
             parts = ", ".join(f"{html.escape(str(k))} {_num(v)}" for k, v in (side.rewards or {}).items())
             score = f" · score <b>{_num(side.reward)}</b>" + (f" ({parts})" if parts else "")
+        if "implicit_reward" not in side.numbers:  # a reward model's pair: its side's reward is its score
+            return (f"<b style='color:{colour}'>{html.escape(side.name)}</b> · reward <b>{_num(side.reward)}</b>"
+                    f" · {len(side)} tokens")
         return (f"<b style='color:{colour}'>{html.escape(side.name)}</b>{score} · implicit reward "
                 f"<b>{_num(trajectory.side_implicit_reward(side))}</b> · {len(side)} tokens")
     if trajectory.desirable is None:
