@@ -48,7 +48,7 @@ import torch
 from engine.model.loading import context_length, resolve_device, resolve_dtype
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, PROCESS_REWARD_MODEL_OPTIONS
-from engine.model.score import _NO_LIMIT
+from engine.model.score import text_limit
 from engine.rewards.model import _hint, load_with_head, padded_tokenizer
 from engine.rewards.paths import resolve_reward_model
 from engine.rewards.steps import split_step_ends
@@ -274,9 +274,8 @@ def load_process_reward_model(model: str, device=None, dtype: str = "auto", head
     loaded.config.pad_token_id = tokenizer.pad_token_id
     loaded.to(device).eval()
     loaded.requires_grad_(False)
-    limits = [n for n in (context_length(loaded.config), tokenizer.model_max_length)
-              if isinstance(n, int) and 0 < n < _NO_LIMIT]
-    result = ProcessRewardModel(model, loaded, tokenizer, device, torch_dtype, head, min(limits) if limits else None)
+    result = ProcessRewardModel(model, loaded, tokenizer, device, torch_dtype, head,
+                                text_limit(context_length(loaded.config), tokenizer))
     _CACHE[key] = result
     log.info("loaded process reward model %s (%s) on %s (%s)", model, head, device, torch_dtype)
     return result

@@ -15,9 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from engine.foundation.run_files import SCORE_HEAD, has_score_head
+from engine.foundation.run_files import SCORE_HEAD, has_score_head, run_preset
 from engine.run import rundir
 
 START_FROM, REWARD_MODEL = "start_from", "reward_model"  # the roles a lineage entry names
@@ -160,17 +158,7 @@ class RewardModelRun:
         return f"{self.name} — step {self.step}{accuracy}"
 
 
-_EVALUATIONS = ("eval", "evaluation")  # the engine's evaluation event (a reward-model run's may take the longer name)
 _TAIL_BYTES = 256 * 1024
-
-
-def run_preset(run_dir: Path) -> dict:
-    """A run's preset.yaml as a mapping ({} when it has none or it does not read)."""
-    try:
-        data = yaml.safe_load((Path(run_dir) / rundir.PRESET_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def last_accuracy(run_dir: Path) -> float | None:
@@ -178,7 +166,7 @@ def last_accuracy(run_dir: Path) -> float | None:
     events = rundir.read_jsonl_tail(Path(run_dir) / rundir.EVENTS_FILE, _TAIL_BYTES)
     for event in reversed(events):
         value = event.get("accuracy")
-        if event.get("type") in _EVALUATIONS and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if event.get("type") == "eval" and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
     return None
 
@@ -193,12 +181,11 @@ def reward_model_runs(folder: Path | None) -> list[RewardModelRun]:
         return []
     for run_dir in folders:
         checkpoints = rundir.complete_checkpoints(run_dir)
-        preset = run_preset(run_dir) if checkpoints else {}
         if not checkpoints or not has_score_head(checkpoints[-1]):
             continue
         newest = checkpoints[-1]
         found.append(RewardModelRun(
-            path=run_dir.resolve(), preset=str(preset.get("name") or ""),
+            path=run_dir.resolve(), preset=str(run_preset(run_dir).get("name") or ""),
             step=int(newest.name.split("_")[1]), accuracy=last_accuracy(run_dir),
             saved=(newest / rundir.CHECKPOINT_STATE).stat().st_mtime))
     return sorted(found, key=lambda r: r.saved, reverse=True)

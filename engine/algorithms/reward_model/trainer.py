@@ -42,12 +42,11 @@ PAIR = 2  # texts per preference pair: chosen, rejected
 @dataclass
 class PairTexts:
     """A batch of pairs as scored texts, [chosen_0, rejected_0, chosen_1, ...]: token ids
-    and mask (2B, L), where each text's score is read, how many tokens its prompt takes."""
+    and mask (2B, L), and where each text's score is read."""
 
     ids: torch.Tensor
     mask: torch.Tensor
     last: torch.Tensor
-    prompt_tokens: list[int]
 
 
 @dataclass
@@ -120,9 +119,7 @@ class RewardModelTrainer(Trainer):
         texts = [e.prompt + answer_text(e.fields[side]) for e in examples for side in ("chosen", "rejected")]
         limit = text_limit(self.policy.loaded.context_length, self.tokenizer)  # as the reward reads them
         ids, mask = encode_texts(self.tokenizer, texts, limit, self.device)
-        prompts = self.tokenizer([e.prompt for e in examples], add_special_tokens=True)["input_ids"]
-        return PairTexts(ids, mask, last_token_positions(ids, self.tokenizer.pad_token_id),
-                         [len(p) for p in prompts for _ in range(PAIR)])
+        return PairTexts(ids, mask, last_token_positions(ids, self.tokenizer.pad_token_id))
 
     def scores(self, texts: PairTexts, rows: slice) -> torch.Tensor:
         """The score head at every position of `rows` (b, L): through DDP when it trains
@@ -239,9 +236,10 @@ def pair_records(tokenizer, step: int, examples: list[Example], texts: PairTexts
         e = examples[p]
         record = {"step": step, "index": p, "group": p, "prompt": e.prompt,
                   "margin": rewards[PAIR * p] - rewards[PAIR * p + 1]}
+        start = len(tokenizer(e.prompt, add_special_tokens=True)["input_ids"])  # the answer's first token
         for offset, side in enumerate(("chosen", "rejected")):
             r = PAIR * p + offset
-            start, end = texts.prompt_tokens[r], int(texts.last[r]) + 1
+            end = int(texts.last[r]) + 1
             scores = positions[r]
             change = scores - torch.cat([scores[:1], scores[:-1]])
             record[side] = {"completion": answer_text(e.fields[side]),
