@@ -40,6 +40,7 @@ __all__ = [
     "PRM_HEADS",
     "check_process_reward_model_options",
     "is_step_reward_entry",
+    "learned_and_checks",
 ]
 
 REWARD_MODEL = "reward_model"
@@ -368,3 +369,22 @@ def reward_options(name: str) -> dict[str, object]:
     if name == PROCESS_REWARD_MODEL:
         return dict(PROCESS_REWARD_MODEL_OPTIONS)
     return REWARDS.options(name)
+
+
+def learned_and_checks(entries) -> tuple[list[str], list[str]]:
+    """The labels of a preset's learned rewards (a reward model, a process reward model:
+    a model the policy can exploit) and of its other components (verifiers, rules, a
+    user's function: the checks a learned reward is read against, trained on or logged
+    beside it with weight 0). `entries`: RewardConfig-like objects (name, label).
+
+    Example:
+        >>> from types import SimpleNamespace as E
+        >>> learned_and_checks([E(name="reward_model", label=None), E(name="exact_match", label=None)])
+        (['reward_model'], ['exact_match'])
+    """
+    learned, checks = [], []
+    for entry in entries:
+        kind = reward_kind(entry.name)
+        label = component_label(entry.name, getattr(entry, "label", None))
+        (learned if kind in (REWARD_MODEL, PROCESS_REWARD_MODEL) else checks).append(label)
+    return learned, checks
