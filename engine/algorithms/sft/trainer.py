@@ -7,7 +7,8 @@ the batch divided by their count (TRL's SFTTrainer, completion-only loss). Plain
 Metrics as TRL logs them: loss, mean_token_accuracy (the target is the model's top
 token), entropy (over the target positions), num_tokens (every token trained on so far,
 prompts included). A demonstration's record holds each target token's log-probability,
-entropy and top-5 alternatives: where the model disagrees with the data.
+entropy, rank (1: the model's top choice) and top-5 alternatives: where the model
+disagrees with the data.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class SFTBatch(StepBatch):
     target_tokens: torch.Tensor = field(kw_only=True)
     logps: torch.Tensor = field(kw_only=True)
     sums: dict[str, float] = field(default_factory=lambda: {"entropy": 0.0, "correct": 0.0}, kw_only=True)
+    ranks: list = field(default_factory=list, kw_only=True)  # the recorded rows' target ranks, per micro-batch
 
 
 @dataclass
@@ -51,6 +53,7 @@ class SFTStepOutputs:
     top: tuple[torch.Tensor, torch.Tensor] | None
     entropy: torch.Tensor | None
     logprob_after: torch.Tensor | None
+    rank: torch.Tensor | None = None  # (recorded rows, T): each target's rank, 1 = the model's top choice
 
 
 def target_stats(logits, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float, float]:
@@ -59,6 +62,31 @@ def target_stats(logits, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.T
     entropy = logits.entropy()
     top1 = logits.top(ids.shape[0], k=1)[1][..., 0]
     return entropy, float((entropy * mask).sum()), float(((top1 == ids) * mask).sum())
+
+
+def token_rank(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Each target's rank among the vocabulary, 1 + the number of entries with a strictly
+    higher logit (1: the model's top choice; ties share the better rank). `logits` (..., V),
+    `ids` (...) -> (...) long."""
+    target = logits.gather(-1, ids.unsqueeze(-1))
+    return 1 + (logits > target).sum(-1)
+
+
+@torch.no_grad()
+def recorded_ranks(logits, ids: torch.Tensor, rows: slice, num_recorded: int) -> torch.Tensor | None:
+    """The ranks of the targets `ids` (b, T) of the recorded rows among a micro-batch's
+    `rows` (TokenLogits `logits` of that micro-batch's pass), or None when none is
+    recorded. The pass's hidden states through the output head, chunk by chunk, as the
+    top-5 are taken (a temperature or a soft cap does not change an order)."""
+    recorded = max(0, min(rows.stop, num_recorded) - rows.start)
+    if not recorded:
+        return None
+    hidden = logits.hidden[:recorded].detach()
+    targets = ids[:recorded]
+    chunks = zip(hidden.reshape(-1, hidden.shape[-1]).split(logits.chunk_tokens),
+                 targets.reshape(-1).split(logits.chunk_tokens))
+    parts = [token_rank(logits.head(h).float(), t) for h, t in chunks]
+    return torch.cat(parts).reshape(targets.shape)
 
 
 class SFTTrainer(Trainer):
@@ -76,7 +104,9 @@ class SFTTrainer(Trainer):
         plot("sft_tokens", "Tokens trained on", "num_tokens"),
         plot("timing", "Step time", "step_time"),
     )
-    RECORDS = {"layout": "single", "token_values": ["logprob", "entropy"], "preferred": ["logprob"]}
+    # A record is a demonstration (the data's answer, not a sample): the inspector says so.
+    RECORDS = {"layout": "single", "token_values": ["logprob", "entropy", "rank"],
+               "preferred": ["probability", "logprob"], "demonstration": True}
     RECORDS_UPDATE_EFFECT = True  # every target token is pushed up (advantage +1)
 
     def load_examples(self, preset_dir: Path | None) -> tuple[list[Example], list[Example]]:
@@ -150,6 +180,9 @@ class SFTTrainer(Trainer):
             batch.sums["entropy"] += entropy_sum
             batch.sums["correct"] += correct
             batch.record_top(logits, mb, entropy=entropy)
+            ranks = recorded_ranks(logits, ids, mb, batch.num_recorded)
+            if ranks is not None:
+                batch.ranks.append(ranks)
         return MicroLoss(loss, 1.0, {})
 
     def update_effect_inputs(self, batch: SFTBatch):
@@ -164,7 +197,8 @@ class SFTTrainer(Trainer):
         metrics = {"mean_token_accuracy": correct / targets, "entropy": entropy / targets,
                    "num_tokens": self.num_tokens, "completions/mean_length": targets / batch.size}
         return StepResult(metrics, SFTStepOutputs(batch.examples, batch.rows, batch.logps, batch.top,
-                                                  batch.recorded_entropy, batch.logprob_after))
+                                                  batch.recorded_entropy, batch.logprob_after,
+                                                  torch.cat(batch.ranks) if batch.ranks else None))
 
     def write_step_outputs(self, last: SFTStepOutputs) -> None:
         examples = last.examples
@@ -190,6 +224,8 @@ class SFTTrainer(Trainer):
                                {"logprob": last.logps[r], "entropy": last.entropy[r],
                                 **{k: v[r] for k, v in effect.items()}},
                                (top[0][r], top[1][r])),
+                # Whole numbers, not rounded to 4 digits as the floats are (a rank may pass 10,000).
+                **({"rank": last.rank[r, :n].tolist()} if last.rank is not None else {}),
                 "reward": mean_logps[r],
             })
         self.write_trajectories(records)
