@@ -24,7 +24,7 @@ from engine.rewards.kinds import REWARD_MODEL
 from engine.run import rundir
 
 __all__ = ["RUN_PREFIX", "RunReferenceError", "RunReference", "is_run_reference", "resolve_run", "runs_of",
-           "pin_run_references", "has_score_head"]
+           "pin_run_references", "has_score_head", "reward_model_problem"]
 
 
 
@@ -148,7 +148,7 @@ def _start_problem(ref: RunReference, preset) -> str | None:
     return _format_problem(field, ref, preset, "run")
 
 
-def _reward_model_problem(field: str, ref: RunReference, preset) -> str | None:
+def reward_model_problem(field: str, ref: RunReference, preset) -> str | None:
     if not has_score_head(ref.checkpoint):
         return (f"{field}: {ref.run.name} (a {ref.algorithm} run) has no trained score head in "
                 f"{ref.checkpoint.name} (no '{SCORE_HEAD}' in its adapter's modules_to_save), so it would score "
@@ -186,7 +186,7 @@ def pin_run_references(preset, runs_folder: Path, base_dir: Path | None = None):
         if is_run_reference(value, base_dir):
             field = f"rewards.{index}.options.model"
             ref, problem = _checked(value, field, runs_folder, base_dir,
-                                    lambda ref: _reward_model_problem(field, ref, preset))
+                                    lambda ref: reward_model_problem(field, ref, preset))
             if problem:
                 problems.append(problem)
             else:
