@@ -36,7 +36,9 @@ from engine.run import rundir
 from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR, workbench_dir
 from workbench.alarms.model import arrival_message
 from workbench.inspector.view import InspectorView
+from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.log_view import LogView
+from workbench.runs.reward_report_page import RewardReportPage
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData
 from workbench.runs.runs_view import RunsView
@@ -98,6 +100,12 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.playground, "Reward playground")
         self.tabs.setTabToolTip(self.tabs.indexOf(self.playground), "Score a run's completions (or typed ones) "
                                 "with edited rewards, beside what the run had")
+        # A reward-model run's report card: last too, and shown only while such a run is on show.
+        self.report_card = RewardReportPage()
+        self.tabs.addTab(self.report_card, "Report card")
+        self.tabs.setTabToolTip(self.tabs.indexOf(self.report_card), "How well the reward model ranks held-out "
+                                "pairs: accuracy, margins, calibration, length, the checks before scoring")
+        self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), False)
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()
@@ -258,6 +266,9 @@ class MainWindow(QMainWindow):
         self.samples.set_run(runs_[0])
         self.inspector.set_run(runs_[0])
         self.log_view.set_run(runs_[0].run_dir)
+        scorer = is_reward_model_run(runs_[0].run_dir)
+        self.report_card.set_run(runs_[0].run_dir if scorer else None)
+        self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), scorer)
         self.run_message.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)
         self.run_control.update_actions()
