@@ -149,9 +149,11 @@ def test_thresholds_are_checked_preset_fields():
 
 # The RLHF pipeline's RL stages train on a learned reward that the policy learns to exploit
 # (README, "The RLHF pipeline"): the held-out exact match falls while the learned reward
-# rises, and the alarms are right to say so. These are the alarms their recordings raise.
-EXPLOITED = {"ppo-sort-rm": [("eval_falling", 25)],
-             "grpo-sort-rm": [("eval_falling", 50), ("update_against_advantage", 161), ("entropy_collapse", 317),
+# rises, and the alarms are right to say so. These are the alarms their recordings raise
+# (the exploited reward model's, not the held-out score's: one alarm for one cause).
+EXPLOITED = {"ppo-sort-rm": [("reward_model_exploited", 25)],
+             "grpo-sort-rm": [("reward_model_exploited", 50), ("update_against_advantage", 161),
+                              ("entropy_collapse", 317),
                               ("entropy_collapse", 399)]}
 
 
@@ -168,7 +170,7 @@ def test_the_bundled_presets_full_runs_raise_no_alarm():
         preset = events[0]["preset"]  # the recorded run's
         assert events[0]["type"] == "run_started" and preset["training"]["max_steps"] >= 30, path.stem  # calculator: 30
         # the watch as the preset file sets it today (a recording keeps the defaults of its day)
-        watcher = AlarmWatcher(load_preset(Path(__file__).parents[1] / "presets" / f"{path.stem}.yaml").alarms)
+        watcher = AlarmWatcher.for_preset(load_preset(Path(__file__).parents[1] / "presets" / f"{path.stem}.yaml"))
         fired = replay(watcher, events)
         assert len(watcher.history.steps) == preset["training"]["max_steps"] and len(watcher.history.evals) >= 5, \
             path.stem

@@ -55,3 +55,15 @@ class AlarmsConfig(Section):
     reward_rise: Float = Field(
         0.05, ge=0.0, le=1e6, description="... while the training reward's `window`-step mean rose at least this "
         "much since that best evaluation.")
+    exploit_check_drop: Float = Field(
+        0.1, gt=0.0, le=1e6, description="Reward model exploited: a check read against a learned reward (a verifier "
+        "beside a reward_model, e.g. exact_match with weight 0) fell this much below its best, on the held-out "
+        "prompts (or in `window`-step training means without evaluations) ...")
+    exploit_reward_rise: Float = Field(
+        0.05, ge=0.0, le=1e6, description="... while the learned reward's `window`-step training mean rose at least "
+        "this much (in its own units) since then; a held-out learned reward falling this much while it rises fires "
+        "it too.")
+    exploit_kl_factor: Float = Field(
+        3.0, gt=1.0, le=1e6, description="Reward model exploited: KL grew this many times over 2 x `window` steps "
+        "while the learned reward rose, the two correlated at least hacking_correlation (a length rise of "
+        "hacking_length_rise counts the same way).")

@@ -127,6 +127,10 @@ class History:
     # step -> (preset field, message): a skipped step whose NaN or inf a user's loss or
     # estimator returned (AlarmWatcher.explain_nonfinite), named in its alarm
     nonfinite_causes: dict[int, tuple[str, str]] = field(default_factory=dict)
+    # the labels of the run's learned rewards and of the checks read against them
+    # (engine.rewards.kinds.learned_and_checks): the exploitation alarm's (exploitation.py)
+    learned_rewards: list[str] = field(default_factory=list)
+    check_rewards: list[str] = field(default_factory=list)
 
     def series(self, key: str, last: int | None = None) -> list[tuple[int, float]]:
         """(step, value) of the last `last` steps (all when None) where `key` is a finite number."""
@@ -143,6 +147,8 @@ class Finding:
     evidence: dict[str, list[list[float]]]
     # (preset field, advice) to try instead of the kind's own (KINDS), when the finding knows better
     try_fields: tuple[tuple[str, str], ...] | None = None
+    # {"before": {"step", "rows"}, "after": {...}}: samples from either side of the change, when the finding has them
+    samples: dict | None = None
 
 
 def _number(value) -> bool:
@@ -392,6 +398,8 @@ def _correlation(xs: list[float], ys: list[float]) -> float:
 
 
 def reward_hacking(history: History, cfg: AlarmsConfig) -> Finding | None:
+    if history.learned_rewards and reward_model_exploited(history, cfg):
+        return None  # a learned reward's runaway is that alarm's, which names the reward model
     span = 2 * cfg.window
     rows = [(s, float(m["reward"]), float(m["completions/mean_length"]))
             for s, m in zip(history.steps[-span:], history.metrics[-span:])
@@ -416,6 +424,8 @@ def reward_hacking(history: History, cfg: AlarmsConfig) -> Finding | None:
 
 
 def eval_falling(history: History, cfg: AlarmsConfig) -> Finding | None:
+    if history.learned_rewards and reward_model_exploited(history, cfg):
+        return None  # one alarm for one cause: the exploited reward model's names the reward and its check
     scores, key = _scores(history), _training_score(history)
     if len(scores) < 2 or key is None:
         return None
@@ -475,3 +485,9 @@ DETECTORS = {
     "eval_falling": eval_falling,
     "nonfinite_steps": nonfinite_steps,
 }
+
+# The exploitation alarm builds on the helpers above (its own module, for length's sake).
+from engine.alarms.exploitation import EXPLOITED, EXPLOITED_KIND, reward_model_exploited  # noqa: E402
+
+KINDS[EXPLOITED] = EXPLOITED_KIND
+DETECTORS[EXPLOITED] = reward_model_exploited

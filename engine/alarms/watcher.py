@@ -17,7 +17,7 @@ from engine.alarms.detectors import DETECTORS, KINDS, Finding, History
 __all__ = ["AlarmWatcher", "alarm_event", "alarm_line"]
 
 # Evaluations are not step metrics: they wake only the detectors that read them.
-_EVAL_DETECTORS = ("length_drift", "eval_falling")
+_EVAL_DETECTORS = ("length_drift", "eval_falling", "reward_model_exploited")
 
 
 def alarm_event(kind: str, finding: Finding, step: int, algorithm_fields=None) -> dict:
@@ -35,7 +35,7 @@ def alarm_event(kind: str, finding: Finding, step: int, algorithm_fields=None) -
     return {"step": step, "kind": kind, "title": k.title, "began": finding.began,
             "steps": [finding.began, finding.end], "metric": finding.metric, "saw": finding.saw,
             "why": k.why, "try": [{"field": f, "advice": a} for f, a in advice],
-            "evidence": finding.evidence}
+            "evidence": finding.evidence, **({"samples": finding.samples} if finding.samples else {})}
 
 
 def alarm_line(event: dict) -> str:
@@ -46,13 +46,22 @@ def alarm_line(event: dict) -> str:
 
 class AlarmWatcher:
     """`algorithm_fields`: the field names of the run's algorithm section (its alarms then
-    advise only fields it has); None: every kind's advice as written."""
+    advise only fields it has); None: every kind's advice as written. `rewards`: the labels
+    of the run's learned rewards and of their checks (the exploitation alarm's)."""
 
-    def __init__(self, cfg: AlarmsConfig, algorithm_fields=None):
+    def __init__(self, cfg: AlarmsConfig, algorithm_fields=None, rewards: tuple[list[str], list[str]] = ([], [])):
         self.cfg = cfg
         self.algorithm_fields = None if algorithm_fields is None else frozenset(algorithm_fields)
-        self.history = History()
+        self.history = History(learned_rewards=list(rewards[0]), check_rewards=list(rewards[1]))
         self.last_held: dict[str, int] = {}  # kind -> the last step its condition held
+
+    @classmethod
+    def for_preset(cls, preset) -> "AlarmWatcher":
+        """The watch a preset sets: its alarms section; advice for its algorithm's fields;
+        its learned rewards and their checks (engine.rewards.kinds.learned_and_checks)."""
+        from engine.rewards.kinds import learned_and_checks
+
+        return cls(preset.alarms, type(preset.algorithm).model_fields, learned_and_checks(preset.rewards))
 
     def observe_metrics(self, step: int, metrics: dict) -> list[dict]:
         if not self.cfg.enabled:

@@ -89,7 +89,7 @@ class Trainer(TrainingStep, Declares):
         self.nonfinite_steps = 0
         self.skipped_steps = SkippedSteps(self.cfg.max_nonfinite_steps)
         # the alarms' advice names only fields of this run's algorithm section
-        self.events = RunEvents(AlarmWatcher(preset.alarms, algorithm_fields=type(preset.algorithm).model_fields))
+        self.events = RunEvents(AlarmWatcher.for_preset(preset))
         self.on_alarm = None  # called with each alarm event written (the CLI prints a line)
         self._saved_step: int | None = None  # the step of the checkpoint saved last
 

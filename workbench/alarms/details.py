@@ -35,7 +35,19 @@ def details_html(alarm: Alarm) -> str:
                        + "</tr>" for step, values in rows)
         parts.append(f"<p><b>Evidence</b></p><table cellspacing='0' border='1' style='border-collapse:collapse; "
                      f"border-color:#ddd'><tr>{head}</tr>{body}</table>")
+    parts += [_samples_html(label, step, rows) for label, step, rows in alarm.samples if rows]
     return "".join(parts)
+
+
+def _samples_html(label: str, step: int, rows: list[tuple[str, str, float | None]]) -> str:
+    """Held-out samples from one side of the change: what the reward was paid for."""
+    e = html.escape
+    cell = "style='padding:1px 8px'"
+    body = "".join(f"<tr><td {cell}><code>{e(prompt)}</code></td><td {cell}><code>{e(completion)}</code></td>"
+                   f"<td {cell} align='right'>{_value(reward)}</td></tr>" for prompt, completion, reward in rows)
+    return (f"<p><b>Samples {label} (step {step})</b></p><table cellspacing='0' border='1' "
+            f"style='border-collapse:collapse; border-color:#ddd'><tr><th {cell}>prompt</th><th {cell}>completion"
+            f"</th><th {cell}>reward</th></tr>{body}</table>")
 
 
 class AlarmDetails(QTextBrowser):
@@ -43,7 +55,8 @@ class AlarmDetails(QTextBrowser):
 
     PLACEHOLDER = ("The engine watches its own metrics for runs that stop learning or go wrong (no learning "
                    "signal, KL spikes, entropy collapse, length drift, reward hacking, a falling held-out score, "
-                   "non-finite steps) and raises an alarm here, with the numbers and what to try.")
+                   "a reward model exploited, non-finite steps) and raises an alarm here, with the numbers and what "
+                   "to try.")
 
     def __init__(self, parent=None):
         super().__init__(parent)

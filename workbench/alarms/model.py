@@ -26,6 +26,7 @@ KIND_COLOURS = {
     "reward_hacking": "#d50000",
     "eval_falling": "#5d4037",
     "nonfinite_steps": "#212121",
+    "reward_model_exploited": "#ad1457",
 }
 OTHER_COLOUR = "#757575"  # a kind this window does not know (a newer engine)
 
@@ -63,6 +64,8 @@ class Alarm:
     why: str = ""
     tries: list[tuple[str, str]] = field(default_factory=list)  # (preset field, advice)
     evidence: dict[str, list[tuple[int, float | None]]] = field(default_factory=dict)
+    # (label, step, [(prompt, completion, reward)]): samples from either side of the change, when it has them
+    samples: list[tuple[str, int, list[tuple[str, str, float | None]]]] = field(default_factory=list)
     event: dict = field(default_factory=dict, repr=False)  # as logged
 
     @property
@@ -111,7 +114,25 @@ def alarm_from_event(event: dict) -> Alarm:
             evidence[str(name)] = rows
     return Alarm(step=step, kind=kind, title=_text(event.get("title")) or kind.replace("_", " ").capitalize(),
                  began=began, first=first, last=last, metric=_text(event.get("metric")), saw=_text(event.get("saw")),
-                 why=_text(event.get("why")), tries=tries, evidence=evidence, event=event)
+                 why=_text(event.get("why")), tries=tries, evidence=evidence, samples=_samples(event), event=event)
+
+
+def _samples(event: dict) -> list[tuple[str, int, list[tuple[str, str, float | None]]]]:
+    """The event's `samples` ({"before": {"step", "rows"}, "after": ...}) as (label, step,
+    rows), read leniently.
+
+    >>> _samples({"samples": {"before": {"step": 0, "rows": [{"prompt": "p", "completion": " c", "reward": 1}]}}})
+    [('before', 0, [('p', ' c', 1.0)])]
+    """
+    raw = event.get("samples")
+    out = []
+    for label in ("before", "after"):
+        side = raw.get(label) if isinstance(raw, dict) else None
+        if isinstance(side, dict) and _int(side.get("step")) is not None and isinstance(side.get("rows"), list):
+            rows = [(_text(r.get("prompt")), str(r.get("completion") or ""), _number(r.get("reward")))
+                    for r in side["rows"] if isinstance(r, dict)]
+            out.append((label, side["step"], rows))
+    return out
 
 
 def evidence_table(alarm: Alarm) -> tuple[list[str], list[tuple[int, list[float | None]]]]:
