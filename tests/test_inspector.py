@@ -82,7 +82,7 @@ def test_the_picker_offers_only_the_quantities_the_record_has(inspector, tmp_pat
     run_dir = write_run(tmp_path, "grpo", steps=1)
     write_steps(run_dir, {1: [grpo_record(1, 0, 0, 1.0, 0.5)]})
     open_run(inspector, run_dir)
-    assert offered() == ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"]
+    assert offered() == ["advantage", "logprob", "probability", "ref_logprob", "kl", "entropy", "ratio"]
     run_dir = write_run(tmp_path, "ppo", steps=1, algorithm="ppo")
     write_steps(run_dir, {1: [ppo_record(1, 0), ppo_record(1, 1)]})
     open_run(inspector, run_dir)
@@ -97,7 +97,7 @@ def test_the_picker_offers_only_the_quantities_the_record_has(inspector, tmp_pat
     run_dir = write_run(tmp_path, "dpo", steps=1, algorithm="dpo")
     write_steps(run_dir, {1: [dpo_record(1, 0)]})
     open_run(inspector, run_dir)
-    assert offered() == ["logprob", "ref_logprob", "entropy", "implicit_reward"]
+    assert offered() == ["logprob", "probability", "ref_logprob", "entropy", "implicit_reward"]
     assert inspector.key == "implicit_reward"
 
 

@@ -31,7 +31,7 @@ def test_a_grpo_record_without_algorithm_is_grpo_with_its_quantities():
     record = grpo_record(3, 1, 0, 0.5, 0.7)
     t = Trajectory.from_record(record)
     assert (t.algorithm, t.step, t.index, t.group) == (GRPO, 3, 1, 0)
-    assert t.quantities() == ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"]
+    assert t.quantities() == ["advantage", "logprob", "probability", "ref_logprob", "kl", "entropy", "ratio"]
     side = t.sides[0]
     assert len(side) == len(record["tokens"]) and side.numbers["logprob"][2] == record["logprob"][2]
     assert t.advantage == pytest.approx(0.7)
@@ -62,7 +62,7 @@ def test_dpo_records_have_two_sides_and_only_their_quantities():
     record = dpo_record(1, 4)
     t = Trajectory.from_record(record)
     assert t.algorithm == DPO and [s.name for s in t.sides] == ["chosen", "rejected"]
-    assert t.quantities() == ["logprob", "ref_logprob", "entropy", "implicit_reward"]
+    assert t.quantities() == ["logprob", "probability", "ref_logprob", "entropy", "implicit_reward"]
     assert len(t.sides[0]) == 10 and len(t.sides[1]) == 14
     assert t.advantage == record["margin"] and t.label().startswith("pair 4 · margin")
     # One scale for both sides, so chosen and rejected compare.

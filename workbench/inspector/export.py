@@ -103,6 +103,10 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     parts = [SummaryPart(f"step {t.step}", heading=True)]
     if t.layout == PAIR:
         return parts + _pair_parts(t) + effect_parts(t)
+    if t.demonstration:  # the data's answer: how likely the model finds it, and where it would not write it
+        parts += [SummaryPart(f"demonstration {t.index}", heading=True),
+                  SummaryPart("mean logprob", _num(t.mean_logprob))] + disagreement_parts(t)
+        return parts + [SummaryPart(f"{len(t.sides[0])} tokens")] + effect_parts(t)
     parts.append(SummaryPart(f"rollout {t.index}"))
     if t.layout == GROUP or t.group != t.index:
         parts.append(SummaryPart(f"group {t.group}"))
@@ -137,6 +141,17 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     return parts + effect_parts(t)
 
 
+def disagreement_parts(trajectory: Trajectory) -> list[SummaryPart]:
+    """How many of a demonstration's tokens the model would not have put first (from
+    `rank`, else from the top-5; none when the record has neither)."""
+    side = trajectory.sides[0]
+    ranks = [token_rank(side, i)[0] for i in range(len(side))]
+    known = [r for r in ranks if r is not None]
+    if not known:
+        return []
+    return [SummaryPart("not the model's top choice", f"{sum(r != 1 for r in known)} of {len(known)} tokens")]
+
+
 def effect_parts(trajectory: Trajectory) -> list[SummaryPart]:
     """What this step's update did to each side's tokens (none without Δ log p)."""
     pair = trajectory.layout == PAIR
@@ -166,10 +181,28 @@ def summary_html(trajectory: Trajectory) -> str:
 # ================================================================ tooltip, export
 
 
+def token_rank(side: Side, i: int) -> tuple[int | None, str]:
+    """Token i's rank among the vocabulary and how the tooltip says it: the recorded
+    `rank`, else its place among the top-5 alternatives (a record from before `rank`);
+    (None, '') when neither tells."""
+    recorded = side.numbers.get("rank")
+    if recorded is not None and math.isfinite(recorded[i]):
+        rank = int(recorded[i])
+        return rank, f"{rank}" + (" (the model's top choice)" if rank == 1 else "")
+    ids = side.top_ids[i] if side.top_ids is not None and i < len(side.top_ids) else None
+    if not isinstance(ids, list) or not ids or i >= len(side.token_ids):
+        return None, ""
+    if side.token_ids[i] in ids:
+        rank = ids.index(side.token_ids[i]) + 1
+        return rank, f"{rank} (of the top {len(ids)})" if rank > 1 else "1 (the model's top choice)"
+    return len(ids) + 1, f"below the top {len(ids)}"
+
+
 def token_numbers(side: Side, i: int) -> list[tuple[str, str]]:
-    """(name, value) of every per-token number of token i, known quantities first."""
-    keys = [k for k in QUANTITIES if k in side.numbers and k not in EFFECT_KEYS]
-    keys += sorted(k for k in side.numbers if k not in keys and k not in EFFECT_KEYS)
+    """(name, value) of every per-token number of token i, known quantities first; its
+    probability after its logprob, then its rank."""
+    keys = [k for k in QUANTITIES if k in side.numbers and k not in EFFECT_KEYS and k != "rank"]
+    keys += sorted(k for k in side.numbers if k not in keys and k not in EFFECT_KEYS and k != "rank")
     out = []
     for key in keys:
         value = side.numbers[key][i]
@@ -177,11 +210,17 @@ def token_numbers(side: Side, i: int) -> list[tuple[str, str]]:
             out.append((key, "yes" if value == 1 else "no" if value == 0 else "null"))
         else:
             out.append((key, _num(value)))
-    if "logprob" in side.numbers and math.isfinite(side.numbers["logprob"][i]):
-        out.insert(keys.index("logprob") + 1, ("probability", _num(math.exp(side.numbers["logprob"][i]))))
+    names = [name for name, _ in out]
+    if "probability" not in names and "logprob" in side.numbers and math.isfinite(side.numbers["logprob"][i]):
+        out.insert(names.index("logprob") + 1, ("probability", _num(math.exp(side.numbers["logprob"][i]))))
+    rank = token_rank(side, i)[1]
+    if rank:
+        names = [name for name, _ in out]
+        out.insert(names.index("probability") + 1 if "probability" in names else len(out), ("rank", rank))
     effect = effect_rows(side, i)  # the update's effect together: before -> after, Δ log p, Δ p
     names = [name for name, _ in out]
-    at = names.index("probability") + 1 if "probability" in names else len(out)
+    after = next((n for n in ("rank", "probability") if n in names), None)
+    at = names.index(after) + 1 if after else len(out)
     out[at:at] = effect
     return out
 
@@ -209,7 +248,7 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
         return ""
     token = side.tokens[i]
     token_id = side.token_ids[i] if i < len(side.token_ids) else None
-    where = f"{side.name} " if trajectory.layout == PAIR else ""
+    where = f"{side.name} " if trajectory.layout == PAIR else "demonstration " if trajectory.demonstration else ""
     rows = "".join(f"<tr><td>{html.escape(name)}</td><td align='right'><b>{html.escape(value)}</b></td></tr>"
                    for name, value in token_numbers(side, i))
     head = (f"<b style='font-family:monospace'>{html.escape(token_display(token))}</b> "
@@ -218,11 +257,16 @@ def tooltip_html(trajectory: Trajectory, side_index: int, i: int) -> str:
     alts = top_alternatives(side, i)
     alt_html = ""
     if alts:
+        # A demonstration's token is the data's: the alternatives are what the model would have written.
+        mark = "◀ <span style='font-family:sans-serif;color:#555'>the data's</span>" if trajectory.demonstration \
+            else "◀"
         alt_rows = "".join(
             f"<tr><td style='font-family:monospace'>{'<b>' if chosen else ''}{html.escape(text)}"
-            f"{'</b> ◀' if chosen else ''}</td><td align='right'>{_num(p)}</td></tr>"
+            f"{f'</b> {mark}' if chosen else ''}</td><td align='right'>{_num(p)}</td></tr>"
             for text, p, chosen in alts)
-        alt_html = f"<p style='margin:4px 0 0 0'><b>top {len(alts)}</b> (probability)</p><table>{alt_rows}</table>"
+        whose = "the model's " if trajectory.demonstration else ""
+        alt_html = (f"<p style='margin:4px 0 0 0'><b>{whose}top {len(alts)}</b> (probability)</p>"
+                    f"<table>{alt_rows}</table>")
     steps = token_step_lines(trajectory.steps, i) if side_index == 0 else []
     # An episode's token: its turn (and a tool's: not trained, what it answers) before its numbers.
     turn = trajectory.episode.token_lines(i) if side_index == 0 and trajectory.episode is not None else []
@@ -276,6 +320,7 @@ body { font-family: sans-serif; margin: 24px; color: #222; max-width: 1100px; }
 .legend { display: flex; align-items: center; gap: 8px; font-size: 13px; margin: 8px 0 16px 0; }
 .bar { width: 260px; height: 14px; border: 1px solid #999; }
 .sides { display: flex; gap: 24px; } .sides > div { flex: 1; min-width: 0; }
+.note { background: #fff8e1; color: #5c4400; padding: 4px 8px; font-size: 13px; }
 h1 { font-size: 18px; } h2 { font-size: 15px; margin-bottom: 4px; }
 """
 
@@ -331,6 +376,8 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
               f"<div class='bar' style='background:linear-gradient(to right, {gradient})'></div>"
               f"<span>{_num(high)}</span> <span style='color:#555'>{html.escape(scale.how)} · "
               f"{html.escape(q.meaning)}</span></div>")
+    if q.note:
+        legend += f"<p class='note'>{html.escape(q.note)}</p>"
     prompt = html.escape(trajectory.prompt)
     body = []
     for k, (side, values) in enumerate(zip(trajectory.sides, trajectory.values(key))):
@@ -344,6 +391,8 @@ def export_html(trajectory: Trajectory, key: str, scale: Scale, run_name: str = 
                     f"{_num(trajectory.side_implicit_reward(side))}</h2>")
         elif trajectory.layout == PAIR:
             head = f"<h2>{side.name} · reward {_num(side.reward)}</h2>"
+        elif trajectory.demonstration:
+            head = "<h2>demonstration · the data's answer, not a sample from the model</h2>"
         body.append(f"<div>{head}<div class='t'><span class='p'>{prompt}</span>{text}</div></div>")
     content = f"<div class='sides'>{''.join(body)}</div>" if len(body) > 1 else body[0]
     content += _baseline_html(trajectory.record.get("baseline"), prompt)

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 MARKS = {"clipped"}  # per-token flags: shown as marks and in the tooltip, not in the picker
 AGAINST = ("boxed in red (x in the plot): moved against the update's push (its advantage's sign; "
            "a pair: chosen up, rejected down)")
-
+# A reward model's score read at every token (its own pairs' `score`, an RL run's `rm_score`): the
+# head learnt only from whole answers, so a prefix's score is a reading off its training data.
+OFF_DISTRIBUTION = ("Positions before the last token are off-distribution: the head was trained only at the end of "
+                    "an answer; read the colours as where the model changes its mind, not as rewards of partial "
+                    "answers.")
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,9 @@ class Quantity:
     """A per-token number the inspector can colour by.
 
     kind "diverging" (signed, centred at `centre`, symmetric scale) or "sequential"
-    (`loud` "high" or "low" is the dark end; `anchor`, when set, fixes the pale end)."""
+    (`loud` "high" or "low" is the dark end; `anchor`, when set, fixes the pale end, and
+    `loud_at` the dark end: a probability's 0). `note`: what to keep in mind while
+    coloured by it (shown beside the legend)."""
 
     key: str
     label: str
@@ -37,6 +43,8 @@ class Quantity:
     loud: str = "high"
     anchor: float | None = None
     stops: str = "heat"
+    loud_at: float | None = None
+    note: str = ""
 
 
 QUANTITIES: dict[str, Quantity] = {q.key: q for q in (
@@ -53,6 +61,13 @@ QUANTITIES: dict[str, Quantity] = {q.key: q for q in (
              "log-probability under the sampling policy; darker = less likely", loud="low", anchor=0.0),
     Quantity("logprob_after", "logprob after update", "sequential",
              "log-probability under the policy after this step's update; darker = less likely", loud="low", anchor=0.0),
+    # exp(logprob), worked out here (records.Side): a demonstration's "where the model disagrees with the data".
+    Quantity("probability", "probability", "sequential",
+             "exp(logprob): the token's probability under the model; darker = less likely, darkest at 0",
+             loud="low", anchor=1.0, loud_at=0.0),
+    Quantity("rank", "rank in vocabulary", "sequential",
+             "the token's rank among the whole vocabulary under the model (1: its top choice); darker = further down",
+             anchor=1.0),
     Quantity("ref_logprob", "reference logprob", "sequential",
              "log-probability under the reference model; darker = less likely", loud="low", anchor=0.0),
     Quantity("kl", "KL", "sequential",
@@ -71,7 +86,26 @@ QUANTITIES: dict[str, Quantity] = {q.key: q for q in (
              "the token's reward: its KL reward, plus the score on the last token"),
     Quantity("implicit_reward", "implicit reward", "diverging",
              "beta x (logprob - reference logprob): green = the policy prefers it more than the reference"),
+    # A reward model read token by token: its pairs' sides, and an RL run's completions scored by one.
+    Quantity("score", "score (prefix)", "diverging",
+             "the reward model's score of the text up to this token (the last token's is the answer's reward): "
+             "green above 0, pink below", note=OFF_DISTRIBUTION),
+    Quantity("score_change", "score change", "diverging",
+             "the score's change from the token before: green = the reward model thinks better of the answer "
+             "after this token, pink = worse", note=OFF_DISTRIBUTION),
+    Quantity("rm_score", "RM score (prefix)", "diverging",
+             "the learned reward model's score of the completion up to this token (the last token's is its "
+             "reward): green above 0, pink below", note=OFF_DISTRIBUTION),
+    Quantity("rm_score_change", "RM score change", "diverging",
+             "the reward model's score's change from the token before: green = it thinks better of the completion "
+             "after this token, pink = worse", note=OFF_DISTRIBUTION),
 )}
+
+
+def quantity_note(key: str) -> str:
+    """What to keep in mind while coloured by `key` ('' for most quantities)."""
+    known = QUANTITIES.get(key)
+    return known.note if known is not None else ""
 
 
 def quantity(key: str, values: Iterable[np.ndarray] = ()) -> Quantity:
@@ -107,7 +141,11 @@ def make_scale(q: Quantity, arrays: list[np.ndarray], scope: str) -> Scale:
     if not finite.size:
         return Scale("sequential", quiet=0.0, loud=0.0, stops=q.stops, how=f"no values in {scope}")
     lo, hi = float(finite.min()), float(finite.max())
-    if q.loud == "low":
+    if q.loud_at is not None:  # a fixed range (a probability's 1 to 0), whatever the tokens hold
+        quiet = q.anchor if q.anchor is not None else (hi if q.loud == "low" else lo)
+        loud = q.loud_at
+        how = f"pale {_num(quiet)} to dark {_num(loud)} (fixed)"
+    elif q.loud == "low":
         quiet = q.anchor if q.anchor is not None else hi
         loud = lo
         how = f"pale {_num(quiet)} to dark {_num(loud)} (the lowest {q.label} over {scope})"

@@ -76,6 +76,8 @@ class Side:
             if all(v is None or isinstance(v, (int, float)) for v in value):
                 numbers[key] = np.array(value, dtype=float)
         numbers.update(derived_numbers(numbers))  # Δ p, which the engine leaves to the window
+        if "logprob" in numbers and "probability" not in numbers:  # read more easily than a logprob
+            numbers["probability"] = np.exp(numbers["logprob"])
         reward, rewards = raw.get("reward"), raw.get("rewards")
         return cls(name=name, tokens=tokens, token_ids=list(ids), numbers=numbers,
                    top_tokens=raw.get("top_tokens") if isinstance(raw.get("top_tokens"), list) else None,
@@ -99,6 +101,7 @@ class Trajectory:
     sides: list[Side]
     layout: str = GROUP  # "group", "single" or "pair" (workbench/run_declaration.py)
     preferred: tuple[str, ...] = ("advantage",)  # the quantities to colour by first
+    demonstration: bool = False  # declared: the completion is the data's answer (SFT), not a sample
 
     @classmethod
     def from_record(cls, record: dict, declared: dict | None = None) -> "Trajectory":
@@ -116,7 +119,8 @@ class Trajectory:
             sides = [Side.from_mapping("completion", record)]
         preferred = tuple(str(k) for k in layout_of.get("preferred") or ("advantage",))
         return cls(record=record, algorithm=algorithm_of(record, layout), step=step, index=index, group=group,
-                   prompt=str(record.get("prompt", "")), sides=sides, layout=layout, preferred=preferred)
+                   prompt=str(record.get("prompt", "")), sides=sides, layout=layout, preferred=preferred,
+                   demonstration=layout != PAIR and layout_of.get("demonstration") is True)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -148,6 +152,12 @@ class Trajectory:
             return None
         low, high = float(np.nanmin(adv)), float(np.nanmax(adv))
         return (low, high) if high - low > 1e-9 * max(1.0, abs(high)) else None
+
+    @property
+    def mean_logprob(self) -> float | None:
+        """The mean log-probability of the completion's tokens (None without logprobs)."""
+        values = self.sides[0].numbers.get("logprob")
+        return float(np.nanmean(values)) if values is not None and np.isfinite(values).any() else None
 
     @cached_property
     def steps(self) -> list[StepComponent]:
@@ -228,7 +238,10 @@ class Trajectory:
             parts.append(f"group {self.group}")
         if self.desirable is not None:
             parts.append("desirable" if self.desirable else "undesirable")
-        parts.append(f"reward {_num(self.reward)}")
+        if self.demonstration:  # the data's answer: how likely the model finds it, not a reward
+            parts += ["demonstration", f"mean logprob {_num(self.mean_logprob)}"]
+        else:
+            parts.append(f"reward {_num(self.reward)}")
         if "score" in self.record:
             parts.append(f"score {_num(self.record.get('score'))}")
         if self.steps:

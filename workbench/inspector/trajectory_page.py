@@ -32,7 +32,8 @@ from workbench.inspector.widgets import SidePanel
 def side_header(trajectory: Trajectory, side: Side) -> str:
     """The line above a side's text: a pair's side (its score when the pair was
     sampled and scored, its implicit reward; a pair without implicit rewards, a reward
-    model's, its reward); an unpaired completion's label; else ''."""
+    model's, its reward); a demonstration, as the data's; an unpaired completion's
+    label; else ''."""
     if trajectory.layout == PAIR:
         colour = "#2e7d32" if side is trajectory.sides[0] else "#b00020"
         score = ""
@@ -44,6 +45,9 @@ def side_header(trajectory: Trajectory, side: Side) -> str:
                     f" · {len(side)} tokens")
         return (f"<b style='color:{colour}'>{html.escape(side.name)}</b>{score} · implicit reward "
                 f"<b>{_num(trajectory.side_implicit_reward(side))}</b> · {len(side)} tokens")
+    if trajectory.demonstration:
+        return ("<b style='color:#1565c0'>demonstration</b> · the data's answer, not a sample from the model: "
+                "where a token is unlikely under the model, the model disagrees with the data")
     if trajectory.desirable is None:
         return ""
     if trajectory.desirable:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from workbench.inspector.colors import NULL_HEX, Scale
 from workbench.inspector.episodes import TOOL_HEX, TOOL_LEGEND
 from workbench.inspector.navigation import SCOPE_ROLLOUT, SCOPE_STEP
+from workbench.inspector.quantities import quantity_note
 from workbench.inspector.text import TokenTextView
 
 # ===================================================================== legend
@@ -72,6 +73,9 @@ class GradientBar(QWidget):
 
 
 class Legend(QWidget):
+    """The quantity's name, its colour bar and what the colours mean; under them, for a
+    quantity that has one (a reward model's score read at every token), its note."""
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.setObjectName("inspector-legend")
@@ -81,16 +85,29 @@ class Legend(QWidget):
         self.text.setTextFormat(Qt.RichText)
         self.text.setWordWrap(True)
         self.text.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Preferred)
-        layout = QHBoxLayout(self)
+        self.note = QLabel()
+        self.note.setObjectName("inspector-quantity-note")
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("QLabel { color: #5c4400; background: #fff8e1; padding: 3px 6px; }")
+        self.note.hide()
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.name)
+        row.addWidget(self.bar)
+        row.addWidget(self.text, 1)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.name)
-        layout.addWidget(self.bar)
-        layout.addWidget(self.text, 1)
+        layout.setSpacing(2)
+        layout.addLayout(row)
+        layout.addWidget(self.note)
 
     def set_scale(self, key: str, scale: Scale | None, meaning: str, label: str, tool: bool = False) -> None:
         """`tool`: the record is an episode with tool tokens, drawn grey (their own entry)."""
         self.name.setText(f"<b>{html.escape(label)}</b>")
         self.bar.set_scale(scale)
+        note = quantity_note(key) if scale is not None else ""
+        self.note.setText(note)
+        self.note.setVisible(bool(note))
         if scale is None:
             self.text.setText("")
             return
