@@ -37,6 +37,7 @@ FLOORS = [
     ("distributed",),
     ("algorithms",),
     ("preset",),
+    ("reward_report",),
     ("commands",),
     ("cli",),
     ("__main__",),

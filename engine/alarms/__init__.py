@@ -4,6 +4,7 @@ matters and which preset fields to try (docs/run-directory.md has the event).
 
 config.py     the preset's `alarms` section (thresholds)
 detectors.py  one pure function per alarm: metric history in, a finding or None out
+history.py    the history the detectors read, a Finding, a Kind, the words of their texts
 exploitation.py  the alarm for a policy exploiting its learned reward (Goodhart)
 watcher.py    AlarmWatcher: feeds the history, fires each alarm once until it clears
 """
