@@ -29,7 +29,7 @@ import torch
 
 from engine.foundation.run_files import adapter_base_model, has_score_head, is_adapter
 from engine.model.loading import context_length, resolve_device, resolve_dtype
-from engine.model.score import encode_texts, text_limit
+from engine.model.score import encode_texts, has_position_scores, position_scores, text_limit, token_ends
 from engine.rewards.base import RewardError, RewardFunc
 from engine.rewards.kinds import REWARD_MODEL_OPTIONS
 from engine.rewards.paths import num_labels_message, resolve_reward_model
@@ -67,6 +67,30 @@ class RewardModel:
             for row, value in zip(rows, logits[:, 0].float().cpu().tolist()):
                 scores[row] = value
         return scores
+
+    @torch.inference_mode()
+    def prefix_scores(self, texts: list[str], batch_size: int = 32,
+                      max_length: int | None = None) -> list[tuple[list[int], list[float]]] | None:
+        """Each text's tokens as the reward reads them: (the end character offset of each
+        token in the text, the score head at that token: the reward of the text ending
+        there), from one pass over each batch of ``batch_size`` texts. The last score is
+        ``score(texts)``'s. None for a model without a score at every position (an encoder
+        read at its [CLS]: engine/model/score.py's has_position_scores).
+
+        Example (the one-label model above, a tokenizer of one token a character):
+            prefix_scores(["ab"]) -> [([1, 2], [score of "a", score of "ab"])]
+        """
+        if not has_position_scores(self.model):
+            return None
+        limit = max_length or self.context
+        out = []
+        for start in range(0, len(texts), batch_size):
+            chunk = texts[start:start + batch_size]
+            ids, mask = encode_texts(self.tokenizer, chunk, limit, self.device)
+            scores = position_scores(self.model, ids, mask).cpu()
+            for row, ends in enumerate(token_ends(self.tokenizer, chunk, limit)):
+                out.append((ends, scores[row, :len(ends)].tolist()))
+        return out
 
 
 _CACHE: dict[tuple[str, str, str], RewardModel] = {}
@@ -191,7 +215,23 @@ def reward_model_reward(*, model: str, batch_size: int = REWARD_MODEL_OPTIONS["b
     loaded = load_reward_model(resolve_reward_model(model, base_dir), device, dtype, where)
 
     def reward(prompts: list[str], completions: list[str], **fields: list) -> list[float]:
-        return loaded.score([p + c for p, c in zip(prompts, completions)], batch_size, max_length)
+        return loaded.score(scored_texts(prompts, completions), batch_size, max_length)
+
+    def prefix_scores(prompts: list[str], completions: list[str]):
+        """The texts' scores token by token, as RewardModel.prefix_scores (the reward's options)."""
+        return loaded.prefix_scores(scored_texts(prompts, completions), batch_size, max_length)
 
     reward.reward_source = f"reward model {model}"
+    reward.reward_model = loaded  # the loaded model, for a view of its score token by token
+    reward.prefix_scores = prefix_scores  # engine/algorithms/reward_tokens.py reads the recorded rows with it
     return reward
+
+
+def scored_texts(prompts: list[str], completions: list[str]) -> list[str]:
+    """The texts a reward model scores: each prompt followed by its completion (the text as
+    the policy sees it, its end token cut).
+
+    >>> scored_texts(["sort 2 1 ="], [" 1 2"])
+    ['sort 2 1 = 1 2']
+    """
+    return [p + c for p, c in zip(prompts, completions)]

@@ -22,6 +22,7 @@ from engine.rl.catalog import (ESTIMATORS, IMPORTANCE_LEVELS, REWARD_AGGREGATION
 from engine.algorithms.declaration import BASELINE, COMPONENT_ADVANTAGES, ROLLOUT_PLOTS, STEPS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.episodes import StepEpisodes
+from engine.algorithms.reward_tokens import reward_token_rows
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
 from engine.algorithms.step_rewards import StepRewards
@@ -107,6 +108,7 @@ class GRPOTrainer(Trainer):
     RECORDS = {"layout": "group", "token_values": ["advantage", "logprob", "ref_logprob", "kl", "entropy", "ratio"],
                "preferred": ["advantage"]}
     RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
+    RECORDS_REWARD_TOKENS = True  # a reward model's rm_score on the recorded rows (reward_tokens.py)
 
     def __init__(self, preset, run_dir, stop=None, preset_dir=None, world=None):
         # The user's own loss or estimator (FILE.py:FUNCTION, engine/rl/user_code.py) loaded
@@ -323,6 +325,9 @@ class GRPOTrainer(Trainer):
         rollout, per_token = last.rollout, last.per_token
         ref = last.ref_all[: len(rows)] if last.ref_all is not None else last.ref_recorded
         token_advantages = advantages[:, None].expand_as(rollout.completion_mask) if advantages.dim() == 1 else advantages
+        # records only, not samples: a reward model's score token by token (reward_tokens.py)
+        reward_tokens = reward_token_rows(self.reward_components, self.tokenizer,
+                                          self.policy.loaded.eos_token_ids, last)
         self.write_trajectories(trajectory_records(
             self.tokenizer, step=self.step, rows=rows, num_generations=G,
             prompts=last.prompts, completions=last.completions, rollout=rollout,
@@ -330,6 +335,6 @@ class GRPOTrainer(Trainer):
                        "advantage": token_advantages, "ratio": per_token["ratio"],
                        **effect_per_token(per_token["logprob"], last.logprob_after)},
             clipped=per_token["clipped"], top=last.top,
-            totals=last.totals, components=last.components, extra=last.row_extras,
+            totals=last.totals, components=last.components, extra={**last.row_extras, **reward_tokens},
         ))
 

@@ -25,6 +25,7 @@ from engine.model.rollout import Rollout
 from engine.algorithms.declaration import ROLLOUT_PLOTS, STEPS, plot
 from engine.algorithms.base import Trainer
 from engine.algorithms.episodes import StepEpisodes
+from engine.algorithms.reward_tokens import reward_token_rows
 from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_metrics import rollout_metrics
 from engine.algorithms.step_result import RolloutStepOutputs, StepResult
@@ -82,6 +83,7 @@ class PPOTrainer(Trainer):
                                                     "value", "return", "kl_reward", "reward_per_token"],
                "preferred": ["advantage"]}
     RECORDS_UPDATE_EFFECT = True  # logprob_after / logprob_change of the recorded rows (update_effect.py)
+    RECORDS_REWARD_TOKENS = True  # a reward model's rm_score on the recorded rows (reward_tokens.py)
     UPDATE_REDUCE = "mean"  # the step's loss and diagnostics: the mean over its updates, as TRL logs them
 
     def sample_fields(self) -> list[dict]:
@@ -272,6 +274,9 @@ class PPOTrainer(Trainer):
         if not rows:
             return
         old = last.old
+        # records only, not samples: a reward model's score token by token (reward_tokens.py)
+        reward_tokens = reward_token_rows(self.reward_components, self.tokenizer,
+                                          self.policy.loaded.eos_token_ids, last)
         self.write_trajectories(trajectory_records(
             self.tokenizer, step=self.step, rows=rows, num_generations=G,
             prompts=last.prompts, completions=last.completions, rollout=last.rollout,
@@ -281,5 +286,6 @@ class PPOTrainer(Trainer):
                        "reward_per_token": last.token_rewards, "ratio": last.ratio,
                        **effect_per_token(old["logprob"], last.logprob_after)},
             clipped=last.clipped, top=old["top"],
-            totals=last.totals, components=last.components, extra={"score": last.scores, **last.row_extras},
+            totals=last.totals, components=last.components,
+            extra={"score": last.scores, **last.row_extras, **reward_tokens},
         ))
