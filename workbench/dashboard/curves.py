@@ -217,7 +217,9 @@ class MetricPlot(QFrame):
         compare = len(self.runs) > 1
         for r, run in enumerate(self.runs):
             for c, curve in enumerate(curves):
-                colour = run_colour(r) if compare else run_colour(c)
+                # one metric drawn in training and held out keeps one colour (the held-out one has markers)
+                same = next(i for i, other in enumerate(curves) if other.metric == curve.metric)
+                colour = run_colour(r) if compare else run_colour(same)
                 style = DASHES[c % len(DASHES)] if compare else Qt.SolidLine
                 width = 2 if c == 0 else 1.3
                 pen = pg.mkPen(colour, width=width, style=style)

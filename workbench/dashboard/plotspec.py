@@ -191,11 +191,25 @@ def declared_plots(declared) -> list[dict]:
     return [p for p in declared or [] if isinstance(p, dict) and p.get("key")]
 
 
+def _declared_label(metric: str, source: str) -> str:
+    """A declared curve's name: a reward component's label for its mean, a held-out
+    curve marked as such (a plot may draw one metric in training and held out).
+
+    >>> _declared_label("rewards/exact_match/mean", EVAL), _declared_label("loss", METRICS)
+    ('exact_match (held-out)', 'loss')
+    """
+    match = re.fullmatch(r"rewards/(?P<label>[^/]+)/mean", metric)
+    name = match["label"] if match else metric
+    return f"{name} (held-out)" if source == EVAL else name
+
+
 def _from_declaration(entry: dict) -> PlotSpec:
-    """A plot the catalogue does not know, as declared: one curve per metric."""
-    curves = [CurveSpec(str(m), str(m)) for m in entry.get("metrics") or []]
-    curves += [CurveSpec(str(m), str(m), EVAL) for m in entry.get("eval") or []]
-    return PlotSpec(str(entry["key"]), str(entry.get("title") or entry["key"]), tuple(curves))
+    """A plot the catalogue does not know, as declared: one curve per metric, under the
+    declared help."""
+    curves = [CurveSpec(str(m), _declared_label(str(m), METRICS)) for m in entry.get("metrics") or []]
+    curves += [CurveSpec(str(m), _declared_label(str(m), EVAL), EVAL) for m in entry.get("eval") or []]
+    return PlotSpec(str(entry["key"]), str(entry.get("title") or entry["key"]), tuple(curves),
+                    help=str(entry.get("help") or "").strip())
 
 
 _CATALOGUE_KL = next(spec for spec in CATALOGUE if spec.key == "kl")  # (the doctest's)
