@@ -116,6 +116,11 @@ def test_the_preflight_catches_a_head_not_saved_and_scores_that_do_not_vary(pipe
     assert preflight.scores_check([0.5, 0.5, 0.5])["status"] == "bad"
     assert preflight.scores_check([0.5, float("nan")])["status"] == "bad"
     assert preflight.scores_check([0.5, 0.7])["status"] == "good"
+    # a NaN score is written as null (JSON has none), the file still readable
+    from engine.reward_report.compute import write_report
+
+    written = write_report(tmp_path, {"pairs": [{"reward_chosen": float("nan"), "reward_rejected": 0.5}]})
+    assert json.loads(written.read_text())["pairs"][0] == {"reward_chosen": None, "reward_rejected": 0.5}
     # reloaded, it must score as in training: its held-out accuracy and margin at that step
     logged = {"step": 2, "accuracy": 0.75, "margin": 0.3}
     assert preflight.reproduction_check(logged, 0.75, 0.3, 8)["status"] == "good"

@@ -176,23 +176,12 @@ def build_report(run_dir, pairs_file=None, checkpoint: str | None = None, policy
                                                       lengths[1::2])]}
 
 
-def _finite(value):
-    """`value` with NaN and inf as null: JSON has no such numbers (preflight says they were there)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write_report(run_dir, report: dict, pairs_file=None) -> Path:
     """Write `report` to RUN/reports/ (replacing the one of the same source), atomically:
     the window may be reading the folder."""
     path = report_path(Path(run_dir), Path(pairs_file) if pairs_file else None)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".json.tmp")
-    partial.write_text(json.dumps(_finite(report), indent=1, allow_nan=False), encoding="utf-8")
+    partial.write_text(json.dumps(rundir.json_safe(report), indent=1, allow_nan=False), encoding="utf-8")
     partial.replace(path)
     return path

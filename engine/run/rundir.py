@@ -33,19 +33,20 @@ EVENT_TYPES = (
 )
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """`value` with NaN and inf as null, in dicts, lists and tuples too."""
     # JSON has no NaN/inf; write them as null so every reader can parse the line.
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def dumps(record: dict) -> str:
-    return json.dumps(_clean(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def drop_torn_last_line(path: str | Path) -> int:
