@@ -102,6 +102,29 @@ def test_the_preflight_catches_a_score_read_at_padding_when_pad_is_eos():
     assert clean.result()["status"] == "good" and "pad token is the end token" in clean.result()["saw"]
 
 
+def test_inside_a_chat_template_the_pad_token_in_the_prompt_does_not_move_the_reading():
+    """The tools model's template ends an earlier assistant turn with <eos>; with pad = EOS
+    that prompt holds the pad token, and the score is still read at the answer's end."""
+    from transformers import AutoTokenizer
+
+    from engine.data.examples import Example
+    from engine.model.chat import chat_format, template_examples
+    from engine.model.loading import tokenizer_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "assets" / "tiny-tools-model")
+    tokenizer.pad_token = tokenizer.eos_token
+    turns = [{"role": "user", "content": "calc 3+4 ="}, {"role": "assistant", "content": " 7"},
+             {"role": "user", "content": "calc 1+1 ="}]
+    chat = chat_format("auto", tokenizer_chat_template(tokenizer), "be brief")
+    prompt = template_examples([Example(turns, {})], chat, tokenizer)[0].prompt
+    assert tokenizer.eos_token in prompt
+    ids, mask = encode_texts(tokenizer, [prompt + " 2", prompt + " 11"], None, "cpu")
+    check = preflight.PoolingCheck(tokenizer)
+    check.add(ids, mask, last_token_positions(ids, tokenizer.pad_token_id))
+    result = check.result()
+    assert result["status"] == "good" and "2 texts hold the pad token inside them" in result["saw"]
+
+
 def test_the_preflight_catches_a_head_not_saved_and_scores_that_do_not_vary(pipeline, tmp_path):  # noqa: F811
     headless = tmp_path / "headless"
     shutil.copytree(pipeline["runs"] / "rm", headless)
