@@ -124,7 +124,16 @@ def length_baseline(chosen_lengths: list[int], rejected_lengths: list[int], chos
 def card_numbers(chosen_rewards: list[float], rejected_rewards: list[float], chosen_lengths: list[int],
                  rejected_lengths: list[int]) -> dict:
     """Accuracy (chosen scored strictly above rejected, as TRL counts it), the margins,
-    calibration and the length baseline of one set of scored pairs."""
+    calibration and the length baseline of one set of scored pairs; a pair with a NaN or
+    inf score is left out of them (the preflight's scores check names it).
+
+    >>> card_numbers([1.0, float("nan")], [0.0, 0.0], [2, 2], [2, 2])["accuracy"]
+    1.0
+    """
+    kept = [i for i, (c, r) in enumerate(zip(chosen_rewards, rejected_rewards)) if math.isfinite(c - r)]
+    if len(kept) < len(chosen_rewards):
+        chosen_rewards, rejected_rewards = [chosen_rewards[i] for i in kept], [rejected_rewards[i] for i in kept]
+        chosen_lengths, rejected_lengths = [chosen_lengths[i] for i in kept], [rejected_lengths[i] for i in kept]
     margins = [c - r for c, r in zip(chosen_rewards, rejected_rewards)]
     return {"accuracy": sum(m > 0 for m in margins) / len(margins) if margins else None,
             "margin": margin_histogram(margins), "calibration": calibration(margins),
