@@ -87,7 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_fork_parser(sub).set_defaults(func=cmd_fork)
     from engine.commands.score_rewards import add_playground_parser
 
+    from engine.commands.evaluate import add_eval_parser
     from engine.commands.reward_report import add_reward_report_parser
+
+    add_eval_parser(sub)  # eval: pass@k, maj@k and best-of-N, base against checkpoints (engine/commands/evaluate.py)
 
     add_reward_report_parser(sub)  # reward-report: a reward-model run's report card (engine/commands/reward_report.py)
     add_playground_parser(sub)  # score-rewards: the reward playground's scoring (engine/commands/score_rewards.py)

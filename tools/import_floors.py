@@ -37,7 +37,7 @@ FLOORS = [
     ("distributed",),
     ("algorithms",),
     ("preset",),
-    ("reward_report",),
+    ("reward_report", "evaluate"),
     ("commands",),
     ("cli",),
     ("__main__",),
