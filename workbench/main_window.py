@@ -36,6 +36,7 @@ from engine.run import rundir
 from workbench.runs.process import OUTPUT_FILE, WORKBENCH_DIR, workbench_dir
 from workbench.alarms.model import arrival_message
 from workbench.inspector.view import InspectorView
+from workbench.runs.evaluate_page import EvaluatePage
 from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.log_view import LogView
 from workbench.runs.reward_report_page import RewardReportPage
@@ -106,6 +107,12 @@ class MainWindow(QMainWindow):
         self.tabs.setTabToolTip(self.tabs.indexOf(self.report_card), "How well the reward model ranks held-out "
                                 "pairs: accuracy, margins, calibration, length, the checks before scoring")
         self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), False)
+        # A run's evaluations (rl-engine eval): last too, shown while any run is on show.
+        self.evaluate = EvaluatePage()
+        self.tabs.addTab(self.evaluate, "Evaluate")
+        self.tabs.setTabToolTip(self.tabs.indexOf(self.evaluate), "Sample N answers per held-out prompt from the "
+                                "base and the checkpoints: pass@k, maj@k, and what RL taught prompt by prompt")
+        self.tabs.setTabVisible(self.tabs.indexOf(self.evaluate), False)
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()
@@ -269,6 +276,8 @@ class MainWindow(QMainWindow):
         scorer = is_reward_model_run(runs_[0].run_dir)
         self.report_card.set_run(runs_[0].run_dir if scorer else None)
         self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), scorer)
+        self.evaluate.set_run(runs_[0].run_dir)
+        self.tabs.setTabVisible(self.tabs.indexOf(self.evaluate), True)
         self.run_message.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)
         self.run_control.update_actions()

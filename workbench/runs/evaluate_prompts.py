@@ -1,0 +1,366 @@
+"""The "what did RL teach" part of the Evaluate page (evaluate_page.py): per prompt, how
+many of each model's samples are correct and which of two models solves it, filtered by
+that category, and beside it each model's samples of the prompt picked."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QFrame, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTableView, QTextBrowser,
+    QVBoxLayout, QWidget,
+)
+
+from workbench.runs.evaluations import (
+    BOTH, CATEGORIES, FIRST_ONLY, NEITHER, SAMPLES_FILE, SECOND_ONLY, Evaluation, PromptRow, SampleRow, SamplesFile,
+    category, category_counts, short_name,
+)
+
+# A prompt's category in colour: what the checkpoint learned in green, what it lost in red.
+CATEGORY_COLOURS = {SECOND_ONLY: "#1e7e34", FIRST_ONLY: "#b00020", BOTH: "#5f6368", NEITHER: "#9e9e9e"}
+SORT_ROLE = Qt.UserRole + 1
+
+# ------------------------------------------------------------------ the prompts
+
+
+class PromptsModel(QAbstractTableModel):
+    """A row per prompt: its index, text, correct samples per model and its category for
+    the pair of models compared. SORT_ROLE gives numbers to sort by."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rows: list[PromptRow] = []
+        self.models: list[tuple[str, str]] = []  # (name, short name) per count column
+        self.n: int | None = None
+        self.pair: tuple[str, str] = ("", "")
+        self.labels: dict[str, str] = {}  # category -> how the column says it
+
+    def set_rows(self, rows: list[PromptRow], models: list[tuple[str, str]], n: int | None) -> None:
+        self.beginResetModel()
+        self.rows, self.models, self.n = list(rows), list(models), n
+        self.endResetModel()
+
+    def set_pair(self, first: str, second: str, labels: dict[str, str]) -> None:
+        self.beginResetModel()
+        self.pair, self.labels = (first, second), dict(labels)
+        self.endResetModel()
+
+    def category(self, row: int) -> str | None:
+        return category(self.rows[row], *self.pair)
+
+    def columns(self) -> list[str]:
+        return ["#", "prompt"] + [short for _name, short in self.models] + ["solved by"]
+
+    def rowCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:
+        return 0 if parent.isValid() else len(self.models) + 3
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
+        if orientation != Qt.Horizontal:
+            return None
+        if role == Qt.DisplayRole:
+            return self.columns()[section]
+        if role == Qt.ToolTipRole and 2 <= section < 2 + len(self.models):
+            return f"correct samples of {self.n or 'N'}"
+        return None
+
+    def data(self, index: QModelIndex, role=Qt.DisplayRole):
+        if not index.isValid() or index.row() >= len(self.rows):
+            return None
+        row, column = self.rows[index.row()], index.column()
+        if column == 0:
+            return row.index if role in (Qt.DisplayRole, SORT_ROLE) else None
+        if column == 1:
+            return " ".join(row.prompt.split()) if role in (Qt.DisplayRole, SORT_ROLE) else \
+                row.prompt if role == Qt.ToolTipRole else None
+        if column < 2 + len(self.models):
+            return self._count(row.correct.get(self.models[column - 2][0]), role)
+        return self._category(self.category(index.row()), role)
+
+    def _count(self, count: int | None, role):
+        if role == Qt.DisplayRole:
+            return "" if count is None else str(count)
+        if role == SORT_ROLE:
+            return -1 if count is None else count
+        if role == Qt.TextAlignmentRole:
+            return int(Qt.AlignRight | Qt.AlignVCenter)
+        if role == Qt.ForegroundRole and count == 0:
+            return QColor("#9e9e9e")  # unsolved reads quieter than solved
+        return None
+
+    def _category(self, found: str | None, role):
+        if role in (Qt.DisplayRole, SORT_ROLE):
+            return "not sampled yet" if found is None else self.labels.get(found, found)
+        if role == Qt.ForegroundRole and found is not None:
+            return QColor(CATEGORY_COLOURS[found])
+        return None
+
+
+class CategoryFilter(QSortFilterProxyModel):
+    """The prompts of one category (None: all)."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.wanted: str | None = None
+        self.setSortRole(SORT_ROLE)
+
+    def set_category(self, wanted: str | None) -> None:
+        self.beginFilterChange()  # Qt 6.10's way; invalidateFilter() is deprecated
+        self.wanted = wanted
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def filterAcceptsRow(self, row: int, parent: QModelIndex) -> bool:
+        return self.wanted is None or self.sourceModel().category(row) == self.wanted
+
+
+class PromptsTable(QTableView):
+    """The per-prompt table: sortable, a row selected at a time."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("eval-prompts")
+        self.prompts = PromptsModel(self)
+        self.proxy = CategoryFilter(self)
+        self.proxy.setSourceModel(self.prompts)
+        self.setModel(self.proxy)
+        self.setSortingEnabled(True)
+        self.sortByColumn(0, Qt.AscendingOrder)
+        self.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.setAlternatingRowColors(True)
+        self.setWordWrap(False)
+        self.verticalHeader().hide()
+        self.verticalHeader().setDefaultSectionSize(22)
+        self.setFrameShape(QFrame.StyledPanel)
+
+    def fit_columns(self) -> None:
+        header = self.horizontalHeader()
+        for column in range(self.prompts.columnCount()):
+            header.setSectionResizeMode(column, QHeaderView.Stretch if column == 1 else QHeaderView.ResizeToContents)
+
+    def shown_indices(self) -> list[int]:
+        """The prompt index of each row as shown, top to bottom."""
+        return [self.prompts.rows[self.proxy.mapToSource(self.proxy.index(r, 0)).row()].index
+                for r in range(self.proxy.rowCount())]
+
+    def row_of(self, proxy_row: int) -> PromptRow:
+        return self.prompts.rows[self.proxy.mapToSource(self.proxy.index(proxy_row, 0)).row()]
+
+
+# ------------------------------------------------------------------ the samples
+
+
+def samples_html(prompt: PromptRow, blocks: list[tuple[str, str, str | None, list[SampleRow] | None]]) -> str:
+    """A prompt and, per model (its short name, colour, the reference answer, its samples
+    or None when they cannot be read), a table of its samples."""
+    parts = [f"<p><b>Prompt {prompt.index}</b><br><span style='font-family:monospace'>"
+             f"{_visible(prompt.prompt)}</span></p>"]
+    answer = next((block[2] for block in blocks if block[2] is not None), None)
+    if answer is not None:
+        parts.append(f"<p>Reference answer: <span style='font-family:monospace'>{_visible(answer)}</span></p>")
+    for name, colour, _answer, rows in blocks:
+        parts.append(_model_block(name, colour, rows))
+    return "".join(parts)
+
+
+def _model_block(name: str, colour: str, rows: list[SampleRow] | None) -> str:
+    if rows is None:
+        return (f"<h4 style='color:{colour}'>{html.escape(name)}</h4>"
+                "<p style='color:#5f6368'>No samples of this prompt in samples.jsonl (not sampled yet?)</p>")
+    solved = sum(1 for r in rows if r.correct)
+    scored = any(r.rm_score is not None for r in rows)
+    head = ("<tr style='background:#f1f3f4'><th align='right'>#</th><th align='left'>completion</th><th>✓</th>"
+            "<th align='left'>vote</th><th align='right'>reward</th>" + ("<th align='right'>rm</th>" if scored else "")
+            + "</tr>")
+    lines = [head] + [_sample_row(i, r, scored) for i, r in enumerate(rows)]
+    return (f"<h4 style='color:{colour}; margin-bottom:2px'>{html.escape(name)}: {solved} of {len(rows)} correct</h4>"
+            f"<table cellspacing='0' cellpadding='2' width='100%'>{''.join(lines)}</table>")
+
+
+def _sample_row(i: int, row: SampleRow, scored: bool) -> str:
+    mark = {True: "<span style='color:#1e7e34'>✓</span>", False: "<span style='color:#b00020'>✗</span>",
+            None: "–"}[row.correct]
+    reward = "—" if row.reward is None else f"{row.reward:.3g}"
+    cells = [f"<td align='right' style='color:#9e9e9e'>{i}</td>",
+             f"<td style='font-family:monospace'>{_visible(row.completion)}</td>", f"<td align='center'>{mark}</td>",
+             f"<td style='font-family:monospace'>{'—' if row.vote is None else html.escape(row.vote)}</td>",
+             f"<td align='right'>{reward}</td>"]
+    if scored:
+        cells.append(f"<td align='right'>{'—' if row.rm_score is None else f'{row.rm_score:.3g}'}</td>")
+    return f"<tr>{''.join(cells)}</tr>"
+
+
+def _visible(text: str, limit: int = 600) -> str:
+    """Text as the table shows it: escaped, cut at `limit` characters, a leading or
+    trailing space shown as · (a completion's " 1 3" and "1 3" grade differently)."""
+    cut = text if len(text) <= limit else text[:limit] + "…"
+    body = html.escape(cut.strip(" "))
+    lead, trail = len(cut) - len(cut.lstrip(" ")), len(cut) - len(cut.rstrip(" ")) if cut.strip(" ") else 0
+    dot = "<span style='color:#bbb'>·</span>"
+    return (dot * lead + body + dot * trail).replace("\n", "↵<br>") or "<span style='color:#bbb'>(empty)</span>"
+
+
+class SamplesPanel(QTextBrowser):
+    """The samples of the prompt picked in the per-prompt table, for each model."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.setObjectName("eval-samples")
+        self.setOpenLinks(False)
+        # The tables are as wide as the panel and their completions wrap: a sideways bar
+        # would only ever scroll the pixel a 100 % wide table overshoots.
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.show_hint()
+
+    def show_hint(self, text: str = "Click a prompt to see each model's samples of it.") -> None:
+        self.setHtml(f"<p style='color:#5f6368'>{html.escape(text)}</p>")
+
+
+# ------------------------------------------------------------------ the section
+
+
+def default_pair(evaluation: Evaluation) -> tuple[str, str]:
+    """The base (else the first model) against the last checkpoint evaluated (else the last model).
+
+    >>> from pathlib import Path
+    >>> from workbench.runs.evaluations import ModelResult
+    >>> models = [ModelResult(n, n, None if n == "base" else "/c", 0, 1, *[None] * 6) for n in ("s1", "base", "s2")]
+    >>> default_pair(Evaluation(Path("e"), models=models))
+    ('base', 's2')
+    """
+    names = [m.name for m in evaluation.models]
+    if not names:
+        return "", ""
+    first = "base" if "base" in names else names[0]
+    checkpoints = [m.name for m in evaluation.models if m.checkpoint is not None and m.name != first]
+    others = [name for name in names if name != first]
+    return first, (checkpoints or others or [first])[-1]
+
+
+def category_labels(first: str, second: str) -> dict[str, str]:
+    return {FIRST_ONLY: f"{first} only", SECOND_ONLY: f"{second} only", BOTH: "both", NEITHER: "neither"}
+
+
+def pair_summary(first: str, second: str, counts: dict[str, int], n: int | None) -> str:
+    """What the second model learned and lost against the first, in a sentence.
+
+    >>> pair_summary("base", "step 400", {"first only": 4, "second only": 37, "both": 120, "neither": 39}, 32)
+    'step 400 solves 37 prompts that base never solved in 32 samples, and misses 4 that base solved; both solve \
+120, neither 39.'
+    """
+    tries = f" in {n} samples" if n else ""
+    return (f"{second} solves {counts[SECOND_ONLY]} prompts that {first} never solved{tries}, and misses "
+            f"{counts[FIRST_ONLY]} that {first} solved; both solve {counts[BOTH]}, neither {counts[NEITHER]}.")
+
+
+class PromptsSection(QWidget):
+    """Per prompt, which of two models (two combos) solves it, filtered by that category;
+    the samples of the prompt picked beside the table."""
+
+    # --- Signals
+    sig_prompt_shown = Signal(int)
+    """The samples of this prompt (its index) are on show."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.evaluation: Evaluation | None = None
+        self.samples_file: SamplesFile | None = None
+        self.colours: dict[str, str] = {}
+        self.first, self.second, self.filter = QComboBox(), QComboBox(), QComboBox()
+        for combo, name in ((self.first, "eval-first"), (self.second, "eval-second"), (self.filter, "eval-filter")):
+            combo.setObjectName(name)
+        self.first.setToolTip("The model compared against (the base, before RL)")
+        self.second.setToolTip("The model compared (a checkpoint, after RL)")
+        self.filter.setToolTip("Show the prompts solved (a correct sample among N) by one model only, both or neither")
+        self.summary = QLabel()
+        self.summary.setObjectName("eval-pair-summary")
+        self.summary.setWordWrap(True)
+        self.table = PromptsTable()
+        self.samples = SamplesPanel()
+        self._layout()
+        self.first.currentIndexChanged.connect(self._pair_changed)
+        self.second.currentIndexChanged.connect(self._pair_changed)
+        self.filter.currentIndexChanged.connect(self._filter_changed)
+        self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+
+    def _layout(self) -> None:
+        controls = QHBoxLayout()
+        for widget in (QLabel("<b>Per prompt</b>: compare"), self.first, QLabel("with"), self.second,
+                       QLabel("  show"), self.filter):
+            controls.addWidget(widget)
+        controls.addStretch(1)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(controls)
+        column.addWidget(self.summary)
+        column.addWidget(self.table, 1)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(left)
+        split.addWidget(self.samples)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(split)
+
+    def show_evaluation(self, evaluation: Evaluation, colours: dict[str, str]) -> None:
+        shown = self.evaluation.folder if self.evaluation else None
+        self.evaluation, self.colours = evaluation, colours
+        if shown != evaluation.folder:  # a rewritten eval.json keeps the reader's index of samples.jsonl
+            self.samples_file = SamplesFile(evaluation.folder / SAMPLES_FILE)
+            self.samples.show_hint()
+        pair = (self.first.currentData(), self.second.currentData()) if shown == evaluation.folder else None
+        names = [(m.name, short_name(m)) for m in evaluation.models]
+        self.table.prompts.set_rows(evaluation.per_prompt, names, evaluation.n)
+        self.table.fit_columns()
+        for combo in (self.first, self.second):
+            combo.blockSignals(True)
+            combo.clear()
+            for name, short in names:
+                combo.addItem(short, name)
+        valid = pair is not None and all(p in dict(names) for p in pair)
+        for combo, name in zip((self.first, self.second), pair if valid else default_pair(evaluation)):
+            combo.setCurrentIndex(max(0, combo.findData(name)))
+            combo.blockSignals(False)
+        self._pair_changed()
+
+    def show_samples(self, row: PromptRow) -> None:
+        blocks = []
+        for model in self.evaluation.models:
+            found = self.samples_file.samples(model.name, row.index) if self.samples_file else None
+            answer, rows = found if found is not None else (None, None)
+            blocks.append((short_name(model), self.colours.get(model.name, "#333"), answer, rows))
+        self.samples.setHtml(samples_html(row, blocks))
+        self.sig_prompt_shown.emit(row.index)
+
+    def _pair_changed(self) -> None:
+        first, second = self.first.currentData(), self.second.currentData()
+        names = self.first.currentText(), self.second.currentText()
+        self.table.prompts.set_pair(first or "", second or "", category_labels(*names))
+        counts = category_counts(self.evaluation.per_prompt, first, second) if self.evaluation else {}
+        wanted = self.filter.currentIndex()
+        self.filter.blockSignals(True)
+        self.filter.clear()
+        self.filter.addItem(f"all prompts ({len(self.evaluation.per_prompt) if self.evaluation else 0})", None)
+        for found in CATEGORIES:
+            label = category_labels(*names)[found]
+            self.filter.addItem(f"solved by {label} ({counts.get(found, 0)})", found)
+        self.filter.setCurrentIndex(max(0, wanted))
+        self.filter.blockSignals(False)
+        self._filter_changed(self.filter.currentIndex())
+        self.summary.setVisible(first != second and bool(counts))
+        if counts:
+            self.summary.setText(pair_summary(*names, counts, self.evaluation.n))
+
+    def _filter_changed(self, index: int) -> None:
+        self.table.proxy.set_category(self.filter.itemData(index) if index >= 0 else None)
+
+    def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if current.isValid() and self.evaluation is not None:
+            self.show_samples(self.table.row_of(current.row()))

@@ -1,0 +1,295 @@
+"""An evaluation as the Evaluate page (evaluate_page.py) shows it: what was measured how,
+the curves against k on a log2 axis (pass@k with where the curves cross, maj@k,
+best-of-N as the reward model picks against the oracle), the summary table, and the
+per-prompt section (evaluate_prompts.py)."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pyqtgraph as pg
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QFrame, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from workbench.runs.evaluate_prompts import PromptsSection
+from workbench.runs.evaluations import Crossing, Evaluation, crossing_text, fraction_text, short_name
+
+BASE_COLOUR = "#757575"  # the base model in grey: the reference every checkpoint is read against
+CHECKPOINT_COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#00838f", "#c62828", "#5d4037", "#ad1457")
+CROSSING_COLOUR = "#b00020"
+
+
+def model_colours(evaluation: Evaluation) -> dict[str, str]:
+    """A colour per model of the evaluation, the same in every plot and table."""
+    colours, others = {}, iter(CHECKPOINT_COLOURS * (1 + len(evaluation.models) // len(CHECKPOINT_COLOURS)))
+    for model in evaluation.models:
+        colours[model.name] = BASE_COLOUR if model.checkpoint is None else next(others)
+    return colours
+
+
+def log2_ticks(ks: list[int]) -> list[tuple[float, str]]:
+    """The x axis's ticks: each power of two up to the largest k, and the largest k.
+
+    >>> [label for _x, label in log2_ticks([1, 2, 3, 4, 48])]
+    ['1', '2', '4', '8', '16', '32', '48']
+    """
+    top = max(ks, default=1)
+    marks = sorted({2 ** i for i in range(int(math.log2(top)) + 1)} | {top})
+    return [(math.log2(k), str(k)) for k in marks]
+
+
+class KCurvePlot(QWidget):
+    """Curves of a value against k (or N), on a log2 x axis: a curve's x is log2(k), its
+    ticks read k. `curves` maps a curve's name to its PlotDataItem."""
+
+    def __init__(self, name: str, title: str, bottom: str, left: str, tip: str, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.title = title
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setObjectName(name)
+        self.plot.setToolTip(tip)
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)  # a fixed frame: 0 to 1 over the ks measured
+        self.plot.setMinimumHeight(200)
+        for side, text in (("bottom", bottom), ("left", left)):
+            axis = self.plot.getAxis(side)
+            axis.setPen(pg.mkPen("#555"))
+            axis.setTextPen(pg.mkPen("#333"))
+            self.plot.setLabel(side, text, color="#333")
+        self.plot.showGrid(x=True, y=True, alpha=0.15)
+        self.legend = self.plot.addLegend(offset=(-6, -6), labelTextColor="#333", brush=pg.mkBrush("#ffffffd0"))
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.marks: list[pg.InfiniteLine] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+
+    def clear(self, why: str = "") -> None:
+        self.plot.clear()  # the curves, marks and the legend's entries
+        self.legend.clear()
+        self.curves, self.marks = {}, []
+        self.plot.setTitle(f"{self.title} ({why})" if why else self.title, color="#5f6368" if why else "#333",
+                           size="10pt")
+
+    def add_curve(self, key: str, name: str | None, points: dict[int, float], colour: str,
+                  dashed: bool = False) -> None:
+        """A curve; `name` None keeps it out of the legend."""
+        ks = sorted(points)
+        style = Qt.DashLine if dashed else Qt.SolidLine
+        item = self.plot.plot([math.log2(k) for k in ks], [points[k] for k in ks], name=name,
+                              pen=pg.mkPen(colour, width=2, style=style), symbol=None if len(ks) > 12 else "o",
+                              symbolSize=5, symbolBrush=colour, symbolPen=colour)
+        self.curves[key] = item
+
+    def add_key(self, name: str, dashed: bool) -> None:
+        """A legend entry for a line style (in black: grey is the base's), not for a curve."""
+        self.legend.addItem(pg.PlotDataItem(pen=pg.mkPen("#212121", width=2, style=Qt.DashLine if dashed
+                                                         else Qt.SolidLine)), name)
+
+    def mark_crossing(self, crossing: Crossing, text: str, order: int, top: float) -> None:
+        """A dashed line at k, labelled beside it: on its left when it lies in the right half
+        of the plot (`top`: the largest log2 k), so that the label stays inside."""
+        x = math.log2(crossing.k)
+        side = 1 if x > top / 2 else 0
+        line = pg.InfiniteLine(pos=x, angle=90, label=text, pen=pg.mkPen(CROSSING_COLOUR, width=1.2,
+                                                                          style=Qt.DashLine),
+                               labelOpts={"position": 0.95 - 0.09 * order, "color": CROSSING_COLOUR,
+                                          "fill": pg.mkBrush("#ffffffd0"), "anchors": [(side, 0.5), (side, 0.5)]})
+        self.plot.addItem(line)
+        self.marks.append(line)
+
+    def frame(self, ks: list[int]) -> None:
+        """The axes over `ks`, and the legend where the curves are not (they rise with k):
+        bottom right when they all end high, else top left when they all start low."""
+        ticks = log2_ticks(ks)
+        self.plot.getAxis("bottom").setTicks([ticks, []])
+        self.plot.setXRange(0, ticks[-1][0] or 1, padding=0.04)
+        self.plot.setYRange(0, 1, padding=0.03)
+        values = [item.getData()[1] for item in self.curves.values() if len(item.getData()[1])]
+        starts, ends = [float(v[0]) for v in values], [float(v[-1]) for v in values]
+        if min(ends, default=1.0) < 0.45 and max(starts, default=0.0) < 0.65:
+            self.legend.anchor((0, 0), (0, 0), offset=(6, 6))
+        else:
+            self.legend.anchor((1, 1), (1, 1), offset=(-6, -6))
+
+    def points(self, key: str) -> list[tuple[float, float]]:
+        """(k, value) of a curve as drawn: its x read back from the log2 axis."""
+        x, y = self.curves[key].getData()
+        return [(round(2 ** float(a), 6), float(b)) for a, b in zip(x, y)]
+
+
+def show_metric(plot: KCurvePlot, evaluation: Evaluation, metric: str, missing: str) -> None:
+    """One curve per model of `metric` (pass_at_k or maj_at_k), and where curves cross."""
+    colours = model_colours(evaluation)
+    drawn = [m for m in evaluation.models if getattr(m, metric)]
+    plot.clear("" if drawn else missing)
+    for model in drawn:
+        partial = " (stopped)" if evaluation.partial(model) else ""
+        plot.add_curve(model.name, short_name(model) + partial, getattr(model, metric), colours[model.name])
+    names = {m.name: short_name(m) for m in drawn}
+    crossings = [c for c in evaluation.crossings if c.metric == metric and c.a in names and c.b in names]
+    if len(drawn) == 2 and not crossings and metric == "pass_at_k":  # of more, which pairs were looked at?
+        plot.plot.setTitle(f"{plot.title}: the curves do not cross", color="#333", size="10pt")
+    ks = evaluation.ks or [k for m in drawn for k in getattr(m, metric)] or [1]
+    for order, crossing in enumerate(crossings):
+        text = crossing_text(crossing.k) if len(crossings) == 1 else \
+            f"{names[crossing.a]} × {names[crossing.b]}: k ≈ {crossing.k:.3g}"
+        plot.mark_crossing(crossing, text, order, math.log2(max(ks)))
+    plot.frame(ks)
+
+
+def show_best_of_n(plot: KCurvePlot, evaluation: Evaluation) -> bool:
+    """Per model, the reward model's pick among N (solid) against the oracle's (dashed);
+    False (nothing drawn) when the evaluation had no reward model."""
+    colours = model_colours(evaluation)
+    drawn = [m for m in evaluation.models if m.best_of_n is not None]
+    plot.clear()
+    for model in drawn:  # the legend: a colour per model, then what solid and dashed mean
+        plot.add_curve(f"{model.name}:reward_model", short_name(model), model.best_of_n.reward_model,
+                       colours[model.name])
+        if model.best_of_n.oracle:
+            plot.add_curve(f"{model.name}:oracle", None, model.best_of_n.oracle, colours[model.name], dashed=True)
+    if drawn:
+        plot.add_key("reward model's pick", dashed=False)
+        plot.add_key("oracle (pass@N)", dashed=True)
+    plot.frame([n for m in drawn for n in m.best_of_n.reward_model] or [1])
+    return bool(drawn)
+
+
+# ------------------------------------------------------------------ the summary
+
+
+def summary_columns(n: int | None) -> list[str]:
+    big = "N" if n is None else str(n)
+    return ["model", "prompts", "pass@1", f"pass@{big}", f"maj@{big}", f"pass^{big}", "mean reward", "samples/s"]
+
+
+class SummaryTable(QTableWidget):
+    """A row per model: its prompts done, pass@1, pass@N, maj@N, pass^N, mean reward, speed."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.setObjectName("eval-summary")
+        self.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.setSelectionMode(QAbstractItemView.NoSelection)
+        self.verticalHeader().hide()
+        self.setFrameShape(QFrame.StyledPanel)
+        self.horizontalHeader().setStretchLastSection(False)  # numbers stay by their names, the rest blank
+
+    def show_evaluation(self, evaluation: Evaluation) -> None:
+        columns = summary_columns(evaluation.n)
+        self.setColumnCount(len(columns))
+        self.setHorizontalHeaderLabels(columns)
+        self.setRowCount(len(evaluation.models))
+        colours = model_colours(evaluation)
+        for row, model in enumerate(evaluation.models):
+            for column, text in enumerate(self._cells(evaluation, model)):
+                item = QTableWidgetItem(text)
+                if column == 0:
+                    item.setData(Qt.DecorationRole, QColor(colours[model.name]))
+                    item.setToolTip(model.checkpoint or "the run's starting model, no adapter")
+                else:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.setItem(row, column, item)
+        self.resizeColumnsToContents()
+        self.setFixedHeight(self.horizontalHeader().height() + sum(self.rowHeight(r) for r in range(self.rowCount()))
+                            + 2 * self.frameWidth() + 2)
+
+    @staticmethod
+    def _cells(evaluation: Evaluation, model) -> list[str]:
+        n = evaluation.n
+        done = "—" if model.done_prompts is None else str(model.done_prompts)
+        if evaluation.partial(model):
+            done += f" of {evaluation.prompts} (stopped)"
+        speed = "—" if model.samples_per_second is None else f"{model.samples_per_second:.1f}"
+        return [model.label, done, fraction_text(_at(model.pass_at_k, 1)), fraction_text(_at(model.pass_at_k, n)),
+                fraction_text(_at(model.maj_at_k, n)), fraction_text(_at(model.pass_hat_k, n)),
+                fraction_text(model.mean_reward), speed]
+
+    def cell(self, row: int, column: str) -> str:
+        """The text of `row` under the header `column` (as shown: pass@32, not pass@N)."""
+        headers = [self.horizontalHeaderItem(c).text() for c in range(self.columnCount())]
+        return self.item(row, headers.index(column)).text()
+
+
+def _at(curve: dict[int, float] | None, k: int | None) -> float | None:
+    return None if curve is None or k is None else curve.get(k)
+
+
+# ------------------------------------------------------------------ the whole
+
+
+def header_html(evaluation: Evaluation) -> str:
+    """What was measured and how: prompts × samples, the verifier, sampling, reward model, when."""
+    sampling = evaluation.sampling
+    said = [f"{key.replace('_', ' ').replace('max completion length', 'max tokens')} {sampling[key]:g}"
+            for key in ("temperature", "top_p", "top_k", "max_completion_length")
+            if isinstance(sampling.get(key), (int, float)) and not isinstance(sampling.get(key), bool)]
+    prompts = "?" if evaluation.prompts is None else evaluation.prompts
+    parts = [f"{prompts} held-out prompts × {evaluation.n or '?'} samples",
+             f"verifier <b>{html.escape(evaluation.verifier)}</b>" if evaluation.verifier else
+             "<span style='color:#8a6d00'>no verifier: mean reward only</span>",
+             ", ".join(said) or "sampling not recorded"]
+    if evaluation.reward_model:
+        parts.append(f"reward model {html.escape(Path(evaluation.reward_model).name)}")
+    if evaluation.created is not None:
+        parts.append(time.strftime("%Y-%m-%d %H:%M", time.localtime(evaluation.created)))
+    parts.append("finished" if evaluation.finished else
+                 "<span style='color:#8a6d00'>not finished (running, or stopped)</span>")
+    return f"<span style='font-size:12pt'><b>{html.escape(evaluation.name)}</b></span> · " + " · ".join(parts)
+
+
+class EvaluationView(QWidget):
+    """One evaluation: the header, the three plots, the summary table, the prompts."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.header = QLabel()
+        self.header.setObjectName("eval-header")
+        self.header.setWordWrap(True)
+        self.header.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.pass_plot = KCurvePlot("pass-at-k", "pass@k", "k (log scale)", "pass@k",
+                                    "The chance that at least one of k samples is correct (unbiased, from N). "
+                                    "Where two models' curves cross, the one below at small k solves more at large k.")
+        self.maj_plot = KCurvePlot("maj-at-k", "maj@k", "k (log scale)", "maj@k",
+                                   "The chance that the answer most of k samples give (the task's answer rule) "
+                                   "is correct.")
+        self.best_plot = KCurvePlot("best-of-n", "best-of-N", "N (log scale)", "verifier score of the pick",
+                                    "The verifier's score of the sample the reward model scores highest among N "
+                                    "(solid), against the verifier's own pick, the oracle (dashed, = pass@N): "
+                                    "the gap is what the reward model misses.")
+        self.summary = SummaryTable()
+        self.prompts = PromptsSection()
+        plots = QSplitter(Qt.Horizontal)
+        for plot in (self.pass_plot, self.maj_plot, self.best_plot):
+            plots.addWidget(plot)
+        top = QWidget()
+        column = QVBoxLayout(top)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.header)
+        column.addWidget(plots, 1)
+        column.addWidget(self.summary)
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(top)
+        split.addWidget(self.prompts)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
+        split.setSizes([500, 500])  # the prompts as tall as the curves: they are what one reads longest
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(split)
+
+    def show_evaluation(self, evaluation: Evaluation) -> None:
+        self.header.setText(header_html(evaluation))
+        show_metric(self.pass_plot, evaluation, "pass_at_k", "no verifier: not measured")
+        show_metric(self.maj_plot, evaluation, "maj_at_k", "no answer rule: not measured")
+        self.best_plot.setVisible(show_best_of_n(self.best_plot, evaluation))
+        self.summary.show_evaluation(evaluation)
+        self.prompts.show_evaluation(evaluation, model_colours(evaluation))
