@@ -9,13 +9,14 @@ report's `problems` say which).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from workbench.runs.json_file import read_json_object
 
 REPORTS_DIR = "reports"
 HELD_OUT_FILE = "reward-report.json"
@@ -171,7 +172,7 @@ def load_report(path: Path) -> RewardReport:
     """The report card in `path`; ReportError (with what to tell the user) when there is
     none to show. A part that is missing or garbled is left empty and named in `problems`."""
     path = Path(path)
-    data = _read_json(path)
+    data = read_json_object(path, "report card", ReportError, MAX_BYTES)
     if data.get("kind") != KIND:
         raise ReportError(f"{path.name} is not a reward-model report card (its kind is {data.get('kind')!r})")
     version = data.get("version")
@@ -194,25 +195,6 @@ def load_report(path: Path) -> RewardReport:
     report.lines = _part(report, "lines", data, lambda v: _findings(v, "topic")) or []
     report.pairs = _part(report, "pairs", data, _pairs) or []
     return report
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise ReportError(f"{path.name} is over {MAX_BYTES // 2**20} MB: not a report card this window reads")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"there is no report card at {path}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ReportError(f"{path.name} cannot be read: {error}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        cut = " (cut off while it was being written?)" if text.strip() and not text.rstrip().endswith("}") else ""
-        raise ReportError(f"{path.name} is not valid JSON{cut}: {error}") from None
-    if not isinstance(data, dict):
-        raise ReportError(f"{path.name} does not hold a report card (a JSON object)")
-    return data
 
 
 def _part(report: RewardReport, name: str, data: dict, read, expected: bool = True):

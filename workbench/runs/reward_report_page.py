@@ -16,13 +16,13 @@ import html
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QSplitter,
     QStackedWidget, QVBoxLayout, QWidget,
 )
 
-from workbench.runs.launcher import engine_environment
+from workbench.runs.engine_job import EngineJob
 from workbench.runs.reward_report import (
     ReportError, RewardReport, created_text, failure_text, last_line, list_reports, load_report, percent,
     progress_count, report_path, reward_report_command, source_text, written_file,
@@ -39,7 +39,7 @@ INTRO = ("<h3>The reward model's report card</h3>"
          "<p>Nothing has been computed for this run yet.</p>")
 
 
-class ReportJob(QObject):
+class ReportJob(EngineJob):
     """One `rl-engine reward-report` in the background."""
 
     # --- Signals
@@ -48,65 +48,39 @@ class ReportJob(QObject):
     sig_finished = Signal(bool, str, object)
     """(ok, why it failed or "", the report file written or None)."""
 
-    MAX_STDERR = 64_000
-
     def __init__(self, command: list[str], run_dir: Path, expected: Path, parent: QObject | None = None):
-        super().__init__(parent)
-        self.command, self.run_dir, self.expected = list(command), Path(run_dir), Path(expected)
-        self.stdout = self.stderr = ""
-        self.finished = self.cancelled = False
-        self.process = QProcess(self)
-        environment = QProcessEnvironment()
-        for key, value in engine_environment().items():
-            environment.insert(key, value)
-        self.process.setProcessEnvironment(environment)
-        self.process.setWorkingDirectory(str(self.run_dir))  # as the launcher starts a run
-        self.process.readyReadStandardOutput.connect(self._read_stdout)
-        self.process.readyReadStandardError.connect(self._read_stderr)
-        self.process.finished.connect(self._finished)
-        self.process.errorOccurred.connect(self._error)
+        super().__init__(command, run_dir, parent)
+        self.expected = Path(expected)
+        self.cancelled = False
 
     # --- Public API
-
-    def start(self) -> None:
-        self.process.start(self.command[0], self.command[1:])
 
     def cancel(self) -> None:
         if not self.finished:
             self.cancelled = True
             self.process.kill()
 
-    # --- Internals
+    # --- EngineJob
 
-    def _read_stdout(self) -> None:
-        self.stdout += bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
-
-    def _read_stderr(self) -> None:
-        self.stderr = (self.stderr + bytes(self.process.readAllStandardError()).decode("utf-8", "replace"))
-        self.stderr = self.stderr[-self.MAX_STDERR:]
+    def stderr_read(self) -> None:
         line = last_line(self.stderr)
         if line and not line.startswith("error: "):
             self.sig_progress.emit(line)
 
-    def _finished(self, code: int, status) -> None:
-        self._read_stdout()
-        self._read_stderr()
+    def process_ended(self, code: int, crashed: bool) -> None:
         if self.cancelled:
             self._end(False, "cancelled", None)
-        elif status == QProcess.ExitStatus.NormalExit and code == 0:
+        elif not crashed and code == 0:
             written = written_file(self.stdout) or self.expected
             if written.is_file():
                 self._end(True, "", written)
             else:
                 self._end(False, f"the engine ended without writing a report (no {written})", None)
         else:
-            crashed = status == QProcess.ExitStatus.CrashExit
             self._end(False, failure_text(self.stderr, None if crashed else code), None)
 
-    def _error(self, error) -> None:
-        # Only a failure to start ends a job here; a crash also emits finished.
-        if error == QProcess.ProcessError.FailedToStart:
-            self._end(False, f"cannot start the engine ({self.command[0]}): {self.process.errorString()}", None)
+    def start_failed(self, why: str) -> None:
+        self._end(False, why, None)
 
     def _end(self, ok: bool, message: str, written: Path | None) -> None:
         if not self.finished:
