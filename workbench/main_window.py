@@ -276,7 +276,7 @@ class MainWindow(QMainWindow):
         scorer = is_reward_model_run(runs_[0].run_dir)
         self.report_card.set_run(runs_[0].run_dir if scorer else None)
         self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), scorer)
-        self.evaluate.set_run(runs_[0].run_dir)
+        self.evaluate.set_run(runs_[0].run_dir, [r.run_dir for r in runs_[1:]])  # the others overlaid
         self.tabs.setTabVisible(self.tabs.indexOf(self.evaluate), True)
         self.run_message.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)

@@ -9,6 +9,9 @@ against the oracle, a summary per model, and per prompt which of two models solv
 reward_report_page.py's ReportJob): its `progress DONE/TOTAL` lines move a bar, *Stop*
 sends SIGINT so the engine keeps what it has done, and *Resume* runs the same command
 again (the window names the evaluation itself, so a stopped one can be carried on).
+
+With several runs on show, the other runs' evaluations are drawn over the first's
+(evaluate_overlays.py picks them, evaluation_compare.py pairs them up).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from PySide6.QtWidgets import (
     QSpinBox, QStackedWidget, QVBoxLayout, QWidget,
 )
 
+from workbench.runs.evaluate_overlays import OverlayBar
 from workbench.runs.evaluate_views import EvaluationView
+from workbench.runs.evaluation_compare import Comparison
 from workbench.runs.evaluations import (
-    EVAL_FILE, EVALS_DIR, EvaluationError, eval_command, failure_text, last_line, list_evaluations,
+    EVAL_FILE, EVALS_DIR, Evaluation, EvaluationError, eval_command, failure_text, last_line, list_evaluations,
     load_evaluation, new_eval_name, progress_count, run_checkpoints, written_folder,
 )
 from workbench.runs.launcher import engine_environment
@@ -143,6 +148,7 @@ class EvaluatePage(QWidget):
         self.ask_reward_model: Callable[[], Path | None] = self._ask_reward_model
         self.run_dir: Path | None = None
         self.folder: Path | None = None  # the evaluation on show
+        self.evaluation: Evaluation | None = None  # and as read
         self.job: EvalJob | None = None
         self.stopped: EvalJob | None = None  # the last job stopped: Resume runs its command again
         self._seen_write = 0.0  # when the running evaluation's eval.json was last shown
@@ -151,13 +157,16 @@ class EvaluatePage(QWidget):
 
     # --- Public API
 
-    def set_run(self, run_dir: Path | None) -> None:
-        """Show `run_dir`'s evaluations (the newest first) and its models in the form."""
+    def set_run(self, run_dir: Path | None, others: list[Path] = ()) -> None:
+        """Show `run_dir`'s evaluations (the newest first) and its models in the form;
+        `others`: the other runs on show (in the dashboard's order), whose evaluations
+        can be overlaid on it."""
         same = run_dir is not None and self.run_dir is not None and Path(run_dir) == self.run_dir
         if not same:
             self.run_dir = None if run_dir is None else Path(run_dir)
-            self.folder, self.stopped = None, None
+            self.folder, self.evaluation, self.stopped = None, None, None
             self._show_message("")
+        self.overlay_bar.set_runs(self.run_dir, list(others))
         self._fill_models(keep=same)
         self.refresh_evaluations()
 
@@ -188,18 +197,24 @@ class EvaluatePage(QWidget):
         try:
             evaluation = load_evaluation(folder)
         except EvaluationError as error:
-            self.folder = Path(folder)
+            self.folder, self.evaluation = Path(folder), None
             self._show_message(f"Cannot show this evaluation: {error}")
             self.body.setCurrentWidget(self.unreadable)
             return False
-        self.folder = evaluation.folder
+        self.folder, self.evaluation = evaluation.folder, evaluation
         problems = "; ".join(evaluation.problems)  # a run's outcome, said after this, replaces them
         self._show_message(problems[:1].upper() + problems[1:] + "." if problems else "", "#8a6d00")
-        self.view.show_evaluation(evaluation)
+        self.view.show_evaluation(evaluation, self.comparison())
         self.body.setCurrentWidget(self.view)
         self._update_buttons()
         self.sig_evaluation_shown.emit(evaluation.folder)
         return True
+
+    def comparison(self) -> Comparison | None:
+        """The evaluation on show and the other runs' evaluations overlaid on it."""
+        if self.evaluation is None:
+            return None
+        return Comparison(self.overlay_bar.first, self.evaluation, self.overlay_bar.overlays())
 
     def chosen_models(self) -> list[str]:
         return [name for name, box in self.model_boxes.items() if box.isChecked()]
@@ -303,15 +318,18 @@ class EvaluatePage(QWidget):
         self.unreadable = QLabel("Run the evaluation again (Resume, or the same --name) to replace this file.")
         self.unreadable.setAlignment(Qt.AlignCenter)
         self.view = EvaluationView()
+        self.overlay_bar = OverlayBar()
         for page in (self.intro, self.unreadable, self.view):
             self.body.addWidget(page)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         for row in (first, second):
             layout.addLayout(row)
+        layout.addWidget(self.overlay_bar)
         layout.addWidget(self.message)
         layout.addWidget(self.body, 1)
         self.picker.currentIndexChanged.connect(self._picked)
+        self.overlay_bar.sig_changed.connect(self._overlays_changed)
         self.browse_button.clicked.connect(self._browse)
         self.run_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.stop)
@@ -361,6 +379,10 @@ class EvaluatePage(QWidget):
     def _picked(self, index: int) -> None:
         if index >= 0:
             self.show_evaluation(Path(self.picker.itemData(index)))
+
+    def _overlays_changed(self) -> None:
+        if self.evaluation is not None and self.body.currentWidget() is self.view:
+            self.view.show_evaluation(self.evaluation, self.comparison())
 
     def _browse(self) -> None:
         path = self.ask_reward_model()
@@ -448,3 +470,4 @@ class EvaluatePage(QWidget):
         if self.run_dir is not None and not self.running:
             self._fill_models(keep=True)  # checkpoints saved since
             self.refresh_evaluations()  # an evaluation run from a terminal since
+            self.overlay_bar.refresh()  # or of another run on show

@@ -1,10 +1,13 @@
 """The "what did RL teach" part of the Evaluate page (evaluate_page.py): per prompt, how
 many of each model's samples are correct and which of two models solves it, filtered by
-that category, and beside it each model's samples of the prompt picked."""
+that category, and beside it each model's samples of the prompt picked. With other runs'
+evaluations overlaid (evaluation_compare.py), the models of those made on the same
+held-out prompts are offered too; a note says why another is not."""
 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
 from PySide6.QtGui import QColor
@@ -13,9 +16,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from workbench.runs.evaluation_compare import Comparison, ComparedModel
 from workbench.runs.evaluations import (
     BOTH, CATEGORIES, FIRST_ONLY, NEITHER, SAMPLES_FILE, SECOND_ONLY, Evaluation, PromptRow, SampleRow, SamplesFile,
-    category, category_counts, short_name,
+    category, category_counts,
 )
 
 # A prompt's category in colour: what the checkpoint learned in green, what it lost in red.
@@ -268,8 +272,10 @@ class PromptsSection(QWidget):
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
-        self.evaluation: Evaluation | None = None
-        self.samples_file: SamplesFile | None = None
+        self.evaluation: Evaluation | None = None  # the first run's, on show
+        self.models: list[ComparedModel] = []  # the models offered: its own and those of overlays on its prompts
+        self.rows: list[PromptRow] = []  # its prompts, with every offered model's correct samples (by key)
+        self.samples_files: dict[Path, SamplesFile] = {}  # by evaluation folder
         self.colours: dict[str, str] = {}
         self.first, self.second, self.filter = QComboBox(), QComboBox(), QComboBox()
         for combo, name in ((self.first, "eval-first"), (self.second, "eval-second"), (self.filter, "eval-filter")):
@@ -280,6 +286,11 @@ class PromptsSection(QWidget):
         self.summary = QLabel()
         self.summary.setObjectName("eval-pair-summary")
         self.summary.setWordWrap(True)
+        self.note = QLabel()  # why an overlaid evaluation's models are not offered
+        self.note.setObjectName("eval-prompts-note")
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("color:#8a6d00")
+        self.note.hide()
         self.table = PromptsTable()
         self.samples = SamplesPanel()
         self._layout()
@@ -298,6 +309,7 @@ class PromptsSection(QWidget):
         column = QVBoxLayout(left)
         column.setContentsMargins(0, 0, 0, 0)
         column.addLayout(controls)
+        column.addWidget(self.note)
         column.addWidget(self.summary)
         column.addWidget(self.table, 1)
         split = QSplitter(Qt.Horizontal)
@@ -310,14 +322,26 @@ class PromptsSection(QWidget):
         layout.addWidget(split)
 
     def show_evaluation(self, evaluation: Evaluation, colours: dict[str, str]) -> None:
+        self.show_comparison(Comparison("", evaluation), colours)
+
+    def show_comparison(self, comparison: Comparison, colours: dict[str, str]) -> None:
+        """The prompts of the evaluation on show; the models offered in the combos are its
+        own and those of each overlaid evaluation on the same prompts (a note for the rest)."""
+        evaluation = comparison.evaluation
         shown = self.evaluation.folder if self.evaluation else None
         self.evaluation, self.colours = evaluation, colours
-        if shown != evaluation.folder:  # a rewritten eval.json keeps the reader's index of samples.jsonl
-            self.samples_file = SamplesFile(evaluation.folder / SAMPLES_FILE)
+        self.models, notes = comparison.prompt_models()
+        # A rewritten eval.json keeps the reader's index of samples.jsonl.
+        folders = {m.evaluation.folder for m in self.models}
+        self.samples_files = {f: self.samples_files.get(f) or SamplesFile(f / SAMPLES_FILE) for f in folders}
+        if shown != evaluation.folder:
             self.samples.show_hint()
+        self.note.setText(" ".join(notes))
+        self.note.setVisible(bool(notes))
         pair = (self.first.currentData(), self.second.currentData()) if shown == evaluation.folder else None
-        names = [(m.name, short_name(m)) for m in evaluation.models]
-        self.table.prompts.set_rows(evaluation.per_prompt, names, evaluation.n)
+        names = [(m.key, m.label) for m in self.models]
+        self.rows = comparison.prompt_rows(self.models)
+        self.table.prompts.set_rows(self.rows, names, evaluation.n)
         self.table.fit_columns()
         for combo in (self.first, self.second):
             combo.blockSignals(True)
@@ -331,11 +355,17 @@ class PromptsSection(QWidget):
         self._pair_changed()
 
     def show_samples(self, row: PromptRow) -> None:
-        blocks = []
-        for model in self.evaluation.models:
-            found = self.samples_file.samples(model.name, row.index) if self.samples_file else None
+        """Each model's samples of the prompt; with another run's models offered, the two
+        compared first (the rest below them)."""
+        blocks, models = [], self.models
+        if any(m.position for m in models):
+            pair = (self.first.currentData(), self.second.currentData())
+            models = sorted(models, key=lambda m: pair.index(m.key) if m.key in pair else 2)
+        for model in models:
+            reader = self.samples_files.get(model.evaluation.folder)
+            found = reader.samples(model.model.name, row.index) if reader else None
             answer, rows = found if found is not None else (None, None)
-            blocks.append((short_name(model), self.colours.get(model.name, "#333"), answer, rows))
+            blocks.append((model.label, self.colours.get(model.key, "#333"), answer, rows))
         self.samples.setHtml(samples_html(row, blocks))
         self.sig_prompt_shown.emit(row.index)
 
@@ -343,11 +373,11 @@ class PromptsSection(QWidget):
         first, second = self.first.currentData(), self.second.currentData()
         names = self.first.currentText(), self.second.currentText()
         self.table.prompts.set_pair(first or "", second or "", category_labels(*names))
-        counts = category_counts(self.evaluation.per_prompt, first, second) if self.evaluation else {}
+        counts = category_counts(self.rows, first, second) if self.evaluation else {}
         wanted = self.filter.currentIndex()
         self.filter.blockSignals(True)
         self.filter.clear()
-        self.filter.addItem(f"all prompts ({len(self.evaluation.per_prompt) if self.evaluation else 0})", None)
+        self.filter.addItem(f"all prompts ({len(self.rows) if self.evaluation else 0})", None)
         for found in CATEGORIES:
             label = category_labels(*names)[found]
             self.filter.addItem(f"solved by {label} ({counts.get(found, 0)})", found)
@@ -356,7 +386,12 @@ class PromptsSection(QWidget):
         self._filter_changed(self.filter.currentIndex())
         self.summary.setVisible(first != second and bool(counts))
         if counts:
-            self.summary.setText(pair_summary(*names, counts, self.evaluation.n))
+            self.summary.setText(pair_summary(*names, counts, self._pair_n(first, second)))
+
+    def _pair_n(self, first: str, second: str) -> int | None:
+        """The samples per prompt both models had (None when their evaluations differ)."""
+        ns = {m.evaluation.n for m in self.models if m.key in (first, second)}
+        return ns.pop() if len(ns) == 1 else None
 
     def _filter_changed(self, index: int) -> None:
         self.table.proxy.set_category(self.filter.itemData(index) if index >= 0 else None)

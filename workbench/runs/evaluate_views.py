@@ -1,7 +1,9 @@
 """An evaluation as the Evaluate page (evaluate_page.py) shows it: what was measured how,
 the curves against k on a log2 axis (pass@k with where the curves cross, maj@k,
 best-of-N as the reward model picks against the oracle), the summary table, and the
-per-prompt section (evaluate_prompts.py)."""
+per-prompt section (evaluate_prompts.py). Other runs' evaluations overlaid on it
+(evaluation_compare.py) add their models to pass@k, maj@k and the summary, each in its
+run's colour as the dashboard colours runs, a line style per model."""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ from PySide6.QtWidgets import (
     QAbstractItemView, QFrame, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
+from workbench.dashboard.curves import DASHES, run_colour
 from workbench.runs.evaluate_prompts import PromptsSection
-from workbench.runs.evaluations import Crossing, Evaluation, crossing_text, fraction_text, short_name
+from workbench.runs.evaluation_compare import Comparison, ComparedModel
+from workbench.runs.evaluations import Evaluation, fraction_text, short_name
 
 BASE_COLOUR = "#757575"  # the base model in grey: the reference every checkpoint is read against
 CHECKPOINT_COLOURS = ("#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#00838f", "#c62828", "#5d4037", "#ad1457")
@@ -32,6 +36,20 @@ def model_colours(evaluation: Evaluation) -> dict[str, str]:
     for model in evaluation.models:
         colours[model.name] = BASE_COLOUR if model.checkpoint is None else next(others)
     return colours
+
+
+def compared_colours(comparison: Comparison) -> dict[str, str]:
+    """A colour per model key: one evaluation's model_colours; with runs overlaid, each
+    model in its run's colour (the dashboard's run_colour of the run's place)."""
+    if not comparison.overlaid:
+        return model_colours(comparison.evaluation)
+    return {m.key: run_colour(m.position) for m in comparison.models()}
+
+
+def line_style(comparison: Comparison, model: ComparedModel) -> Qt.PenStyle:
+    """Solid for one evaluation; with runs overlaid, a style per model of a run (its
+    first solid, its second dashed, ...), as the dashboard tells a run's curves apart."""
+    return DASHES[model.order % len(DASHES)] if comparison.overlaid else Qt.SolidLine
 
 
 def log2_ticks(ks: list[int]) -> list[tuple[float, str]]:
@@ -67,22 +85,27 @@ class KCurvePlot(QWidget):
         self.legend = self.plot.addLegend(offset=(-6, -6), labelTextColor="#333", brush=pg.mkBrush("#ffffffd0"))
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.marks: list[pg.InfiniteLine] = []
+        self.crowded = False
+        self.plot.getViewBox().sigResized.connect(lambda _box: self.place_legend())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot)
 
-    def clear(self, why: str = "") -> None:
+    def clear(self, why: str = "", crowded: bool = False) -> None:
+        """No curves; `crowded`: those to come are of runs overlaid (smaller names)."""
         self.plot.clear()  # the curves, marks and the legend's entries
         self.legend.clear()
+        self.crowded = crowded
+        self.legend.setLabelTextSize("8pt" if crowded else "9pt")
         self.curves, self.marks = {}, []
         self.plot.setTitle(f"{self.title} ({why})" if why else self.title, color="#5f6368" if why else "#333",
                            size="10pt")
 
     def add_curve(self, key: str, name: str | None, points: dict[int, float], colour: str,
-                  dashed: bool = False) -> None:
+                  dashed: bool = False, style: Qt.PenStyle | None = None) -> None:
         """A curve; `name` None keeps it out of the legend."""
         ks = sorted(points)
-        style = Qt.DashLine if dashed else Qt.SolidLine
+        style = style if style is not None else Qt.DashLine if dashed else Qt.SolidLine
         item = self.plot.plot([math.log2(k) for k in ks], [points[k] for k in ks], name=name,
                               pen=pg.mkPen(colour, width=2, style=style), symbol=None if len(ks) > 12 else "o",
                               symbolSize=5, symbolBrush=colour, symbolPen=colour)
@@ -93,10 +116,10 @@ class KCurvePlot(QWidget):
         self.legend.addItem(pg.PlotDataItem(pen=pg.mkPen("#212121", width=2, style=Qt.DashLine if dashed
                                                          else Qt.SolidLine)), name)
 
-    def mark_crossing(self, crossing: Crossing, text: str, order: int, top: float) -> None:
+    def mark_crossing(self, k: float, text: str, order: int, top: float) -> None:
         """A dashed line at k, labelled beside it: on its left when it lies in the right half
         of the plot (`top`: the largest log2 k), so that the label stays inside."""
-        x = math.log2(crossing.k)
+        x = math.log2(k)
         side = 1 if x > top / 2 else 0
         line = pg.InfiniteLine(pos=x, angle=90, label=text, pen=pg.mkPen(CROSSING_COLOUR, width=1.2,
                                                                           style=Qt.DashLine),
@@ -107,11 +130,20 @@ class KCurvePlot(QWidget):
 
     def frame(self, ks: list[int]) -> None:
         """The axes over `ks`, and the legend where the curves are not (they rise with k):
-        bottom right when they all end high, else top left when they all start low."""
+        bottom right when they all end high, else top left when they all start low; when
+        `crowded` (runs overlaid: more curves, longer names), the corner it covers least of
+        them in, again as the plot is resized."""
         ticks = log2_ticks(ks)
         self.plot.getAxis("bottom").setTicks([ticks, []])
         self.plot.setXRange(0, ticks[-1][0] or 1, padding=0.04)
         self.plot.setYRange(0, 1, padding=0.03)
+        self.place_legend()
+
+    def place_legend(self) -> None:
+        if self.crowded:
+            corner = self.legend_corner()
+            self.legend.anchor(corner, corner, offset=(6 - 12 * corner[0], 6 - 12 * corner[1]))
+            return
         values = [item.getData()[1] for item in self.curves.values() if len(item.getData()[1])]
         starts, ends = [float(v[0]) for v in values], [float(v[-1]) for v in values]
         if min(ends, default=1.0) < 0.45 and max(starts, default=0.0) < 0.65:
@@ -119,29 +151,56 @@ class KCurvePlot(QWidget):
         else:
             self.legend.anchor((1, 1), (1, 1), offset=(-6, -6))
 
+    CORNERS = ((1, 1), (0, 0), (1, 0), (0, 1))  # bottom right first, as the rule above
+
+    def legend_corner(self) -> tuple[int, int]:
+        """The corner ((0, 0): top left; (1, 1): bottom right) where the legend, at its
+        size, would hide the fewest points of the curves (each sampled along its length)."""
+        box = self.plot.getViewBox()
+        view = box.viewRect()
+        size = self.legend.boundingRect()
+        across, up = box.width() if box.width() > 50 else 400.0, box.height() if box.height() > 50 else 200.0
+        width = min(1.0, (size.width() + 8) / across) * view.width()
+        height = min(1.0, (size.height() + 8) / up) * view.height()
+        samples = []
+        for item in self.curves.values():
+            x, y = item.getData()
+            for i in range(len(x) - 1):
+                samples += [(x[i] + (x[i + 1] - x[i]) * t / 10, y[i] + (y[i + 1] - y[i]) * t / 10) for t in range(10)]
+            samples += list(zip(x[-1:], y[-1:]))
+
+        def covered(corner: tuple[int, int]) -> int:
+            left = view.left() if corner[0] == 0 else view.right() - width
+            bottom = view.bottom() - height if corner[1] == 0 else view.top()  # y grows upwards: top() is the least
+            return sum(1 for x, y in samples if left <= x <= left + width and bottom <= y <= bottom + height)
+
+        return min(self.CORNERS, key=covered)
+
     def points(self, key: str) -> list[tuple[float, float]]:
         """(k, value) of a curve as drawn: its x read back from the log2 axis."""
         x, y = self.curves[key].getData()
         return [(round(2 ** float(a), 6), float(b)) for a, b in zip(x, y)]
 
 
-def show_metric(plot: KCurvePlot, evaluation: Evaluation, metric: str, missing: str) -> None:
-    """One curve per model of `metric` (pass_at_k or maj_at_k), and where curves cross."""
-    colours = model_colours(evaluation)
-    drawn = [m for m in evaluation.models if getattr(m, metric)]
-    plot.clear("" if drawn else missing)
+def show_metric(plot: KCurvePlot, comparison: Comparison, metric: str, missing: str) -> None:
+    """One curve per model of `metric` (pass_at_k or maj_at_k), of every run overlaid,
+    and where curves cross."""
+    colours = compared_colours(comparison)
+    drawn = [m for m in comparison.models() if getattr(m.model, metric)]
+    plot.clear("" if drawn else missing, crowded=comparison.overlaid)
     for model in drawn:
-        partial = " (stopped)" if evaluation.partial(model) else ""
-        plot.add_curve(model.name, short_name(model) + partial, getattr(model, metric), colours[model.name])
-    names = {m.name: short_name(m) for m in drawn}
-    crossings = [c for c in evaluation.crossings if c.metric == metric and c.a in names and c.b in names]
-    if len(drawn) == 2 and not crossings and metric == "pass_at_k":  # of more, which pairs were looked at?
-        plot.plot.setTitle(f"{plot.title}: the curves do not cross", color="#333", size="10pt")
-    ks = evaluation.ks or [k for m in drawn for k in getattr(m, metric)] or [1]
+        partial = " (stopped)" if model.evaluation.partial(model.model) else ""
+        plot.add_curve(model.key, model.label + partial, getattr(model.model, metric), colours[model.key],
+                       style=line_style(comparison, model))
+    crossings = comparison.crossings(metric)
+    standing = comparison.standing(metric) if metric == "pass_at_k" else ""
+    if standing:
+        plot.plot.setTitle(f"{plot.title}: {html.escape(standing)}", color="#333", size="10pt")
+    elif not comparison.overlaid and len(drawn) == 2 and not crossings and metric == "pass_at_k":
+        plot.plot.setTitle(f"{plot.title}: the curves do not cross", color="#333", size="10pt")  # of more: which?
+    ks = sorted({*comparison.evaluation.ks, *(k for m in drawn for k in getattr(m.model, metric))}) or [1]
     for order, crossing in enumerate(crossings):
-        text = crossing_text(crossing.k) if len(crossings) == 1 else \
-            f"{names[crossing.a]} × {names[crossing.b]}: k ≈ {crossing.k:.3g}"
-        plot.mark_crossing(crossing, text, order, math.log2(max(ks)))
+        plot.mark_crossing(crossing.k, crossing.text(alone=len(crossings) == 1), order, math.log2(max(ks)))
     plot.frame(ks)
 
 
@@ -182,19 +241,28 @@ class SummaryTable(QTableWidget):
         self.verticalHeader().hide()
         self.setFrameShape(QFrame.StyledPanel)
         self.horizontalHeader().setStretchLastSection(False)  # numbers stay by their names, the rest blank
+        self.row_height = self.verticalHeader().defaultSectionSize()
 
     def show_evaluation(self, evaluation: Evaluation) -> None:
-        columns = summary_columns(evaluation.n)
+        self.show_comparison(Comparison("", evaluation))
+
+    def show_comparison(self, comparison: Comparison) -> None:
+        """A row per model of the evaluation on show, then per model of each overlaid one
+        (named with its run); the N of the columns is the first evaluation's."""
+        n = comparison.evaluation.n
+        columns = summary_columns(n)
         self.setColumnCount(len(columns))
         self.setHorizontalHeaderLabels(columns)
-        self.setRowCount(len(evaluation.models))
-        colours = model_colours(evaluation)
-        for row, model in enumerate(evaluation.models):
-            for column, text in enumerate(self._cells(evaluation, model)):
+        models = comparison.models()
+        self.setRowCount(len(models))
+        self.verticalHeader().setDefaultSectionSize(22 if comparison.overlaid else self.row_height)
+        colours = compared_colours(comparison)
+        for row, model in enumerate(models):
+            for column, text in enumerate(self._cells(model, n)):
                 item = QTableWidgetItem(text)
                 if column == 0:
-                    item.setData(Qt.DecorationRole, QColor(colours[model.name]))
-                    item.setToolTip(model.checkpoint or "the run's starting model, no adapter")
+                    item.setData(Qt.DecorationRole, QColor(colours[model.key]))
+                    item.setToolTip(model.model.checkpoint or "the run's starting model, no adapter")
                 else:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.setItem(row, column, item)
@@ -203,15 +271,24 @@ class SummaryTable(QTableWidget):
                             + 2 * self.frameWidth() + 2)
 
     @staticmethod
-    def _cells(evaluation: Evaluation, model) -> list[str]:
-        n = evaluation.n
+    def _cells(compared: ComparedModel, n: int | None) -> list[str]:
+        """A model's cells at the columns' N; a model of an evaluation with another N
+        shows its values at its own, said in the cell ("0.812 at 16")."""
+        evaluation, model = compared.evaluation, compared.model
         done = "—" if model.done_prompts is None else str(model.done_prompts)
         if evaluation.partial(model):
             done += f" of {evaluation.prompts} (stopped)"
         speed = "—" if model.samples_per_second is None else f"{model.samples_per_second:.1f}"
-        return [model.label, done, fraction_text(_at(model.pass_at_k, 1)), fraction_text(_at(model.pass_at_k, n)),
-                fraction_text(_at(model.maj_at_k, n)), fraction_text(_at(model.pass_hat_k, n)),
-                fraction_text(model.mean_reward), speed]
+        own = evaluation.n
+
+        def big(curve: dict[int, float] | None) -> str:
+            if own is None or own == n or n is None:
+                return fraction_text(_at(curve, n if n is not None else own))
+            value = _at(curve, own)
+            return fraction_text(value) if value is None else f"{fraction_text(value)} at {own}"
+
+        return [compared.long_label, done, fraction_text(_at(model.pass_at_k, 1)), big(model.pass_at_k),
+                big(model.maj_at_k), big(model.pass_hat_k), fraction_text(model.mean_reward), speed]
 
     def cell(self, row: int, column: str) -> str:
         """The text of `row` under the header `column` (as shown: pass@32, not pass@N)."""
@@ -246,6 +323,20 @@ def header_html(evaluation: Evaluation) -> str:
     return f"<span style='font-size:12pt'><b>{html.escape(evaluation.name)}</b></span> · " + " · ".join(parts)
 
 
+def overlays_html(comparison: Comparison) -> str:
+    """The evaluations overlaid, each in its run's colour, after the header ("" for none)."""
+    said = [f"<span style='color:{run_colour(o.position)}'><b>{html.escape(o.run)}</b></span> "
+            f"{html.escape(o.evaluation.name)} ({o.evaluation.prompts or '?'} × {o.evaluation.n or '?'}"
+            f"{'' if o.evaluation.finished else ', not finished'})" for o in comparison.overlays]
+    if not said:
+        return ""
+    first = f"<span style='color:{run_colour(0)}'><b>{html.escape(comparison.run)}</b></span>"
+    twins = [f"{html.escape(model.label)} has the same curves as {html.escape(twin.label)}: drawn over it"
+             for model, twin in comparison.identical()]
+    return f"<br>{first} against " + ", ".join(said) + "".join(
+        f" · <span style='color:#5f6368'>{twin}</span>" for twin in twins)
+
+
 class EvaluationView(QWidget):
     """One evaluation: the header, the three plots, the summary table, the prompts."""
 
@@ -267,6 +358,7 @@ class EvaluationView(QWidget):
                                     "the gap is what the reward model misses.")
         self.summary = SummaryTable()
         self.prompts = PromptsSection()
+        self.comparison: Comparison | None = None
         plots = QSplitter(Qt.Horizontal)
         for plot in (self.pass_plot, self.maj_plot, self.best_plot):
             plots.addWidget(plot)
@@ -282,14 +374,23 @@ class EvaluationView(QWidget):
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 1)
         split.setSizes([500, 500])  # the prompts as tall as the curves: they are what one reads longest
+        self.split = split
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
 
-    def show_evaluation(self, evaluation: Evaluation) -> None:
-        self.header.setText(header_html(evaluation))
-        show_metric(self.pass_plot, evaluation, "pass_at_k", "no verifier: not measured")
-        show_metric(self.maj_plot, evaluation, "maj_at_k", "no answer rule: not measured")
+    def show_evaluation(self, evaluation: Evaluation, comparison: Comparison | None = None) -> None:
+        """Show `evaluation`; `comparison` (of it): other runs' evaluations overlaid on it."""
+        comparison = comparison or Comparison("", evaluation)
+        if comparison.overlaid != (self.comparison is not None and self.comparison.overlaid):
+            # Runs overlaid: more curves and summary rows, so the curves get more of the height.
+            self.split.setSizes([600, 400] if comparison.overlaid else [500, 500])
+        self.comparison = comparison
+        self.header.setText(header_html(evaluation) + overlays_html(comparison))
+        show_metric(self.pass_plot, comparison, "pass_at_k", "no verifier: not measured")
+        show_metric(self.maj_plot, comparison, "maj_at_k", "no answer rule: not measured")
         self.best_plot.setVisible(show_best_of_n(self.best_plot, evaluation))
-        self.summary.show_evaluation(evaluation)
-        self.prompts.show_evaluation(evaluation, model_colours(evaluation))
+        if comparison.overlaid:  # drawn in one evaluation's colours, as ever: only the first run's
+            self.best_plot.plot.setTitle(f"best-of-N ({html.escape(comparison.run)})", color="#333", size="10pt")
+        self.summary.show_comparison(comparison)
+        self.prompts.show_comparison(comparison, compared_colours(comparison))
