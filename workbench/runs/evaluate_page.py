@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
     QSpinBox, QStackedWidget, QVBoxLayout, QWidget,
@@ -36,7 +36,7 @@ from workbench.runs.evaluations import (
     EVAL_FILE, EVALS_DIR, Evaluation, EvaluationError, eval_command, failure_text, last_line, list_evaluations,
     load_evaluation, new_eval_name, progress_count, run_checkpoints, written_folder,
 )
-from workbench.runs.launcher import engine_environment
+from workbench.runs.engine_job import EngineJob
 
 STOPPED_CODE = 130  # the engine's exit after Ctrl-C or SIGINT, what it did kept
 INTRO = ("<h3>Evaluate like a researcher</h3>"
@@ -48,7 +48,7 @@ INTRO = ("<h3>Evaluate like a researcher</h3>"
          "<p>This run has no evaluation yet: pick the models above and <b>Run evaluation</b>.</p>")
 
 
-class EvalJob(QObject):
+class EvalJob(EngineJob):
     """One `rl-engine eval` in the background."""
 
     # --- Signals
@@ -59,26 +59,10 @@ class EvalJob(QObject):
     sig_finished = Signal(str, str, object)
     """(outcome: done | stopped | failed, why it failed or "", the evaluation folder or None)."""
 
-    MAX_STDERR = 64_000
-
     def __init__(self, command: list[str], run_dir: Path, folder: Path, parent: QObject | None = None):
-        super().__init__(parent)
-        self.command, self.run_dir, self.folder = list(command), Path(run_dir), Path(folder)
-        self.stdout = self.stderr = ""
-        self.finished = self.stopping = False
-        self.process = QProcess(self)
-        environment = QProcessEnvironment()
-        for key, value in engine_environment().items():
-            environment.insert(key, value)
-        self.process.setProcessEnvironment(environment)
-        self.process.setWorkingDirectory(str(self.run_dir))  # as the launcher starts a run
-        self.process.readyReadStandardOutput.connect(self._read_stdout)
-        self.process.readyReadStandardError.connect(self._read_stderr)
-        self.process.finished.connect(self._finished)
-        self.process.errorOccurred.connect(self._error)
-
-    def start(self) -> None:
-        self.process.start(self.command[0], self.command[1:])
+        super().__init__(command, run_dir, parent)
+        self.folder = Path(folder)
+        self.stopping = False
 
     def stop(self) -> None:
         """Ask the engine to stop as Ctrl-C does (it keeps what it has done); a second
@@ -92,12 +76,9 @@ class EvalJob(QObject):
             os.kill(pid, signal.SIGINT)  # QProcess sends SIGTERM or SIGKILL only
         self.stopping = True
 
-    def _read_stdout(self) -> None:
-        self.stdout += bytes(self.process.readAllStandardOutput()).decode("utf-8", "replace")
+    # --- EngineJob
 
-    def _read_stderr(self) -> None:
-        text = bytes(self.process.readAllStandardError()).decode("utf-8", "replace")
-        self.stderr = (self.stderr + text)[-self.MAX_STDERR:]
+    def stderr_read(self) -> None:
         line = last_line(self.stderr)
         count = progress_count(line)
         if count is not None:
@@ -105,24 +86,19 @@ class EvalJob(QObject):
         elif line and not line.startswith("error: "):
             self.sig_line.emit(line)
 
-    def _finished(self, code: int, status) -> None:
-        self._read_stdout()
-        self._read_stderr()
+    def process_ended(self, code: int, crashed: bool) -> None:
         folder = written_folder(self.stdout) or self.folder
         kept = (folder / EVAL_FILE).is_file()
-        if status == QProcess.ExitStatus.NormalExit and code == 0:
+        if not crashed and code == 0:
             self._end("done", "" if kept else f"the engine ended without writing {folder / EVAL_FILE}",
                       folder if kept else None)
         elif self.stopping or code == STOPPED_CODE:
             self._end("stopped", "", folder if kept else None)
         else:
-            crashed = status == QProcess.ExitStatus.CrashExit
             self._end("failed", failure_text(self.stderr, None if crashed else code), folder if kept else None)
 
-    def _error(self, error) -> None:
-        # Only a failure to start ends a job here; a crash also emits finished.
-        if error == QProcess.ProcessError.FailedToStart:
-            self._end("failed", f"cannot start the engine ({self.command[0]}): {self.process.errorString()}", None)
+    def start_failed(self, why: str) -> None:
+        self._end("failed", why, None)
 
     def _end(self, outcome: str, message: str, folder: Path | None) -> None:
         if not self.finished:

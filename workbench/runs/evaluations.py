@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workbench.runs.json_file import read_json_object
 from workbench.runs.reward_report import failure_text, last_line  # noqa: F401 (the CLI's lines are read alike)
 
 EVALS_DIR = "evals"
@@ -211,7 +212,8 @@ def load_evaluation(folder: Path) -> Evaluation:
     the user, when there is none to show. A garbled part is left empty and named in `problems`."""
     folder = Path(folder)
     folder = folder.parent if folder.name == EVAL_FILE else folder
-    data = _read_json(folder / EVAL_FILE)
+    data = read_json_object(folder / EVAL_FILE, "evaluation", EvaluationError, MAX_BYTES,
+                            name=f"{folder.name}/{EVAL_FILE}")
     if data.get("kind") != KIND:
         raise EvaluationError(f"{folder.name}/{EVAL_FILE} is not an evaluation (its kind is {data.get('kind')!r})")
     version = data.get("version")
@@ -232,26 +234,6 @@ def load_evaluation(folder: Path) -> Evaluation:
                                  expected=False) or []
     evaluation.per_prompt = _part(evaluation, "per_prompt", data, lambda v: [_prompt_row(r) for r in v]) or []
     return evaluation
-
-
-def _read_json(path: Path) -> dict:
-    where = f"{path.parent.name}/{path.name}"
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise EvaluationError(f"{where} is over {MAX_BYTES // 2**20} MB: not an evaluation this window reads")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise EvaluationError(f"there is no evaluation at {path.parent}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise EvaluationError(f"{where} cannot be read: {error}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as error:
-        cut = " (cut off while it was being written?)" if text.strip() and not text.rstrip().endswith("}") else ""
-        raise EvaluationError(f"{where} is not valid JSON{cut}: {error}") from None
-    if not isinstance(data, dict):
-        raise EvaluationError(f"{where} does not hold an evaluation (a JSON object)")
-    return data
 
 
 def _part(evaluation: Evaluation, name: str, data: dict, read, expected: bool = True):
