@@ -11,14 +11,14 @@ or of the wrong shape leaves only that part empty (`problems` names it).
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.runs.json_file import read_json_object
+from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number, read_json_object
+from workbench.runs.json_file import text as _text
 from workbench.runs.reward_report import failure_text, last_line  # noqa: F401 (the CLI's lines are read alike)
 
 EVALS_DIR = "evals"
@@ -287,25 +287,6 @@ def _crossing(value: dict) -> Crossing:
 def _prompt_row(value: dict) -> PromptRow:
     correct = {str(name): int(count) for name, count in value["correct"].items() if _is_int(count)}
     return PromptRow(int(value["index"]), _text(value.get("prompt")), correct)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int(value) -> int | None:
-    return value if _is_int(value) else None
-
-
-def _number(value) -> float | None:
-    """A finite number, else None (JSON has no NaN, but Python's json writes one)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _text(value) -> str:
-    return value if isinstance(value, str) else ""
 
 
 # ------------------------------------------------------------------ the prompts

@@ -5,6 +5,7 @@ written, not an object) is one message in the reader's own error, never a traceb
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 
@@ -35,3 +36,24 @@ def read_json_object(path: Path, what: str, error: type[Exception], max_bytes: i
     if not isinstance(data, dict):
         raise error(f"{where} does not hold {a_what} (a JSON object)")
     return data
+
+
+# A field read leniently: of the wrong type (a hand-edited or newer file), it is absent.
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int_or_none(value) -> int | None:
+    return value if is_int(value) else None
+
+
+def number(value) -> float | None:
+    """A finite number, else None (JSON has no NaN, but Python's json writes one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def text(value) -> str:
+    return value if isinstance(value, str) else ""

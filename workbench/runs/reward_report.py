@@ -9,14 +9,14 @@ report's `problems` say which).
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.runs.json_file import read_json_object
+from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number, read_json_object
+from workbench.runs.json_file import text as _text
 
 REPORTS_DIR = "reports"
 HELD_OUT_FILE = "reward-report.json"
@@ -257,28 +257,9 @@ def _pairs(value: list) -> list[Pair]:
                  _int(p.get("length_chosen")), _int(p.get("length_rejected"))) for p in value]
 
 
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int(value) -> int | None:
-    return value if _is_int(value) else None
-
-
-def _number(value) -> float | None:
-    """A finite number, else None (JSON has no NaN, but Python's json writes one)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _fraction(value) -> float | None:
     number = _number(value)
     return number if number is not None and 0.0 <= number <= 1.0 else None
-
-
-def _text(value) -> str:
-    return value if isinstance(value, str) else ""
 
 
 # ------------------------------------------------------------------- in words
