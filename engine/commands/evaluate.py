@@ -211,7 +211,8 @@ def _reward_model(plan: Plan, trainer):
     model = plan.reward_model
     if is_run_reference(model):
         try:
-            model = str(resolve_run(model, "--reward-model", Path("runs").resolve()).checkpoint)
+            runs = plan.run_dir.parent if plan.run_dir else Path("runs").resolve()  # run:NAME beside the run
+            model = str(resolve_run(model, "--reward-model", runs).checkpoint)
         except ValueError as exc:
             raise EvalError(str(exc)) from exc
     try:
