@@ -129,7 +129,8 @@ def plan_evaluation(args) -> Plan:
     models = _models(run_dir.resolve() if run_dir else None, [m.strip() for m in args.models.split(",") if m.strip()])
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = args.name or f"eval-{stamp}"
-    out = (run_dir / EVALS_DIR / name) if run_dir else Path("runs") / EVALS_DIR / (args.name or f"{preset.name}-{stamp}")
+    out = (run_dir / EVALS_DIR / name) if run_dir else \
+        Path("runs") / EVALS_DIR / (args.name or f"{preset.name}-{stamp}")
     _check_resumed(out, args.n, [m.name for m in models])
     return Plan(preset, run_dir.resolve() if run_dir else None, out.resolve(), models, args.n, ks, args.prompts,
                 args.reward_model, (run_dir or target.parent).resolve())
@@ -259,12 +260,13 @@ def model_summary(spec: ModelSpec, rows: list[dict], n: int, ks: list[int], seco
     a mean over the prompts."""
     estimates = [row_estimates(r, n, ks) for r in rows]
     bon = _mean_of(estimates, "bon", range(1, n + 1))
+    oracle = _mean_of(estimates, "oracle", range(1, n + 1))
     return {"name": spec.name, "label": spec.label, "checkpoint": str(spec.checkpoint) if spec.checkpoint else None,
             "step": spec.step, "done_prompts": len(rows),
             "mean_reward": sum(e["reward"] for e in estimates) / len(estimates) if estimates else None,
             "pass_at_k": _mean_of(estimates, "pass", ks), "pass_hat_k": _mean_of(estimates, "hat", ks),
             "maj_at_k": _mean_of(estimates, "maj", ks),
-            "best_of_n": {"reward_model": bon, "oracle": _mean_of(estimates, "oracle", range(1, n + 1))} if bon else None,
+            "best_of_n": {"reward_model": bon, "oracle": oracle} if bon else None,
             "samples_per_second": (len(rows) * n / seconds) if seconds > 0 else None}
 
 
