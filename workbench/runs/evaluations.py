@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number, read_json_object
-from workbench.runs.json_file import text as _text
+from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number
+from workbench.runs.json_file import read_json_object, read_part, text as _text
 from workbench.runs.reward_report import failure_text, last_line  # noqa: F401 (the CLI's lines are read alike)
 
 EVALS_DIR = "evals"
@@ -236,18 +236,8 @@ def load_evaluation(folder: Path) -> Evaluation:
     return evaluation
 
 
-def _part(evaluation: Evaluation, name: str, data: dict, read, expected: bool = True):
-    """`read(data[name])`; None, and a line in problems, when it is of the wrong shape
-    (or missing where it was `expected`)."""
-    if data.get(name) is None:
-        if expected:
-            evaluation.problems.append(f"the evaluation has no {name}")
-        return None
-    try:
-        return read(data[name])
-    except (TypeError, ValueError, KeyError, AttributeError):
-        evaluation.problems.append(f"the evaluation's {name} could not be read")
-        return None
+def _part(evaluation, name: str, data: dict, read, expected: bool = True):
+    return read_part(data, name, read, evaluation.problems, "evaluation", expected)
 
 
 def _model(value: dict) -> ModelResult:

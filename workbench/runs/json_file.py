@@ -38,6 +38,25 @@ def read_json_object(path: Path, what: str, error: type[Exception], max_bytes: i
     return data
 
 
+def read_part(data: dict, name: str, read, problems: list[str], whose: str, expected: bool = True):
+    """`read(data[name])`; None, and a line in `problems`, when it is of the wrong shape
+    (or missing where it was `expected`). `whose`: the file's noun in those lines.
+
+    >>> problems = []
+    >>> read_part({"ks": "x"}, "ks", lambda v: [int(k) for k in v], problems, "evaluation"), problems
+    (None, ["the evaluation's ks could not be read"])
+    """
+    if data.get(name) is None:
+        if expected:
+            problems.append(f"the {whose} has no {name}")
+        return None
+    try:
+        return read(data[name])
+    except (TypeError, ValueError, KeyError, AttributeError):
+        problems.append(f"the {whose}'s {name} could not be read")
+        return None
+
+
 # A field read leniently: of the wrong type (a hand-edited or newer file), it is absent.
 
 def is_int(value) -> bool:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number, read_json_object
-from workbench.runs.json_file import text as _text
+from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number
+from workbench.runs.json_file import read_json_object, read_part, text as _text
 
 REPORTS_DIR = "reports"
 HELD_OUT_FILE = "reward-report.json"
@@ -197,18 +197,8 @@ def load_report(path: Path) -> RewardReport:
     return report
 
 
-def _part(report: RewardReport, name: str, data: dict, read, expected: bool = True):
-    """`read(data[name])`; None, and a line in report.problems, when it is of the wrong
-    shape, or missing where it was `expected`."""
-    if data.get(name) is None:
-        if expected:
-            report.problems.append(f"the report has no {name}")
-        return None
-    try:
-        return read(data[name])
-    except (TypeError, ValueError, KeyError, AttributeError):
-        report.problems.append(f"the report's {name} could not be read")
-        return None
+def _part(report, name: str, data: dict, read, expected: bool = True):
+    return read_part(data, name, read, report.problems, "report", expected)
 
 
 def _read_source(report: RewardReport, source) -> None:
