@@ -187,7 +187,7 @@ def test_a_preference_file_and_bad_input(pipeline, tmp_path, capsys):  # noqa: F
     assert report["length"]["longer_accuracy"] == 1.0  # every chosen answer is the longer one
     assert report_path(run, pairs).name == "reward-report-mine.json" and report_path(run, pairs).is_file()
     for argv, message in (([str(tmp_path)], "is not a run folder"),
-                          ([str(run), "--checkpoint", "step_9"], "not a complete checkpoint"),
+                          ([str(run), "--checkpoint", "step_9"], "has no complete checkpoint 'step_9'"),
                           ([str(run), "--pairs", str(tmp_path / "none.jsonl")], "is not a file"),
                           ([str(pipeline["runs"] / "sft")], "is not a reward model")):
         assert rl_engine(["reward-report", *argv]) == 2

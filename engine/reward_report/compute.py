@@ -27,6 +27,7 @@ from engine.model.score import encode_texts, last_token_positions, position_scor
 from engine.reward_report import preflight
 from engine.reward_report.card import card_numbers, verdict_lines
 from engine.run import rundir
+from engine.run.failures import NoSuchCheckpoint, named_checkpoint
 
 __all__ = ["ReportError", "build_report", "write_report", "report_path", "REPORTS_DIR", "BATCH"]
 
@@ -45,19 +46,12 @@ def report_path(run_dir: Path, pairs_file: Path | None) -> Path:
 
 
 def _checkpoint(run_dir: Path, given: str | None) -> Path:
-    """The run's newest complete checkpoint, or the one `given` names (a folder, or its
-    name in the run's checkpoints folder)."""
-    found = [c.resolve() for c in rundir.complete_checkpoints(run_dir)]
-    if given is None:
-        if not found:
-            raise ReportError(f"run {run_dir.name} has no complete checkpoint yet; let it reach training.save_steps "
-                              "or finish, then report on it")
-        return found[-1]
-    path = Path(given) if Path(given).exists() else run_dir / rundir.CHECKPOINTS_DIR / given
-    if path.resolve() not in found:
-        names = ", ".join(c.name for c in found) or "none"
-        raise ReportError(f"--checkpoint: {given} is not a complete checkpoint of run {run_dir.name} (it has: {names})")
-    return path.resolve()
+    """The run's newest complete checkpoint, or the one `given` names (step_N, N or its
+    folder), as fork and export find theirs."""
+    try:
+        return named_checkpoint(run_dir, given, "to report on").resolve()
+    except NoSuchCheckpoint as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _pairs(preset, run_dir: Path, pairs_file: Path | None):
