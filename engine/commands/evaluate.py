@@ -200,10 +200,10 @@ def _reward_model(plan: Plan, trainer):
     """(label of the preset's learned reward, None) when it has one and no --reward-model
     is given: best-of-N by its score, already computed; else (None, a scorer) for
     --reward-model; else (None, None)."""
-    from engine.rewards.kinds import REWARD_MODEL, component_label, reward_kind
+    from engine.algorithms.declaration import reward_model_labels
 
     if plan.reward_model is None:
-        learned = [component_label(r.name, r.label) for r in plan.preset.rewards if reward_kind(r.name) == REWARD_MODEL]
+        learned = reward_model_labels(plan.preset.rewards)
         return (learned[0] if learned else None), None
     from engine.rewards.base import RewardError
     from engine.rewards.model import reward_model_reward
