@@ -32,6 +32,9 @@ class History:
     # (engine.rewards.kinds.learned_and_checks): the exploitation alarm's (exploitation.py)
     learned_rewards: list[str] = field(default_factory=list)
     check_rewards: list[str] = field(default_factory=list)
+    # the exploitation alarm's finding and the (steps, evaluations, thresholds) it was found
+    # at: three detectors ask it each step (exploitation.py)
+    exploited: tuple | None = field(default=None, repr=False, compare=False)
 
     def series(self, key: str, last: int | None = None) -> list[tuple[int, float]]:
         """(step, value) of the last `last` steps (all when None) where `key` is a finite number."""
