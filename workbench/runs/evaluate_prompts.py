@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.runs.evaluation_compare import Comparison, ComparedModel
+from workbench.runs.reward_report_views import FIT_ROWS
 from workbench.runs.evaluations import (
     BOTH, CATEGORIES, FIRST_ONLY, NEITHER, SAMPLES_FILE, SECOND_ONLY, Evaluation, PromptRow, SampleRow, SamplesFile,
     category, category_counts,
@@ -141,6 +142,9 @@ class PromptsTable(QTableView):
         self.verticalHeader().hide()
         self.verticalHeader().setDefaultSectionSize(22)
         self.setFrameShape(QFrame.StyledPanel)
+        # Columns fitted to the first rows only (the report card's rule): a held-out set of
+        # thousands of prompts must not stall the window.
+        self.horizontalHeader().setResizeContentsPrecision(FIT_ROWS)
 
     def fit_columns(self) -> None:
         header = self.horizontalHeader()

@@ -45,6 +45,9 @@ def finding_html(finding: Finding) -> str:
     return text
 
 
+FIT_ROWS = 50  # rows a table's columns are fitted to (Qt's resize-contents precision)
+
+
 class FindingsList(QWidget):
     """A column of findings, each a label on its status's tint (`labels`: in order)."""
 
@@ -310,6 +313,9 @@ class PairsTable(QTableView):
         for column in range(5):
             header.setSectionResizeMode(column, QHeaderView.ResizeToContents)
         header.setStretchLastSection(True)
+        # Columns fitted to the first rows only: fitting to every pair cost the window a
+        # second for 200 pairs, and grew with a preference file's size.
+        header.setResizeContentsPrecision(FIT_ROWS)
 
     def show_pairs(self, pairs: list[Pair]) -> None:
         self.pairs.set_pairs(pairs)
