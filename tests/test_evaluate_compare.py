@@ -14,9 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QApplication
 
 import workbench.runs.evaluation_compare
 from workbench.dashboard.curves import run_colour
@@ -219,15 +218,12 @@ def test_the_combos_offer_the_other_runs_models_on_the_same_prompts(qtbot, runs)
     assert [text.find(head) for head in heads] == sorted(text.find(head) for head in heads)  # the pair first
     assert text.find(heads[0]) >= 0
 
-    # Run B's newer evaluation, picked by mouse from the picker's list, is on 6 other prompts.
+    # Run B's newer evaluation, picked from the picker by keyboard (the first entry), is on 6
+    # other prompts. (A mouse click in the combo's popup list failed about one run in ten
+    # offscreen: the popup's release timing.)
     picker = page.overlay_bar.pickers[1]
-    qtbot.mouseClick(picker, Qt.LeftButton)
-    qtbot.waitUntil(lambda: picker.view().isVisible(), timeout=2_000)
-    qtbot.wait(QApplication.doubleClickInterval() + 20)  # a release sooner is taken for the opening click's
-    view = picker.view()
-    item = view.visualRect(view.model().index(0, 0))  # the popup's viewport can be narrower than its items
-    qtbot.mouseClick(view.viewport(), Qt.LeftButton,
-                     pos=QPoint(min(item.center().x(), view.viewport().width() // 2), item.center().y()))
+    picker.setFocus()
+    qtbot.keyClick(picker, Qt.Key_Home)
     assert picker.currentText() == "eval-new"
     offered = [section.second.itemText(i) for i in range(section.second.count())]
     assert offered == [f"{A} · base", f"{A} · step 200", f"{A} · step 400"]  # B's are not offered
