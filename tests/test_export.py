@@ -309,3 +309,16 @@ def test_sigterm_cancels_an_export_and_leaves_no_half_folder(run_dir, tmp_path):
     assert progress_lines(first + stdout)[-1][2] != "done"
     assert not out.exists() and not (tmp_path / ".merged.export.tmp").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cancel_whose_raise_python_dropped_is_raised_at_the_next_stage(monkeypatch):
+    """SIGTERM's Cancelled raised inside an import's lock callback is printed as "Exception
+    ignored" and dropped (the window's close-during-export test saw it once in ~50 runs):
+    the next progress stage raises it again, so the export is still cancelled and tidied."""
+    from engine.commands import export
+
+    monkeypatch.setattr(export._Cancel, "asked", False)
+    with pytest.raises(export.Cancelled):
+        export._cancel_on_sigterm(15, None)  # the raise, which Python may drop
+    with pytest.raises(export.Cancelled):
+        export.Progress(2, on=False).stage("merged: merging")

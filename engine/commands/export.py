@@ -120,6 +120,8 @@ class Progress:
         self.detail(what)
 
     def detail(self, what: str) -> None:
+        if _Cancel.asked:  # a cancel whose first raise was dropped (_Cancel)
+            raise Cancelled()
         if self.on:
             print(f"progress: {max(self.done, 0)}/{self.total} {what}", flush=True)
 
@@ -133,7 +135,16 @@ class Cancelled(BaseException):
     library's `except Exception` swallows it on the way out through _Staged."""
 
 
+class _Cancel:
+    """Whether SIGTERM asked for a cancel: the handler raises Cancelled at once, and the
+    next progress line raises it again, because a raise that lands in code Python runs
+    for itself (an import's lock callback) is printed as "Exception ignored" and dropped."""
+
+    asked = False
+
+
 def _cancel_on_sigterm(signum, frame) -> None:
+    _Cancel.asked = True
     raise Cancelled()
 
 
@@ -439,6 +450,7 @@ def run_export(args) -> int:
         print(f"error: --tensorboard: {exc}", file=sys.stderr)
         return EXIT_INVALID
     progress = Progress(sum(len(STAGES[key]) for key in ["run", *outs]), getattr(args, "progress", False))
+    _Cancel.asked = False
     try:
         previous = signal.signal(signal.SIGTERM, _cancel_on_sigterm)
     except ValueError:  # not the main thread (run_export called from a program): no cancelling by SIGTERM
