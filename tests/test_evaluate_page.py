@@ -267,7 +267,9 @@ assert Path.cwd() == run.resolve(), Path.cwd()
 print("loading base", file=sys.stderr, flush=True)
 for done in range(1, 5):
     print(f"progress {done}/4", file=sys.stderr, flush=True)
-    time.sleep(0.15 if done == 2 else 0)  # long enough for the bar to be seen at 2 of 4
+    deadline = time.monotonic() + 10
+    while done == 2 and not (run / "go-on").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the test has seen the bar at 2 of 4 (or gives up)
 out = run / "evals" / args.name
 shutil.copytree(run / "template", out)
 data = json.loads((out / "eval.json").read_text())
@@ -295,6 +297,7 @@ def test_run_evaluation_moves_the_bar_and_shows_what_the_engine_wrote(qtbot, run
         assert page.running and page.stop_button.isVisible() and not page.run_button.isEnabled()
         qtbot.waitUntil(lambda: page.progress.value() == 2, timeout=5_000)
         assert page.progress.maximum() == 4
+        (run_dir / "go-on").touch()  # the stand-in waits at 2 of 4 until the bar has shown it
     assert finished.args == ["done", ""]
     assert page.picker.currentText().startswith("eval-") and page.body.currentWidget() is page.view
     assert "16 samples" in page.view.header.text()
