@@ -6,6 +6,7 @@
     rl-engine try-reward PRESET --prompt TEXT --completion TEXT [--field NAME=VALUE ...] [--set key=value ...]
     rl-engine export RUN_DIR [--checkpoint step_N] [--adapter OUT] [--merged OUT] [--tensorboard OUT]
     rl-engine fork RUN_DIR [--checkpoint step_N] [--run-dir NEW] [--set key=value ...] [--nproc-per-node N]
+    rl-engine try RUN_DIR [--checkpoint step_N|last] [--prompt TEXT | --held-out I] [--greedy | --samples K] [--json]
     rl-engine score-rewards REQUEST.json|-   (the reward playground's scoring: JSON in, JSON out)
 
 Stop a run with a `stop` line on stdin, SIGTERM or SIGINT: the current step finishes,
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(sub)  # eval: pass@k, maj@k and best-of-N, base against checkpoints (engine/commands/evaluate.py)
 
+    from engine.commands.try_model import add_try_parser
+
+    add_try_parser(sub)  # try: a prompt answered by the base and a checkpoint (engine/commands/try_model.py)
     add_reward_report_parser(sub)  # reward-report: a reward-model run's report card (engine/commands/reward_report.py)
     add_playground_parser(sub)  # score-rewards: the reward playground's scoring (engine/commands/score_rewards.py)
     return parser
