@@ -13,6 +13,9 @@ of `num_generations` completions per prompt means) and fills in:
   `trains_on_demonstrations`, `trains_score_head`, `batch_problems`,
   `world_size_problems` and `playground_reason`, whose defaults are "no".
 
+`unread_fields()` follows from those declarations: the fields of other sections that the
+algorithm does not read (READ_ONLY_WHEN), which the set-up form hides.
+
 A class that leaves an abstract declaration out cannot be instantiated (pydantic's
 models are ABCs), and engine/algorithms/__init__.py refuses to register it.
 """
@@ -24,7 +27,16 @@ from typing import ClassVar, NamedTuple
 
 from engine.foundation.section import SamplingFields, Section
 
-__all__ = ["AlgorithmSection", "OnlineAlgorithm", "UpdateBatch"]
+__all__ = ["AlgorithmSection", "OnlineAlgorithm", "READ_ONLY_WHEN", "UpdateBatch"]
+
+# Fields of other sections that only an algorithm making a declaration reads: the data's
+# pair columns only where it trains on pairs, the episodes' settings only where it trains
+# on episodes. A new such field goes here, beside the declaration that reads it.
+READ_ONLY_WHEN: dict[str, tuple[str, ...]] = {
+    "trains_on_pairs": ("data.chosen_field", "data.rejected_field"),
+    "trains_episodes": ("data.environment", "data.max_turns", "data.max_tool_calls", "data.tool_timeout",
+                        "data.tool_call_format"),
+}
 
 
 class UpdateBatch(NamedTuple):
@@ -69,6 +81,17 @@ class AlgorithmSection(Section):
     # the tools' tokens and train on the model's. False: the field is refused, with `episodes_reason`.
     trains_episodes: ClassVar[bool] = False
     episodes_reason: ClassVar[str] = "it trains on answers given in the data, not on episodes it samples"
+
+    @classmethod
+    def unread_fields(cls) -> tuple[str, ...]:
+        """The preset fields outside its own section that this algorithm never reads (dotted
+        paths), from its declarations and READ_ONLY_WHEN.
+
+        >>> from engine.algorithms.kto.config import KTOConfig
+        >>> KTOConfig.unread_fields()[:3]
+        ('data.chosen_field', 'data.rejected_field', 'data.environment')
+        """
+        return tuple(path for flag, paths in READ_ONLY_WHEN.items() if not getattr(cls, flag) for path in paths)
 
     @abstractmethod
     def update_batch(self, training) -> UpdateBatch:

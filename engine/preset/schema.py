@@ -43,6 +43,18 @@ AlgorithmConfig = Annotated[Union[tuple(ALGORITHM_CONFIGS.values())], Field(disc
 ALGORITHM_NAMES = tuple(ALGORITHM_CONFIGS)
 
 
+def unread_fields(algorithm: str) -> tuple[str, ...]:
+    """The preset fields outside the algorithm's section that `algorithm` does not read
+    (its declarations, engine/algorithms/config_base.py): the set-up form hides them.
+    Empty for a name that is no algorithm (its own message comes from validation).
+
+    >>> unread_fields("grpo")
+    ('data.chosen_field', 'data.rejected_field')
+    """
+    config = ALGORITHM_CONFIGS.get(algorithm)
+    return config.unread_fields() if config is not None else ()
+
+
 # ------------------------------------------------------------------------ training
 
 
