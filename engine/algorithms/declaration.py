@@ -11,14 +11,31 @@ from engine.rewards.kinds import REWARD_MODEL, component_label, learned_and_chec
 
 def plot(key: str, title: str, *metrics: str, eval: tuple[str, ...] = (), help: str = "") -> dict:
     """One entry of a trainer's PLOTS: a plot and the metrics it should expect (`eval`:
-    names from `eval` events; `help`: what it shows, a reader's tooltip). See
-    docs/run-directory.md, run_started."""
+    names from `eval` events; `help`: what it shows and what healthy looks like, a
+    reader's tooltip; by default PLOT_HELP's for the same key and title). See
+    docs/run-directory.md, run_started.
+
+    >>> plot("lr", "Learning rate", "learning_rate")["help"][:28]
+    'The learning rate each optim'
+    """
     out = {"key": key, "title": title, "metrics": list(metrics)}
     if eval:
         out["eval"] = list(eval)
+    help = help or common_plot_help(key, title)
     if help:
         out["help"] = help
     return out
+
+
+def common_plot_help(key: str, title: str) -> str:
+    """What the plot `key` titled `title` shows and what healthy looks like (PLOT_HELP;
+    '' for a plot it does not know). Keyed by title too: one key can mean another thing
+    in another algorithm (KTO's `kl` is a reference point, not a KL to the reference).
+
+    >>> common_plot_help("kl", "KL to reference")[:20], common_plot_help("kl", "Something else")
+    ('How far the policy h', '')
+    """
+    return PLOT_HELP.get((key, title), "")
 
 
 def sample_field(key: str, title: str, kind: str, help: str, **words: str) -> dict:
@@ -41,6 +58,193 @@ BASELINE = sample_field("baseline", "greedy baseline", "baseline",
                         "the reward of the prompt's greedy completion, the group's baseline (ReMax)")
 STEPS = sample_field("steps", "steps", "steps", "each step's score from the step rewards, in order")
 EPISODE = sample_field("episode", "episode", "episode", "the multi-turn episode: turns, tool calls, how it ended")
+
+
+# What each declared plot shows and what healthy looks like: the ⓘ of its plot in the
+# window (and the window's fallback for a run recorded before plots carried help). Keyed
+# by (key, title); a trainer whose plot means something else passes its own `help`.
+PLOT_HELP: dict[tuple[str, str], str] = {
+    # ---- every sampling algorithm (ROLLOUT_PLOTS)
+    ("reward", "Reward"): (
+        "The mean reward of the step's sampled completions (± their std as a band), and each reward "
+        "component's mean. Healthy: it rises and levels off; a band that shrinks to nothing means every "
+        "completion scores alike and the group has nothing left to learn from."),
+    ("eval", "Held-out evaluation"): (
+        "Accuracy (the share of held-out prompts whose greedy answer is right) and mean reward on prompts "
+        "the run never trains on, at each evaluation (points). Healthy: it rises with the training reward; "
+        "training reward up while this stays flat or falls is memorising or exploiting the reward."),
+    ("kl", "KL to reference"): (
+        "How far the policy has drifted from the reference model (the base, without the adapter): the mean "
+        "per-token KL estimate (k3, always >= 0) over the step's completions, in nats. Healthy: it grows "
+        "slowly from 0 and levels off; a sudden spike or steady climb means the policy is running away "
+        "(beta holds it back)."),
+    ("entropy", "Entropy"): (
+        "The policy's mean per-token entropy over the completions, in nats: how unsure it is of the next "
+        "token. Healthy: it falls slowly as the model grows confident; a collapse towards 0 early means it "
+        "stopped exploring (every sample alike), a rise means it is getting noisier."),
+    ("loss", "Loss"): (
+        "The objective the update minimises, averaged over the step. For the policy-gradient losses (GRPO, "
+        "PPO) it hovers near 0 and says little on its own: watch the reward. For preference losses (DPO's "
+        "sigmoid starts at log 2 = 0.69) healthy runs see it fall. NaN or a jump by orders of magnitude is "
+        "a broken step."),
+    ("length", "Completion length"): (
+        "Mean (and min, max) length of the sampled completions, in tokens. Healthy: it settles near what "
+        "the task needs; a steady climb towards max_completion_length often means the reward pays for "
+        "length, a fall to a few tokens that the model found a short answer that scores."),
+    ("grad_norm", "Gradient norm"): (
+        "The norm of the step's gradient before clipping (training.max_grad_norm clips it). Healthy: "
+        "roughly flat with occasional spikes; a steady climb or spikes far above the clip norm mean the "
+        "learning rate is too high or a step was unusual."),
+    ("lr", "Learning rate"): (
+        "The learning rate each optimizer step used. Healthy: the preset's schedule (training."
+        "warmup_steps, then constant, linear or cosine decay): nothing to watch unless it is not what you "
+        "set."),
+    ("timing", "Step time"): (
+        "Seconds per training step, and its parts (sampling the rollout, scoring the rewards, the "
+        "update). Healthy: flat; it rises when completions grow longer, and steps with an evaluation or a "
+        "checkpoint take longer."),
+    ("throughput", "Throughput"): (
+        "Tokens processed per second in the step (and the rollout's sampling speed alone). Healthy: flat "
+        "for a given machine; a drop while the step time rises is the machine, not the training."),
+    # ---- GRPO and its family
+    ("clip", "Clip ratio"): (
+        "The share of completion tokens whose probability ratio (new / sampling policy) left the clip "
+        "range, so the update ignored them. Healthy: 0 with one update per batch (num_iterations 1); a "
+        "few per cent with more; a large share means each batch moves the policy too far."),
+    ("truncated", "Truncated completions"): (
+        "The share of sampled completions cut off at max_completion_length without an end token. "
+        "Healthy: near 0; a rising share means answers grow too long for the budget, and their rewards "
+        "are judged on half an answer."),
+    ("zero_std", "Groups with no signal"): (
+        "The share of prompt groups whose completions all got the same reward, so every advantage is 0 "
+        "and the group teaches nothing. Healthy: well below 1; near 1 when the task is too easy (all "
+        "right) or too hard (all wrong) for the model."),
+    # ---- PPO (names as TRL logs them)
+    ("ppo_objective", "RLHF objective"): (
+        "The score the rewards gave (score), the KL penalty against the reference (KL penalty, <= 0) and "
+        "their sum, the objective PPO maximises. Healthy: the objective rises; a score rising while the "
+        "penalty grows as fast means the policy buys reward by drifting."),
+    ("value_loss", "Value loss"): (
+        "The critic's loss (how far its value estimates are from the returns) and the policy's clipped "
+        "surrogate loss. Healthy: the value loss falls as the critic learns; the policy loss hovers near 0."),
+    ("explained_variance", "Explained variance"): (
+        "How much of the returns' variance the critic's values explain: 1 is perfect, 0 no better than "
+        "a constant, below 0 worse. Healthy: it climbs towards 1 and stays above 0; the advantages are "
+        "noise while it is near 0."),
+    ("ppo_clip", "Clipped fraction"): (
+        "The share of tokens where the policy's ratio (and the value's change) hit PPO's clip range. "
+        "Healthy: a few per cent to about 20 %; more means each update moves too far (lower the learning "
+        "rate or the epochs)."),
+    ("ppo_approxkl", "Policy change per update"): (
+        "How far each update moved the policy from the one that sampled (approximate KL, old to new) and "
+        "the mean probability ratio. Healthy: small (about 0.01 or less) with the ratio near 1; large "
+        "values mean the updates are too big."),
+    # ---- preference pairs (DPO, online DPO; names as TRL logs them)
+    ("dpo_margins", "Reward margins"): (
+        "The implicit rewards (beta x log-ratio of policy to reference, summed over the answer) of the "
+        "chosen and rejected answers, and their margin. Healthy: the margin rises above 0; both "
+        "falling while the margin grows is the common case (the rejected falls faster)."),
+    ("dpo_margins", "Implicit reward margins"): (
+        "The implicit rewards (beta x log-ratio of policy to reference, summed over the answer) of the "
+        "chosen and rejected samples, and their margin. Healthy: the margin rises above 0."),
+    ("dpo_logps", "Sequence logprobs"): (
+        "The policy's summed log-probability of the chosen and of the rejected answers. Healthy: the gap "
+        "opens with chosen above rejected; both falling far below where they started means the policy "
+        "is pushing probability to answers that are neither."),
+    ("dpo_eval", "Held-out preference accuracy"): (
+        "The share of held-out pairs whose chosen answer gets the higher implicit reward, at each "
+        "evaluation. Healthy: it rises above 0.5 (chance) and stays there."),
+    ("dpo_accuracy", "Preference accuracy"): (
+        "The share of the step's pairs whose chosen answer has the higher implicit reward. Healthy: it "
+        "rises from 0.5 (chance at the start, when policy and reference agree) towards 1; 1 from the "
+        "first steps on training pairs alone may be memorising."),
+    ("scores_margin", "Score margin (chosen - rejected)"): (
+        "How much higher the rewards scored the chosen sample than the rejected one, on average. Healthy: "
+        "above 0; near 0 means the two samples are hard to tell apart and the pairs carry little signal."),
+    ("zero_std", "Tied pairs"): (
+        "The share of pairs whose two samples got the same score (the first sampled is then chosen): a "
+        "tie teaches nothing. Healthy: well below 1."),
+    ("contain_eos", "Completions with EOS"): (
+        "The share of sampled completions that ended with an end token (not cut at max_completion_length). "
+        "Healthy: near 1."),
+    # ---- KTO
+    ("kl", "KL reference point (mismatched pairs)"): (
+        "KTO's reference point: the KL of policy to reference estimated on mismatched prompt-answer pairs, "
+        "clamped at 0, against which each row's implicit reward is weighed. Healthy: it starts at 0 and "
+        "grows slowly."),
+    ("kto_rewards", "Implicit rewards"): (
+        "The mean implicit reward (beta x log-ratio of policy to reference) of the desirable rows "
+        "(chosen) and the undesirable ones (rejected), and their difference. Healthy: desirable rises "
+        "above undesirable."),
+    ("kto_logps", "Sequence logprobs"): (
+        "The policy's summed log-probability of the desirable and of the undesirable rows' answers. "
+        "Healthy: the desirable ones rise (or fall less) relative to the undesirable ones."),
+    ("kto_eval", "Held-out label accuracy"): (
+        "The share of held-out rows the implicit reward labels right (above 0 for a desirable answer, "
+        "below for an undesirable one), at each evaluation. Healthy: it rises above 0.5."),
+    ("kto_counts", "Desirable and undesirable rows"): (
+        "How many desirable (chosen) and undesirable (rejected) rows each step's batch held. Nothing to "
+        "watch unless one side is missing: KTO's loss weighs each side by desirable_weight and "
+        "undesirable_weight."),
+    # ---- reward model
+    ("eval", "Held-out accuracy (pairs)"): (
+        "The share of held-out pairs where the reward model scores the chosen answer above the rejected "
+        "one, at each evaluation. Healthy: it rises above 0.5 (chance) and stays near the training "
+        "accuracy; a gap that opens is overfitting."),
+    ("loss", "Loss (Bradley-Terry)"): (
+        "The pairwise loss -log sigmoid(score chosen - score rejected): log 2 = 0.69 at chance. Healthy: it "
+        "falls below 0.69; near 0 on training pairs alone may be memorising."),
+    ("rm_accuracy", "Accuracy (chosen scored above rejected)"): (
+        "The share of the step's training pairs scored the right way round. Healthy: it rises from 0.5 "
+        "towards 1."),
+    ("rm_rewards", "Rewards"): (
+        "The mean score of the chosen and of the rejected answers, and their margin. Healthy: the margin "
+        "grows; the scores' level is arbitrary (center_rewards_coefficient keeps it near 0)."),
+    ("rm_range", "Reward range"): (
+        "The lowest, mean and highest score in the step's batch. Healthy: a range that widens slowly; "
+        "scores running off to large values make a poor reward for RL later."),
+    ("rm_eval_margin", "Held-out margin"): (
+        "The mean score margin (chosen - rejected) on held-out pairs, at each evaluation. Healthy: above 0 "
+        "and rising with the training margin."),
+    # ---- SFT
+    ("loss", "Loss (completion NLL)"): (
+        "The mean negative log-likelihood of the demonstrations' completion tokens (nats per token). "
+        "Healthy: it falls and levels off; near 0 is the model reciting the training data."),
+    ("sft_eval_loss", "Held-out loss"): (
+        "The completion NLL on held-out demonstrations, at each evaluation. Healthy: it falls with the "
+        "training loss; rising while the training loss falls is overfitting (stop there)."),
+    ("sft_eval_tokens", "Held-out token accuracy"): (
+        "The share of held-out completion tokens the model predicts exactly (greedy next token), at each "
+        "evaluation. Healthy: it rises with the training accuracy."),
+    ("sft_accuracy", "Mean token accuracy"): (
+        "The share of the step's completion tokens whose greedy prediction is the demonstration's token. "
+        "Healthy: it rises; near 1 on training data alone is memorising."),
+    ("sft_entropy", "Entropy"): (
+        "The model's mean per-token entropy on the demonstrations' completions, in nats. Healthy: it falls "
+        "as the model learns the demonstrations' style."),
+    ("sft_tokens", "Tokens trained on"): (
+        "The running count of completion tokens trained on. Healthy: it grows steadily; nothing to watch."),
+    # ---- the update's effect (UPDATE_EFFECT_PLOTS)
+    ("update_effect", "Update effect on tokens"): (
+        "How this step's update moved the recorded tokens' log-probabilities (a share, 0 to 1). Healthy: "
+        "few tokens moved against their advantage, and the top 10 % share well below 1."),
+    ("update_change", "Δ log p by advantage sign"): (
+        "The mean change of log p in this step's update, for tokens the update pushes up and down (DPO: "
+        "the chosen and rejected sides). Healthy: above 0 for positive advantages, below 0 for negative."),
+    # ---- multi-turn episodes (EPISODE_PLOTS)
+    ("episode_turns", "Turns per episode"): (
+        "The model's turns per episode, averaged over the step. Healthy: it settles where the task needs "
+        "tools; 1 throughout means the model never calls a tool."),
+    ("tool_calls", "Tool calls per episode"): (
+        "How often the model calls its tools, and how often the calls fail. Healthy: calls settle at what "
+        "the task needs and failures fall towards 0."),
+    ("episode_truncated", "Truncated episodes"): (
+        "The share of episodes cut short before the model's final answer (token budget, max_turns or "
+        "max_tool_calls ran out). Healthy: near 0."),
+    ("episode_tokens", "Tokens per episode"): (
+        "Tokens the model wrote per episode (trained) and tokens the tools and the chat template added "
+        "(attended to, never trained). Healthy: the model's share stays within the budget."),
+}
 
 
 # The plots every sampling algorithm shows (GRPO, PPO); each trainer lists its own.
@@ -71,6 +275,7 @@ EPISODE_PLOTS = (
     plot("episode_turns", "Turns per episode", "episodes/turns_mean"),
     plot("tool_calls", "Tool calls per episode", "tools/call_frequency", "tools/failure_frequency"),
     plot("episode_truncated", "Truncated episodes", "episodes/truncated_ratio"),
+    plot("episode_tokens", "Tokens per episode", "episodes/model_tokens_mean", "episodes/tool_tokens_mean"),
 )
 
 LEARNED_VS_TRUTH_HELP = (

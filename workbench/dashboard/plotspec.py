@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from engine.algorithms.declaration import common_plot_help
 from workbench.run_declaration import declaration_of
 
 METRICS, EVAL = "metrics", "eval"
@@ -110,8 +111,7 @@ CATALOGUE: tuple[PlotSpec, ...] = (
         C("update/change_top10_share", "top 10 % share of |Δ log p|", help=(
             "share of the total |Δ log p| carried by the 10 % of recorded tokens that moved most: 0.1 when "
             "every token moves alike, near 1 when a few decision points carry the update"))),
-        declared_only=True,
-        help="How this step's update moved the recorded tokens' log-probabilities (a share, 0 to 1)"),
+        declared_only=True),
     PlotSpec("update_change", "Δ log p by advantage sign", (
         C("update/change_pos_adv_mean", "advantage > 0", help=(
             "mean Δ log p (log p after the update − before) of the recorded tokens with a positive "
@@ -121,9 +121,7 @@ CATALOGUE: tuple[PlotSpec, ...] = (
             "them less likely, as it means to")),
         C("update/change_abs_mean", "mean |Δ log p|", help=(
             "mean |Δ log p| over the recorded tokens: how far the step's update moved a token, either way"))),
-        declared_only=True, unit="Δ log p",
-        help="The mean change of log p in this step's update, for tokens the update pushes up and down "
-             "(DPO: the chosen and rejected sides)"),
+        declared_only=True, unit="Δ log p"),
     # Multi-turn episodes with tools (data.environment; the tools/* names as TRL logs them).
     PlotSpec("episode_turns", "Turns per episode", (
         C("episodes/turns_mean", "mean turns", help=(
@@ -133,8 +131,7 @@ CATALOGUE: tuple[PlotSpec, ...] = (
         C("tools/call_frequency", "calls per episode", help="tool calls per episode, averaged over the step"),
         C("tools/failure_frequency", "failed / calls", help=(
             "the share of the step's tool calls that failed: a tool that raised or did not return within "
-            "data.tool_timeout, an unknown tool, or a call that could not be parsed"))),
-        help="How often the model calls its tools, and how often the calls fail"),
+            "data.tool_timeout, an unknown tool, or a call that could not be parsed")))),
     PlotSpec("episode_truncated", "Truncated episodes", (
         C("episodes/truncated_ratio", "fraction truncated", help=(
             "share of the step's episodes cut short before the model's final answer: the token budget "
@@ -256,6 +253,9 @@ def choose_plots(names: dict[str, set[str]], declared) -> Layout:
         first.setdefault(str(entry["key"]), entry)
     specs = [_as_declared(spec, first.get(spec.key)) for spec in CATALOGUE]
     specs += [_from_declaration(p) for p in entries if p["key"] not in known]
+    # A plot declared without help (a run recorded before plots carried it) or logged
+    # without being declared: the engine's help for the same key and title.
+    specs = [spec if spec.help else replace(spec, help=common_plot_help(spec.key, spec.title)) for spec in specs]
     layout = Layout()
     claimed: set[tuple[str, str]] = set()
     for spec in specs:
