@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from workbench.dashboard.markers import AlarmMarker, Mark
 from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec, plot_help
 from workbench.dashboard.smoothing import SmoothedSeries
+from workbench.runs.labels import shown_labels
 from workbench.runs.metric_table import MetricTable
 from workbench.runs.rundata import RunData
 
@@ -253,9 +254,10 @@ class MetricPlot(QFrame):
         text = "&nbsp;&nbsp;".join(parts)
         twins = self.identical()
         if twins:
+            names = shown_labels(self.runs)
             text += "<br>" + "&nbsp; ".join(
-                f"<span style='color:{run_colour(r)}'>{html.escape(self.runs[r].name)}</span> = "
-                f"<span style='color:{run_colour(t)}'>{html.escape(self.runs[t].name)}</span>"
+                f"<span style='color:{run_colour(r)}'>{html.escape(names[r])}</span> = "
+                f"<span style='color:{run_colour(t)}'>{html.escape(names[t])}</span>"
                 f"{f' ({html.escape(label)})' if label else ''}: identical, drawn over each other"
                 for (r, t, label) in twins)
         return text
@@ -388,6 +390,7 @@ class MetricPlot(QFrame):
     def readout_at(self, x: float) -> str:
         """The exact (unsmoothed) values of every curve at the point nearest to x."""
         parts = []
+        names = shown_labels(self.runs) if len(self.runs) > 1 else []
         for item in self.curves:
             run = self.runs[item.run]
             table = _table(run, item.spec.source)
@@ -405,9 +408,9 @@ class MetricPlot(QFrame):
                     text += f" ± {std:.3g}"
             colour = item.line.opts["pen"].color().name()
             where = f"step {int(table.steps[i])}" if self.x_mode == STEP else f"{xs[i]:.0f} s"
-            prefix = f"{run.name} " if len(self.runs) > 1 else ""
+            prefix = f"{html.escape(names[item.run])} " if names else ""
             if item.twin is not None:
-                text += f" (= {self.runs[item.twin].name})"
+                text += f" (= {html.escape(names[item.twin])})"
             parts.append(f"<span style='color:{colour}'>{prefix}{item.spec.label}</span> = <b>{text}</b> "
                          f"<span style='color:#888'>({where})</span>")
         return "&nbsp; ".join(parts)
@@ -421,7 +424,8 @@ class MetricPlot(QFrame):
             span = high - low
             if span < 1e-9 * max(abs(high), abs(low)):
                 span = 0.0  # a constant, up to the smoothing's rounding: not a range of 1e-15
-            if low < y0 or high > y1 or span < (y1 - y0) / 3:
+            if low < y0 or high > y1 or span < (y1 - y0) / 3 or self._fit_y:
+                self._fit_y = False
                 pad = 0.08 * span if span > 0 else max(abs(high) * 0.1, 1e-3)
                 box.setYRange(low - pad, high + pad, padding=0)
         # Only the first plot sets x; the others are linked to it.
@@ -442,7 +446,9 @@ class MetricPlot(QFrame):
         self.auto_y = False
         self.user_zoomed.emit()
 
+    _fit_y = False  # Reset view: the next update fits y to the data, whatever the range was
+
     def reset_view(self) -> None:
         self.auto_y = True
-        self.item.getViewBox().setYRange(0, 1, padding=0)  # shrink, so the next fit is tight
+        self._fit_y = True
         self.stale = True

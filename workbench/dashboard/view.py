@@ -43,6 +43,7 @@ from workbench.alarms.model import alarm_from_event
 from workbench.dashboard.markers import mark_for, plots_showing
 from workbench.dashboard.plotspec import EVAL, METRICS, CurveSpec, PlotSpec, choose_plots, expected_names
 from workbench.run_declaration import declaration_of
+from workbench.runs.labels import shown_labels
 from workbench.runs.rundata import RunData
 
 
@@ -154,14 +155,16 @@ class Dashboard(QWidget):
             return
         self._legend_key = key
         twins = identical_runs(self.runs)
+        names = shown_labels(self.runs)  # each run's preset and what differs (runs/labels.py)
         parts = []
         for i, run in enumerate(self.runs):
-            same = (f" <span style='color:#5f6368'>(= {html.escape(self.runs[twins[i]].name)}: identical "
+            same = (f" <span style='color:#5f6368'>(= {html.escape(names[twins[i]])}: identical "
                     "curves, drawn over each other)</span>" if i in twins else "")
-            parts.append(f"<span style='color:{run_colour(i)}'>━━ <b>{html.escape(run.name)}</b></span>{same}")
+            parts.append(f"<span style='color:{run_colour(i)}'>━━ <b>{html.escape(names[i])}</b></span>{same}")
         self.legend.setText("&nbsp;&nbsp;".join(parts))
-        self.legend.setToolTip("\n".join(f"{self.runs[i].name} has the same values as {self.runs[t].name}: its "
-                                          "curves are hidden under them" for i, t in twins.items()))
+        self.legend.setToolTip("\n".join([f"{names[i]}: {run.name}" for i, run in enumerate(self.runs)] + [
+            f"{names[i]} has the same values as {names[t]}: its curves are hidden under them"
+            for i, t in twins.items()]))
 
     def _names(self) -> tuple[dict[str, set[str]], list[dict]]:
         """The metric names the runs logged, and the plots they declared (the union)."""
@@ -229,8 +232,8 @@ class Dashboard(QWidget):
             plot.set_marks(marks[plot.spec.key])
 
     def _update_x_extent(self) -> None:
-        """The x range every plot shows: 0 to max_steps while a run is short of it (the
-        curve grows across a fixed axis), else the data, extended in steps of a tenth, so
+        """The x range every plot shows: 0 to max_steps while a run still training is short of
+        it (the curve grows across a fixed axis), else the data, extended in steps of a tenth, so
         the range, and the axes, change rarely."""
         extent = None
         planned = 0.0
@@ -238,7 +241,8 @@ class Dashboard(QWidget):
             if self.x_mode == STEP:
                 last = max((float(r.metrics.steps[-1]) if r.metrics.size else 0.0) for r in self.runs)
                 last = max([last] + [float(r.evals.steps[-1]) for r in self.runs if r.evals.size])
-                planned = max((r.max_steps or 0) for r in self.runs)
+                # Only a run still training grows towards its max_steps; a stopped one is its data.
+                planned = max([(r.max_steps or 0) for r in self.runs if r.status in ("running", "empty")] + [0])
                 end = planned if planned >= last else last
             else:
                 end = max(((r.last_time or 0) - (r.first_time or 0)) for r in self.runs)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine.run import rundir
 from workbench.signals import Signal
+from workbench.runs.labels import RunLabel, label_of
 from workbench.runs.lineage import Stage, stages_of
 from workbench.runs.metric_table import MetricTable
 from workbench.runs.samples_store import SampleStore, sample_fields_of
@@ -77,6 +78,17 @@ class RunData:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    _label: tuple | None = None
+
+    @property
+    def label(self) -> RunLabel:
+        """What the run is called where it is shown (workbench/runs/labels.py): its preset
+        and the fields that differ from it, or the name typed at Run."""
+        key = id(self.started)  # a new run_started (or resume) may carry another preset
+        if self._label is None or self._label[0] != key:
+            self._label = (key, label_of(self.run_dir, self.preset))
+        return self._label[1]
 
     def poll(self) -> RunUpdate:
         """Read new events (a partly written last line waits for the next poll)."""
