@@ -40,6 +40,7 @@ from workbench.runs.evaluate_page import EvaluatePage
 from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.log_view import LogView
 from workbench.runs.reward_report_page import RewardReportPage
+from workbench.runs.try_page import TryPage
 from workbench.runs.run_header import RunHeader
 from workbench.runs.rundata import RunData
 from workbench.runs.runs_view import RunsView
@@ -113,6 +114,12 @@ class MainWindow(QMainWindow):
         self.tabs.setTabToolTip(self.tabs.indexOf(self.evaluate), "Sample N answers per held-out prompt from the "
                                 "base and the checkpoints: pass@k, maj@k, and what RL taught prompt by prompt")
         self.tabs.setTabVisible(self.tabs.indexOf(self.evaluate), False)
+        # Try a checkpoint (rl-engine try): last too, shown while a run is on show.
+        self.try_page = TryPage()
+        self.tabs.addTab(self.try_page, "Try")
+        self.tabs.setTabToolTip(self.tabs.indexOf(self.try_page), "Type a prompt: the base and a checkpoint "
+                                "answer side by side, each token coloured by where training changed it")
+        self.tabs.setTabVisible(self.tabs.indexOf(self.try_page), False)
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()
@@ -278,6 +285,8 @@ class MainWindow(QMainWindow):
         self.tabs.setTabVisible(self.tabs.indexOf(self.report_card), scorer)
         self.evaluate.set_run(runs_[0].run_dir, [r.run_dir for r in runs_[1:]])  # the others overlaid
         self.tabs.setTabVisible(self.tabs.indexOf(self.evaluate), True)
+        self.try_page.set_run(runs_[0].run_dir)
+        self.tabs.setTabVisible(self.tabs.indexOf(self.try_page), True)
         self.run_message.clear_message("error")
         self.header.set_runs(self.shown, self.run_control.header_status)
         self.run_control.update_actions()
