@@ -160,7 +160,8 @@ class Models:
         self.use(name)
         t.random_states.sample_generator.manual_seed(request.seed)  # both models draw from the same stream
         k = request.samples
-        return t.sample_batch([prompt] * k, k, greedy=request.greedy, fields={key: [v] * k for key, v in fields.items()})
+        return t.sample_batch([prompt] * k, k, greedy=request.greedy,
+                              fields={key: [v] * k for key, v in fields.items()})
 
     def logprobs(self, name: str, rollout):
         """`name`'s logprobs of every token of the rollout (temperature 1). (K, T) float32"""
