@@ -1,6 +1,7 @@
 """`rl-workbench`: the desktop window.
 
-    rl-workbench                  the window, with the bundled default preset (grpo-sort)
+    rl-workbench                  the window on its start page (the bundled experiments), with the
+                                  bundled default preset (grpo-sort) in Set-up
     rl-workbench PRESET.yaml      ... with that preset (one of presets/: an untitled copy,
                                   so Save does not overwrite what ships; `make run` opens one)
     rl-workbench RUN_DIR          ... showing that run (past or still running)
@@ -86,6 +87,7 @@ def create_window(argv: list[str]):
         if preset is not None:
             # Untitled (Save writes a copy): the first thing a new user sees can run.
             window.presets.open_bundled(preset)
+        window.start.show_page()  # no preset or run asked for: the bundled experiments first (workbench/start/)
     return window
 
 

@@ -145,6 +145,9 @@ class MainWindow(QMainWindow):
         # A reward model's Run… lists this folder's reward-model runs (the playground's editor too).
         self.setup.rewards.runs_folder = self.playground.rewards.runs_folder = lambda: self.settings.runs_path
         self._make_actions()
+        from workbench.start.controller import StartController
+
+        self.start = StartController(self)  # the Help menu, and the Start tab when app.py or Help asks for it
         self.statusBar().addWidget(self.run_message, 1)
 
         self.doc.dirty_changed.connect(lambda _dirty: self._update_title())
