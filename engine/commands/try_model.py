@@ -14,8 +14,8 @@ and the log-ratio log p_checkpoint - log p_base (the same sign on both sides): w
 made a token more (> 0) or less (< 0) likely; its mean over the checkpoint's own tokens is
 an estimate of KL(checkpoint || base). The logprobs are the models' own distributions
 (temperature 1), whatever temperature sampled the answer. Both models sample with the same
-seed. Writes nothing; --json prints one JSON object (its fields in docs/run-directory.md's
-"rl-engine try" section). Exit 0; 2 for bad input (one `error:` line).
+seed. Writes nothing; --json prints one JSON object (its fields in docs/workbench.md's
+"Try a checkpoint"). Exit 0; 2 for bad input (one `error:` line).
 """
 
 from __future__ import annotations
