@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainterPath
+from PySide6.QtGui import QColor, QPainterPath, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
     QGraphicsItem,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.dashboard.info_mark import InfoMark, help_tooltip
 from workbench.dashboard.markers import AlarmMarker, Mark
 from workbench.dashboard.plotspec import EVAL, CurveSpec, PlotSpec, plot_help
 from workbench.dashboard.smoothing import SmoothedSeries
@@ -139,6 +140,17 @@ def _x(run: RunData, table: MetricTable, mode: str) -> np.ndarray:
     return table.steps
 
 
+class PlotWidget(pg.PlotWidget):
+    """A dashboard plot's canvas. The wheel belongs to the page: a user scrolling down the
+    dashboard must not zoom every plot the pointer passes over. Ctrl+wheel zooms."""
+
+    def wheelEvent(self, event) -> None:
+        if event.modifiers() & Qt.ControlModifier:
+            super().wheelEvent(event)
+        else:
+            event.ignore()  # on to the scroll area around the plots
+
+
 class MetricPlot(QFrame):
     """One plot: its curves (per run), a hover readout of exact values, a note when a
     metric is logged but has no values."""
@@ -153,7 +165,7 @@ class MetricPlot(QFrame):
         self.setObjectName(f"plot:{spec.key}")
         self.setFrameShape(QFrame.StyledPanel)
         axis = {"bottom": ElapsedAxis("bottom")} if x_mode == TIME else {}
-        self.widget = pg.PlotWidget(axisItems=axis)
+        self.widget = PlotWidget(axisItems=axis)
         self.setFixedHeight(PLOT_HEIGHT)
         self.item = self.widget.getPlotItem()
         self.item.showGrid(x=True, y=True, alpha=0.15)
@@ -178,10 +190,10 @@ class MetricPlot(QFrame):
         self.item.getAxis("left").enableAutoSIPrefix(False)  # 0.3 nats, not "300 (x0.001)"
         self.item.setMenuEnabled(True)
         self.help = plot_help(spec, curves)
-        self.title = QLabel(f"<b>{spec.title}</b>" + (" <span style='color:#888'>ⓘ</span>" if self.help else ""))
-        if self.help:  # rich text, so Qt wraps the long lines
-            tip = "<p>" + "</p><p>".join(html.escape(line) for line in self.help.splitlines()) + "</p>"
-            self.title.setToolTip(tip)
+        self.title = QLabel(f"<b>{html.escape(spec.title)}</b>")
+        tip = help_tooltip(self.help) if self.help else ""
+        self.title.setToolTip(tip)
+        self.info = InfoMark(tip) if tip else None  # drawn: the ⓘ character is a box in stock fonts
         self.readout = QLabel()
         self.readout.setObjectName("readout")
         self.readout.setTextFormat(Qt.RichText)
@@ -190,6 +202,8 @@ class MetricPlot(QFrame):
         self.readout.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
         top = QHBoxLayout()
         top.addWidget(header or self.title)
+        if self.info is not None:
+            top.addWidget(self.info)
         top.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -198,9 +212,12 @@ class MetricPlot(QFrame):
         layout.addWidget(self.widget, 1)
         layout.addWidget(self.readout)
         self.note = pg.TextItem("", color="#888", anchor=(0.5, 0.5))
+        # A long note (the KL plot's "beta = 0 ...") wraps within the plot, centred.
+        self.note.textItem.document().setDefaultTextOption(QTextOption(Qt.AlignHCenter))
         self.note.setZValue(10)
         self.item.addItem(self.note, ignoreBounds=True)
         self.note.hide()
+        self.item.getViewBox().sigRangeChanged.connect(self._place_note)  # it stays in the middle
         self.cursor = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#999", width=1, style=Qt.DashLine))
         self.item.addItem(self.cursor, ignoreBounds=True)
         self.cursor.hide()
@@ -250,7 +267,7 @@ class MetricPlot(QFrame):
         for c, item in enumerate(i for i in self.curves if i.run == 0):
             colour = "#444" if compare else item.line.opts["pen"].color().name()
             glyph = glyphs[c % len(glyphs)] if compare else "━━"
-            parts.append(f"<span style='color:{colour}'>{glyph} {item.spec.label}</span>")
+            parts.append(f"<span style='color:{colour}'>{glyph} {html.escape(item.spec.label)}</span>")
         text = "&nbsp;&nbsp;".join(parts)
         twins = self.identical()
         if twins:
@@ -366,10 +383,25 @@ class MetricPlot(QFrame):
         else:
             logged = any(table.size for table in (_table(self.runs[i.run], i.spec.source) for i in self.curves))
             self.note.setText(self.spec.note_when_empty if logged else "waiting for data…")
-            (x0, x1), (y0, y1) = self.item.getViewBox().viewRange()
-            self.note.setPos((x0 + x1) / 2, (y0 + y1) / 2)
             self.note.show()
+            self._place_note()
         self.stale = False
+
+    def _place_note(self, *_args) -> None:
+        """The note in the middle of the plot, wrapped to its width (a note wider than the
+        plot was cut at both ends)."""
+        if not self.note.isVisible():
+            return
+        box = self.item.getViewBox()
+        width = box.width() - 16
+        if width > 40 and self.note.textItem.textWidth() != width:
+            self.note.setTextWidth(width)
+        (x0, x1), (y0, y1) = box.viewRange()
+        self.note.setPos((x0 + x1) / 2, (y0 + y1) / 2)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._place_note()
 
     # ------------------------------------------------------------------ hover
 
@@ -411,7 +443,7 @@ class MetricPlot(QFrame):
             prefix = f"{html.escape(names[item.run])} " if names else ""
             if item.twin is not None:
                 text += f" (= {html.escape(names[item.twin])})"
-            parts.append(f"<span style='color:{colour}'>{prefix}{item.spec.label}</span> = <b>{text}</b> "
+            parts.append(f"<span style='color:{colour}'>{prefix}{html.escape(item.spec.label)}</span> = <b>{text}</b> "
                          f"<span style='color:#888'>({where})</span>")
         return "&nbsp; ".join(parts)
 

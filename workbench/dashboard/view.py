@@ -47,6 +47,10 @@ from workbench.runs.labels import shown_labels
 from workbench.runs.rundata import RunData
 
 
+OTHER_HELP = ("Any metric the run logged that no plot above draws (its bookkeeping, a reward's std, a "
+              "custom reward's extra numbers): choose it in the list. Held-out ones are named eval:<name>.")
+
+
 class Dashboard(QWidget):
     """Controls (smoothing, x axis, reset view) over a grid of plots for one run or an
     overlay of several."""
@@ -78,7 +82,8 @@ class Dashboard(QWidget):
         self.x_axis.addItem("x: step", STEP)
         self.x_axis.addItem("x: wall time", TIME)
         self.reset = QPushButton("Reset view")
-        self.reset.setToolTip("Zoom back out to all the data (drag to pan, wheel to zoom, right-drag to stretch)")
+        self.reset.setToolTip("Zoom back out to all the data (drag to pan, Ctrl+wheel to zoom, right-drag to stretch; "
+                              "the wheel alone scrolls the page)")
         self.legend = QLabel()
         self.legend.setTextFormat(Qt.RichText)
         self.legend.setObjectName("run-legend")
@@ -288,7 +293,7 @@ class Dashboard(QWidget):
             source = EVAL if name.startswith("eval:") else METRICS
             metric = name.removeprefix("eval:")
             curve = CurveSpec(metric, name, source)
-            entries.append((PlotSpec("other", "Other metric", (curve,)), [curve]))
+            entries.append((PlotSpec("other", "Other metric", (curve,), help=OTHER_HELP), [curve]))
         first = None
         for index, (spec, curves) in enumerate(entries):
             plot = MetricPlot(spec, curves, self.runs, self.x_mode, header=other_header if spec.key == "other" else None)
