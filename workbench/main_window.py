@@ -52,7 +52,7 @@ from workbench.window.dashboard_tab import DashboardTab
 from workbench.window.export import ExportController
 from workbench.window.fork import ForkController
 from workbench.window.hooks import WindowHooks, make_action
-from workbench.window.names import DASHBOARD, INSPECTOR, LOG, RUNS, SAMPLES
+from workbench.window.names import DASHBOARD, INSPECTOR, LOG, RUNS, SAMPLES, DefaultChoice
 from workbench.window.pipeline import PipelineController
 from workbench.window.presets import PresetsController
 from workbench.window.run_control import RunControl
@@ -139,6 +139,7 @@ class MainWindow(QMainWindow):
         self.presets = PresetsController(hooks, self.doc, self.settings, lambda path: self._run_data(path).preset)
         self.run_control = RunControl(hooks, self.doc, self.setup, self.settings, lambda: self.shown,
                                       self._run_data, self.open_run, self.run_launched.emit, self._engine_finished)
+        self.run_control.origin = lambda: self.presets.origin  # what a run's label is worked out against
         self.fork = ForkController(hooks, self.settings, self.run_control)
         self.export = ExportController(hooks, lambda: self.shown[0].run_dir if self.shown else None)
         self.pipeline = PipelineController(hooks, self.setup, lambda path: self._run_data(path).preset)
@@ -156,13 +157,16 @@ class MainWindow(QMainWindow):
         self.header.show_log.connect(self.show_engine_log)
         self.header.resume_requested.connect(lambda: self.run_control.resume())
         self.header.resume_blocked = self.run_control.resume_blocked
+        self.header.run_again_requested.connect(self.run_control.run_again)
+        self.header.status_shown.connect(self.run_control.update_actions)  # the tool bar follows the header at once
         self.samples.inspect_requested.connect(self.inspect)
         self.alarms.inspect_requested.connect(self.inspect)
         self.alarms.samples_requested.connect(self.show_samples_of_steps)
         self.alarms.alarm_selected.connect(lambda alarm: self.dashboard.show_metric(alarm.metric))
-        self.alarms.alarms_arrived.connect(lambda alarms: message.show_message(arrival_message(alarms), "alarm"))
+        self.alarms.alarms_arrived.connect(lambda alarms: message.show_message(
+            arrival_message(alarms), "alarm", run=self.shown[0].run_dir if self.shown else None))
         self.dashboard.alarm_clicked.connect(lambda alarm: self.alarms.select_event(alarm.event))
-        self.runs_view.open_requested.connect(self.open_run)
+        self.runs_view.open_requested.connect(self.open_run_and_preset)
         self.runs_view.compare_requested.connect(self.compare_runs)
         self.runs_view.preset_requested.connect(self.presets.load_run_preset)
         self.runs_view.fork_requested.connect(self.fork.fork_run)
@@ -214,6 +218,7 @@ class MainWindow(QMainWindow):
         bundled = bar.addAction("Bundled ▾")
         bundled.triggered.connect(lambda: self._popup(presets.bundled_menu, bar, bundled))
         bar.addSeparator()
+        bar.addWidget(control.name_field)  # the next run's name, optional
         for act in control.actions:
             bar.addAction(act)
         self.addToolBar(bar)
@@ -234,7 +239,10 @@ class MainWindow(QMainWindow):
         buttons = {}
         for choice in choices:
             role = QMessageBox.RejectRole if choice == choices[-1] else QMessageBox.AcceptRole
-            buttons[box.addButton(choice, role)] = choice
+            button = box.addButton(choice, role)
+            buttons[button] = choice
+            if isinstance(choice, DefaultChoice):  # Return picks it (Kill's Cancel)
+                box.setDefaultButton(button)
         box.exec()
         return buttons.get(box.clickedButton(), choices[-1])
 
@@ -268,7 +276,15 @@ class MainWindow(QMainWindow):
     def open_run_dialog(self) -> None:
         path = QFileDialog.getExistingDirectory(self, "Open run", str(self.settings.runs_path))
         if path:
-            self.open_run(path)
+            self.open_run_and_preset(path)
+
+    def open_run_and_preset(self, path: str | Path) -> RunData | None:
+        """A run the user opens (Open Run Folder, the Runs list): shown, and a copy of its
+        preset in Set-up (window/presets.py: unsaved edits there are kept)."""
+        run = self.open_run(path)
+        if run is not None:
+            self.presets.load_run_copy(run.run_dir)
+        return run
 
     def compare_runs(self, paths: list) -> list[RunData]:
         runs_ = [self._run_data(Path(p)) for p in paths]
@@ -291,7 +307,9 @@ class MainWindow(QMainWindow):
         self.try_page.set_run(runs_[0].run_dir)
         self.tabs.setTabVisible(self.tabs.indexOf(self.try_page), True)
         self.run_message.clear_message("error")
+        self.run_message.runs_shown([r.run_dir for r in runs_])  # another run's message goes
         self.header.set_runs(self.shown, self.run_control.header_status)
+        self._update_title()
         self.run_control.update_actions()
         self.tabs.setCurrentIndex(DASHBOARD)
 
@@ -363,7 +381,9 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def _update_title(self) -> None:
-        self.setWindowTitle(f"{self.doc.title}[*] — RL Workbench")
+        shown = f" — {self.shown[0].label.text}" if len(self.shown) == 1 else (
+            f" — comparing {len(self.shown)} runs" if self.shown else "")
+        self.setWindowTitle(f"{self.presets.title}[*]{shown} — RL Workbench")
         self.setWindowModified(self.doc.dirty)
 
     def _save_settings(self) -> None:

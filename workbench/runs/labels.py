@@ -173,7 +173,7 @@ class RunLabel:
     def detail(self) -> str:
         """Every difference, one a line (the label's tool tip)."""
         if not self.changes:
-            return f"{self.base}: as the preset" if not self.typed else ""
+            return ""
         return "\n".join(f"{path}: {format_value(value)} (preset: {format_value(was)})"
                          for path, value, was in self.changes)
 

@@ -88,8 +88,12 @@ class FitLabel(QLabel):
 
 
 class FailureBanner(QFrame):
+    """What happened to a run that ended early, with Resume (continue it in its folder),
+    Run again (its preset, in a new run folder) and Show engine log."""
+
     show_log = Signal()
     resume_requested = Signal()
+    run_again_requested = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -108,6 +112,9 @@ class FailureBanner(QFrame):
         self.resume_button = QPushButton("Resume")
         self.resume_button.setObjectName("banner-resume")
         self.resume_button.clicked.connect(self.resume_requested)
+        self.run_again_button = QPushButton("Run again")
+        self.run_again_button.setObjectName("banner-run-again")
+        self.run_again_button.clicked.connect(self.run_again_requested)
         text = QVBoxLayout()
         text.addWidget(self.title)
         text.addWidget(self.message)
@@ -115,6 +122,7 @@ class FailureBanner(QFrame):
         layout.setContentsMargins(8, 6, 8, 6)
         layout.addLayout(text, 1)
         layout.addWidget(self.resume_button, 0, Qt.AlignTop)
+        layout.addWidget(self.run_again_button, 0, Qt.AlignTop)
         layout.addWidget(self.log_button, 0, Qt.AlignTop)
         self.hide()
 
@@ -131,8 +139,15 @@ class FailureBanner(QFrame):
         """Resume enabled, or greyed out with `problem` (why not) as its tool tip."""
         self.resume_button.setEnabled(problem is None)
         self.resume_button.setToolTip(f"Resume is not possible: {problem}" if problem else
-                                      f"Continue this run in its folder from its last checkpoint, or from step 0 "
-                                      f"when it has none (rl-engine resume {run_dir})")
+                                      "Continue this run in its folder from its last checkpoint, or from step 0 "
+                                      "when it has none")
+
+    def set_run_again(self, problem: str | None) -> None:
+        """Run again enabled, or greyed out with `problem` (why not) as its tool tip."""
+        self.run_again_button.setEnabled(problem is None)
+        self.run_again_button.setToolTip(f"Run again is not possible: {problem}" if problem else
+                                         "Start this run's preset again, in a new run folder (the same settings "
+                                         "and name)")
 
 
 class RunHeader(QWidget):
@@ -141,7 +156,9 @@ class RunHeader(QWidget):
 
     show_log = Signal()
     resume_requested = Signal()
+    run_again_requested = Signal(Path)  # the banner's Run again: the run folder whose preset runs again
     open_requested = Signal(Path)
+    status_shown = Signal()  # the status on show changed (the window's Run, Stop and Kill follow it)
     # Why no run can be resumed now whatever its state (the window's own engine is busy), or None.
     resume_blocked: Callable[[], str | None] = staticmethod(lambda: None)
 
@@ -170,6 +187,8 @@ class RunHeader(QWidget):
         self.failure = FailureBanner()
         self.failure.show_log.connect(self.show_log)
         self.failure.resume_requested.connect(self.resume_requested)
+        self.failure.run_again_requested.connect(lambda: self.runs and self.run_again_requested.emit(
+            self.runs[0].run_dir))
         row = QHBoxLayout()
         self.status.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
         self.eta.setSizePolicy(QSizePolicy.Minimum, QSizePolicy.Preferred)
@@ -209,6 +228,12 @@ class RunHeader(QWidget):
         status, note = self._judge(self.runs[0])
         statuses = [self._judge(r)[0] for r in self.runs] if len(self.runs) > 1 else None
         self.show_run(self.runs[0], status, note, comparing=len(self.runs), statuses=statuses)
+        shown = (tuple(r.run_dir for r in self.runs), status, tuple(statuses or ()))
+        if shown != self._shown_status:
+            self._shown_status = shown
+            self.status_shown.emit()
+
+    _shown_status: tuple = ()
 
     def set_status(self, status: str, note: str = "") -> None:
         colour = STATUS_COLOURS.get(status, "#333")
@@ -241,7 +266,10 @@ class RunHeader(QWidget):
             self.failure.hide()
             self.pipeline.show_run(None)
             return
-        self.name.setText(run.name)
+        label = run.label
+        self.name.setText(label.text)
+        folder = f"folder {run.run_dir.name}" if run.run_dir.name != label.text else ""
+        self.name.setToolTip("\n".join(part for part in (label.text, folder, label.detail) if part))
         self.pipeline.show_run(run)
         self.set_status(status, note)
         progress = run.progress()
@@ -297,5 +325,6 @@ class RunHeader(QWidget):
         message = clean_output(message) + "\n" + resume_note(run.run_dir, problem)
         self.failure.show_failure(title, message, "failed" if run.failure else status)
         self.failure.set_resume(blocked or problem, run.run_dir)
+        self.failure.set_run_again(blocked or (None if run.preset else "the run folder holds no preset"))
 
     _banner_key: tuple | None = None

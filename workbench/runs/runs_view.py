@@ -25,7 +25,9 @@ from PySide6.QtWidgets import (
 
 from workbench.runs.lineage import algorithm_label, has_complete_checkpoint, is_reward_model_run, strip_stamp
 from workbench.runs.status import resume_problem
-from workbench.runs.summaries import MISSING, RunIndex, RunSummary, differing_fields
+from workbench.runs.labels import MISSING, SEPARATOR, differing_fields
+from workbench.runs.rundata import format_duration
+from workbench.runs.summaries import RunIndex, RunSummary
 from workbench.setup.schema import format_value
 
 STATUS_COLOURS = {
@@ -34,21 +36,69 @@ STATUS_COLOURS = {
 }
 START_POLICY = "Start a policy from this run"
 USE_AS_REWARD_MODEL = "Use as reward model"
-COLUMNS = ("name", "algorithm", "model", "status", "steps", "last reward", "started", "family")
+# The model is the algorithm column's tool tip (and in the label when it differs from the preset's).
+COLUMNS = ("name", "status", "accuracy", "steps", "time", "algorithm", "started", "family")
+NUMERIC = ("accuracy", "steps", "time")
+COLUMN_TIPS = {
+    "name": "The run's preset and the fields that differ from it, or the name typed at Run (its folder in the "
+            "tool tip)",
+    "accuracy": "Held-out accuracy at the first evaluation → the last (a click sorts by the last)",
+    "time": "From the run's first event to its last",
+}
+SORT_ROLE = Qt.UserRole + 1  # what a column sorts by: numbers for the numeric columns
 
 
 def format_started(timestamp: float | None) -> str:
     if not timestamp:
         return ""
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp))
+    return time.strftime("%m-%d %H:%M", time.localtime(timestamp))  # the year: in the folder's name
+
+
+def accuracy_text(accuracy: tuple[float | None, float | None]) -> str:
+    """Held-out accuracy from the first evaluation to the last.
+
+    >>> accuracy_text((0.1, 0.52)), accuracy_text((None, 0.5)), accuracy_text((0.1, 0.1)), accuracy_text((None, None))
+    ('0.10 → 0.52', '0.50', '0.10', '')
+    """
+    start, last = accuracy
+    if last is None:
+        return ""
+    if start is None or start == last:
+        return f"{last:.2f}"
+    return f"{start:.2f} → {last:.2f}"
+
+
+def sort_key(run: RunSummary, column: str):
+    """What `column` sorts `run` by: a number for accuracy (the last), steps and time
+    (None: the run has none, listed last); text otherwise."""
+    if column == "accuracy":
+        return run.accuracy[1]
+    if column == "steps":
+        return run.step
+    if column == "time":
+        return run.seconds
+    if column == "started":
+        return run.started or 0.0
+    return str(RunsModel.text(run, column)).lower()
+
+
+def sorted_runs(runs: list[RunSummary], column: str, descending: bool) -> list[RunSummary]:
+    """`runs` sorted by `column`; runs without a value (no evaluation yet) last either way."""
+    known = [r for r in runs if sort_key(r, column) is not None]
+    unknown = [r for r in runs if sort_key(r, column) is None]
+    return sorted(known, key=lambda r: sort_key(r, column), reverse=descending) + unknown
 
 
 class RunsModel(QAbstractTableModel):
+    """The runs, in the order of the column sorted on (newest first until one is clicked)."""
+
     def __init__(self, parent=None):
         super().__init__(parent)
         self.runs: list[RunSummary] = []
+        self.sorting: tuple[str, bool] = ("started", True)  # (column, descending)
 
     def set_runs(self, runs: list[RunSummary]) -> None:
+        runs = sorted_runs(runs, *self.sorting)
         if [r.path for r in runs] == [r.path for r in self.runs]:
             self.runs = runs
             if runs:
@@ -57,6 +107,19 @@ class RunsModel(QAbstractTableModel):
         self.beginResetModel()
         self.runs = runs
         self.endResetModel()
+
+    def sort(self, column: int, order=Qt.AscendingOrder) -> None:  # noqa: A003 (Qt's name)
+        """A click on a column's header (QTableView.setSortingEnabled): the rows move, the
+        selection moves with them."""
+        self.layoutAboutToBeChanged.emit()
+        self.sorting = (COLUMNS[column], order == Qt.DescendingOrder)
+        before = {id(run): row for row, run in enumerate(self.runs)}
+        self.runs = sorted_runs(self.runs, *self.sorting)
+        after = {before[id(run)]: row for row, run in enumerate(self.runs)}
+        old = self.persistentIndexList()
+        self.changePersistentIndexList(old, [self.index(after[i.row()], i.column()) if i.row() in after else
+                                             QModelIndex() for i in old])
+        self.layoutChanged.emit()
 
     def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.runs)
@@ -67,7 +130,29 @@ class RunsModel(QAbstractTableModel):
     def headerData(self, section, orientation, role=Qt.DisplayRole):
         if orientation == Qt.Horizontal and role == Qt.DisplayRole:
             return COLUMNS[section]
+        if orientation == Qt.Horizontal and role == Qt.ToolTipRole:
+            return COLUMN_TIPS.get(COLUMNS[section])
         return None
+
+    @staticmethod
+    def text(run: RunSummary, column: str) -> str:
+        if column == "name":
+            return run.title
+        if column == "algorithm":
+            return algorithm_label(run.algorithm)
+        if column == "status":
+            return run.status
+        if column == "steps":
+            return f"{run.step} / {run.max_steps}" if run.max_steps else str(run.step)
+        if column == "accuracy":
+            return accuracy_text(run.accuracy)
+        if column == "time":
+            return format_duration(run.seconds) if run.seconds is not None else ""
+        if column == "started":
+            return format_started(run.started)
+        if column == "family":
+            return run.family
+        return ""
 
     def data(self, index: QModelIndex, role=Qt.DisplayRole):
         if not index.isValid() or index.row() >= len(self.runs):
@@ -75,29 +160,22 @@ class RunsModel(QAbstractTableModel):
         run = self.runs[index.row()]
         column = COLUMNS[index.column()]
         if role == Qt.DisplayRole:
-            if column == "name":
-                return run.name
-            if column == "algorithm":
-                return algorithm_label(run.algorithm)
-            if column == "model":
-                return run.model
-            if column == "status":
-                return run.status
-            if column == "steps":
-                return f"{run.step} / {run.max_steps}" if run.max_steps else str(run.step)
-            if column == "last reward":
-                return "" if run.last_reward is None else f"{run.last_reward:.4g}"
-            if column == "started":
-                return format_started(run.started)
-            if column == "family":
-                return run.family
+            return self.text(run, column)
+        if role == SORT_ROLE:
+            return sort_key(run, column)
         if role == Qt.ForegroundRole and column == "status":
             return QColor(STATUS_COLOURS.get(run.status, "#333"))
         if role == Qt.ToolTipRole:
             if column == "family" and run.family_tooltip:
                 return run.family_tooltip
+            if column == "algorithm":
+                return f"{algorithm_label(run.algorithm)} on {run.model}" if run.model else None
+            if column == "name":
+                detail = run.label.detail if run.label is not None else ""
+                return "\n".join(part for part in (run.title, f"folder {run.name}" if run.name != run.title else "",
+                                                    detail) if part)
             return run.note or str(run.path)
-        if role == Qt.TextAlignmentRole and column in ("steps", "last reward"):
+        if role == Qt.TextAlignmentRole and column in NUMERIC:
             return int(Qt.AlignRight | Qt.AlignVCenter)
         return None
 
@@ -141,12 +219,16 @@ class RunsView(QWidget):
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)  # an elided family stays on one line (its tooltip says it all)
         header = self.table.horizontalHeader()
+        # Newest first until a column's header is clicked (sorted by that column, again: reversed).
+        header.setSortIndicator(COLUMNS.index("started"), Qt.DescendingOrder)
+        self.table.setSortingEnabled(True)
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         # The family at a set width, elided (its tooltip says it all): sized to its
         # contents, one fork's "fork of <a whole run name> @ step N" took the names' room.
         header.setSectionResizeMode(COLUMNS.index("family"), QHeaderView.Interactive)
         header.resizeSection(COLUMNS.index("family"), self.fontMetrics().horizontalAdvance("fork of grpo-sort @ step 100"))
+
         self.open_button = QPushButton("Open")
         self.compare_button = QPushButton("Compare selected")
         self.compare_button.setToolTip("Overlay the curves of the selected runs (select two or more with Ctrl/Shift)")
@@ -327,9 +409,24 @@ def short_names(names: list[str]) -> list[str]:
     return short if len(set(short)) == len(short) else list(names)
 
 
+def header_text(label: str) -> str:
+    """A run's label as a column header: the preset over what differs, so a column is
+    as wide as its longest part, not the whole label.
+
+    >>> header_text("grpo-sort · lr 3e-4, beta 0.04")
+    'grpo-sort\\nlr 3e-4\\nbeta 0.04'
+    """
+    base, _, rest = label.partition(SEPARATOR)
+    return "\n".join([base] + [part.strip() for part in rest.split(", ") if part.strip()])
+
+
+CELL_CHARS = 28  # a longer value (a path) is cut, whole in its tool tip: no column runs off the table
+
+
 class DifferencesTable(QTableWidget):
     """The preset fields that differ between compared runs, one column per run in the
-    run's colour."""
+    run's colour, headed by the run's label. `needed_width()`: the width that shows it
+    whole."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -339,14 +436,16 @@ class DifferencesTable(QTableWidget):
         self.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         self.setAlternatingRowColors(True)
 
-    def show_runs(self, names: list[str], presets: list[dict], colours: list[str]) -> list[tuple[str, list]]:
+    def show_runs(self, names: list[str], presets: list[dict], colours: list[str],
+                  labels: list[str] | None = None) -> list[tuple[str, list]]:
         rows = differing_fields(presets)
         self.clear()
         self.setColumnCount(len(names))
         self.setRowCount(max(1, len(rows)))
-        for column, (name, short, colour) in enumerate(zip(names, short_names(names), colours)):
-            item = QTableWidgetItem(short)
-            item.setToolTip(name)
+        titles = [header_text(label) for label in labels] if labels else short_names(names)
+        for column, (name, title, colour) in enumerate(zip(names, titles, colours)):
+            item = QTableWidgetItem(title)
+            item.setToolTip(name if not labels else f"{labels[column]}\n{name}")
             item.setForeground(QColor(colour))
             self.setHorizontalHeaderItem(column, item)
         if not rows:
@@ -357,5 +456,15 @@ class DifferencesTable(QTableWidget):
             self.setVerticalHeaderItem(row, QTableWidgetItem(path))
             for column, value in enumerate(values):
                 text = value if value is MISSING else format_value(value)
-                self.setItem(row, column, QTableWidgetItem(text))
+                item = QTableWidgetItem(text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…")
+                item.setToolTip(text)
+                self.setItem(row, column, item)
         return rows
+
+    def needed_width(self) -> int:
+        """The width that shows every column whole: the field names, each run's column,
+        the frame and a vertical scroll bar."""
+        self.resizeColumnsToContents()
+        columns = sum(self.columnWidth(c) for c in range(self.columnCount()))
+        return (self.verticalHeader().sizeHint().width() + columns + 2 * self.frameWidth()
+                + self.verticalScrollBar().sizeHint().width() + 4)

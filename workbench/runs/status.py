@@ -141,7 +141,10 @@ def resume_problem(run_dir: Path, status: str) -> str | None:
     if status == "done":
         return "the run is done: it trained all its max_steps (Fork from here trains on with more)"
     if last_checkpoint(run_dir) is None and not can_restart(run_dir):
-        return no_checkpoint_message(run_dir)
+        if not Path(run_dir).is_dir() or not any(Path(run_dir).iterdir()):
+            return no_checkpoint_message(run_dir)  # not a folder, or holds no run: it says which
+        # The banner says what happened to the run; this says only why Resume cannot go on.
+        return "it has no complete checkpoint, and no preset.yaml to start it again from step 0"
     return None
 
 

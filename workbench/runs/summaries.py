@@ -1,19 +1,22 @@
-"""Summaries of the runs folder for the runs list, and which preset fields differ
-between runs. No Qt."""
+"""Summaries of the runs folder for the runs list: each run's label (labels.py), status,
+steps, time and held-out accuracy. No Qt."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from engine.run import rundir
+from workbench.runs.labels import MISSING, RunLabel, differing_fields, flatten, label_of
 from workbench.runs.lineage import Stage, family_text, pipeline_tooltip, stages_of
 from workbench.runs.process import EXIT_FILE, LAUNCH_PRESET, PROCESS_FILE, read_process_record, workbench_dir
 from workbench.runs.status import describe_run
+
+# The comparison of presets moved to labels.py; its names are still read from here.
+__all__ = ["MISSING", "RunIndex", "RunSummary", "differing_fields", "flatten", "fork_label", "summarize_run"]
 
 
 @dataclass
@@ -35,6 +38,13 @@ class RunSummary:
     forks: int = 0  # runs of the same folder forked from this one
     lineage: list[Stage] = field(default_factory=list)  # run_started's `lineage` (lineage.py)
     used_by: int = 0  # runs of the same folder whose lineage names this one
+    label: RunLabel | None = None  # what the run is called (labels.py): its preset and what differs
+    accuracy: tuple[float | None, float | None] = (None, None)  # held-out accuracy: first and last evaluation
+    seconds: float | None = None  # from its first event to its last
+
+    @property
+    def title(self) -> str:
+        return self.label.text if self.label is not None else self.name
 
     @property
     def family(self) -> str:
@@ -86,6 +96,7 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     size = events_path.stat().st_size if events_path.exists() else 0
     first = rundir.read_first_record(events_path) if size else None
     tail = rundir.read_jsonl_tail(events_path, _TAIL_BYTES) if size else []
+    first_eval = _first_eval(events_path) if size else None
     if first and first.get("type") in ("run_started", "run_resumed"):
         summary.started = first.get("time")
         summary.preset = first.get("preset") if isinstance(first.get("preset"), dict) else None
@@ -118,6 +129,12 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
             summary.last_reward = float(event["reward"])
         if isinstance(event.get("step"), int) and not summary.step:
             summary.step = event["step"]
+    last_eval = next((e for e in reversed(tail) if e.get("type") == "eval" and _number(e.get("accuracy"))), None)
+    summary.accuracy = (_number((first_eval or {}).get("accuracy")), _number((last_eval or {}).get("accuracy")))
+    first_time, last_time = (first or {}).get("time"), tail[-1].get("time") if tail else None
+    if _number(first_time) is not None and _number(last_time) is not None:
+        summary.seconds = max(0.0, float(last_time) - float(first_time))
+    summary.label = label_of(run_dir, summary.preset)
     if lifecycle and lifecycle[-1].get("type") == "run_failed":
         summary.note = str(lifecycle[-1].get("message", ""))
     last_time = tail[-1].get("time") if tail else None
@@ -131,6 +148,29 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     if summary.started is None:
         summary.started = (read_process_record(run_dir) or {}).get("started") or run_dir.stat().st_mtime
     return summary
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _first_eval(events_path: Path, lines: int = 6, max_bytes: int = 4 << 20) -> dict | None:
+    """The run's first `eval` event (its step-0 evaluation comes right after run_started),
+    read from the head of events.jsonl: a few lines, never the whole file."""
+    try:
+        with open(events_path, "rb") as f:
+            for _ in range(lines):
+                line = f.readline(max_bytes)
+                if not line.endswith(b"\n"):
+                    return None
+                if b'"eval"' not in line:
+                    continue
+                event = rundir.parse_lines([line])[0]
+                if isinstance(event, dict) and event.get("type") == "eval" and _number(event.get("accuracy")) is not None:
+                    return event
+    except OSError:
+        return None
+    return None
 
 
 class RunIndex:
@@ -180,53 +220,3 @@ class RunIndex:
             for path in {stage.run.resolve() for stage in summary.lineage} & by_path.keys():
                 by_path[path].used_by += 1
         return found
-
-
-# ------------------------------------------------------------------- comparing
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted paths to leaf values. Lists of mappings with a unique `name` (reward
-    components) are keyed by name, so runs with components in another order compare
-    field by field.
-
-    >>> flatten({"a": {"b": 1}, "rewards": [{"name": "x", "weight": 2}]})
-    {'a.b': 1, 'rewards.x.weight': 2}
-    """
-    out: dict[str, Any] = {}
-    if isinstance(value, dict):
-        if not value and prefix:
-            out[prefix] = {}
-        for key, item in value.items():
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-    elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value) \
-            and len({v["name"] for v in value}) == len(value):
-        for item in value:
-            rest = {k: v for k, v in item.items() if k != "name"}
-            key = f"{prefix}.{item['name']}"
-            out.update(flatten(rest, key) if rest else {key: "(on)"})
-    else:
-        out[prefix] = value
-    return out
-
-
-MISSING = "—"
-
-
-def differing_fields(presets: list[dict]) -> list[tuple[str, list[Any]]]:
-    """(field path, value in each preset) for every field that is not the same in all of
-    them; a field one preset lacks shows as "—" there.
-
-    >>> differing_fields([{"a": 1, "b": 2}, {"a": 1, "b": 3}])
-    [('b', [2, 3])]
-    """
-    flat = [flatten(p or {}) for p in presets]
-    keys: list[str] = []
-    for f in flat:
-        keys.extend(k for k in f if k not in keys)
-    rows = []
-    for key in keys:
-        values = [f.get(key, MISSING) for f in flat]
-        if any(v != values[0] for v in values[1:]):
-            rows.append((key, values))
-    return rows

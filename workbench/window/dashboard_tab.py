@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 from workbench.alarms.panel import AlarmsPanel
 from workbench.dashboard.curves import run_colour
 from workbench.dashboard.view import Dashboard
+from workbench.runs.labels import shown_labels
 from workbench.runs.rundata import RunData
 from workbench.runs.runs_view import DifferencesTable
 
@@ -50,8 +51,11 @@ class DashboardTab(QSplitter):
             self.alarms.set_run(runs[0])
             return
         self.differences.show_runs([r.name for r in runs], [r.preset for r in runs],
-                                   [run_colour(i) for i in range(len(runs))])
+                                   [run_colour(i) for i in range(len(runs))], shown_labels(runs))
         self.compare_box.show()
         width = self.width() or width
-        self.setSizes([max(400, width - self.COMPARE_WIDTH), self.COMPARE_WIDTH])
+        # The table whole (each run's column and the field names), up to half the tab;
+        # never narrower than before.
+        table = min(max(self.COMPARE_WIDTH, self.differences.needed_width() + 6), max(self.COMPARE_WIDTH, width // 2))
+        self.setSizes([max(400, width - table), table])
         self.alarms.set_run(runs[0], of_run=True)

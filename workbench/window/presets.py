@@ -4,14 +4,16 @@ menus it fills; it is given the document, the settings and the window's callback
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Callable
 
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMenu, QWidget
 
 from engine.foundation.errors import PresetError
+from workbench.runs.labels import bundled_preset, read_label_record
 from workbench.settings import bundled_presets
 from workbench.setup.checks import REPO_ROOT
 from workbench.settings import Settings
@@ -39,6 +41,32 @@ def is_bundled(path: str | Path) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class PresetOrigin:
+    """The preset the form's document was opened (or last saved) as: what a run started
+    from it is labelled against (workbench/runs/labels.py). `title` its name, `data` its
+    fields, `path` its file (None: none on disk), `resolved` whether `data` is a run's
+    record (files already absolute)."""
+
+    title: str
+    data: dict
+    path: str | None = None
+    resolved: bool = False
+
+
+def run_origin(run_dir: Path, preset: dict) -> PresetOrigin:
+    """The preset a run was started from, for a copy of its preset: what the window
+    recorded at Run, else the bundled preset of its name, else the run's own preset."""
+    record = read_label_record(run_dir)
+    if isinstance(record.get("preset_fields"), dict) and record.get("preset"):
+        return PresetOrigin(str(record["preset"]), record["preset_fields"], record.get("preset_file"), True)
+    name = str(preset.get("name") or Path(run_dir).name)
+    bundled = bundled_preset(name)
+    if bundled is not None:
+        return PresetOrigin(name, bundled, None, True)
+    return PresetOrigin(name, copy.deepcopy(preset), None, True)
+
+
 class PresetsController:
     """New, Open, Save, Save As, Open Recent, Bundled Presets, and a run's preset as a
     new one, on `doc`. `window`: the dialogs' parent and the window's callbacks
@@ -48,6 +76,8 @@ class PresetsController:
     def __init__(self, window: WindowHooks, doc: PresetDocument, settings: Settings,
                  run_preset: Callable[[Path], dict | None]):
         self.window, self.doc, self.settings, self.run_preset = window, doc, settings, run_preset
+        self.origin: PresetOrigin | None = None  # the preset the document was opened or saved as
+        self.copy_of: str | None = None  # the run whose preset the document is an unsaved copy of
         parent: QWidget = window.parent
         self.act_new = make_action(parent, "New", self.new_preset, QKeySequence.New,
                                    "A new preset with every field at its default")
@@ -59,6 +89,19 @@ class PresetsController:
         self.recent_menu.aboutToShow.connect(self.fill_recent)
         self.bundled_menu = QMenu("Bundled Presets", parent)
         self.bundled_menu.aboutToShow.connect(self.fill_bundled)
+
+    @property
+    def title(self) -> str:
+        """The document's title: its file's name, "copy of RUN's preset", or untitled."""
+        if self.copy_of and self.doc.path is None:
+            return f"copy of {self.copy_of}'s preset"
+        return self.doc.title
+
+    def _opened(self, title: str, path: str | Path | None) -> None:
+        """The document now holds this preset as it was opened or saved: what runs of it
+        are labelled against."""
+        self.origin = PresetOrigin(str(self.doc.get("name") or title), copy.deepcopy(self.doc.data),
+                                   str(path) if path else None)
 
     def fill_recent(self) -> None:
         self.recent_menu.clear()
@@ -99,7 +142,9 @@ class PresetsController:
 
     def new_preset(self) -> None:
         if self.confirm_discard():
+            self.copy_of = None  # before the document's signals: the window's title reads it
             self.doc.new()
+            self._opened("new preset", None)
             self.window.clear_message("error", "problems")
             self.window.show_tab(SETUP)
 
@@ -116,11 +161,14 @@ class PresetsController:
             return self.open_bundled(Path(path), confirmed)
         if not confirmed and not self.confirm_discard():
             return False
+        copy_of, self.copy_of = self.copy_of, None
         try:
             self.doc.open(path)
         except PresetError as exc:
+            self.copy_of = copy_of
             self.window.tell("Cannot open preset", str(exc))
             return False
+        self._opened(Path(path).stem, path)
         self.settings.add_recent(path)
         self.window.save_settings()
         self.window.show_message(f"Opened {path}")
@@ -137,7 +185,9 @@ class PresetsController:
         except PresetError as exc:
             self.window.tell("Cannot open preset", str(exc))
             return False
+        self.copy_of = None
         self.doc.new(data, clean=True)
+        self._opened(Path(path).stem, path)
         self.window.show_message(f"Opened the bundled preset {Path(path).stem} (Save writes a copy)")
         self.window.show_tab(SETUP)
         return True
@@ -174,18 +224,38 @@ class PresetsController:
         except OSError as exc:
             self.window.tell("Cannot save preset", f"{path}: {exc.strerror or exc}")
             return False
+        self.copy_of = None
+        self._opened(Path(path).stem, path)
         self.settings.add_recent(path)
         self.window.save_settings()
         self.window.show_message(f"Saved {path}")
         return True
 
     def load_run_preset(self, run_dir: Path) -> None:
-        """Start a new preset from a run's resolved preset (to run a variation)."""
-        if not self.confirm_discard():
-            return
+        """Start a new preset from a run's resolved preset (to run a variation): Load its
+        preset into Set-up, asking first about unsaved edits."""
+        if self.confirm_discard():
+            self.load_run_copy(run_dir, ask=False)
+
+    def load_run_copy(self, run_dir: Path, ask: bool = True) -> bool:
+        """A copy of the run's preset in Set-up (opening a run does this): untitled, so Save
+        asks where to write it and no file on disk is overwritten; labelled against the
+        preset the run was started from, so a run of it reads `grpo-sort · ...` too. Unsaved
+        edits in Set-up are kept (and said so) rather than replaced without asking: `ask`
+        False when the user has just agreed to replace them."""
+        run_dir = Path(run_dir)
         preset = self.run_preset(run_dir)
         if not preset:
-            self.window.tell("No preset", f"{run_dir} has no preset.yaml")
-            return
-        self.doc.new(preset)
-        self.window.show_tab(SETUP)
+            if not ask:
+                self.window.tell("No preset", f"{run_dir} has no preset.yaml")
+            return False
+        if ask and self.doc.dirty:
+            self.window.show_message(f"Set-up keeps your unsaved edits; Runs ▸ Load its preset into Set-up "
+                                     f"replaces them with {run_dir.name}'s", "info", run=run_dir)
+            return False
+        self.copy_of = run_dir.name  # before the document's signals: the window's title reads it
+        self.doc.new(preset, clean=True)
+        self.origin = run_origin(run_dir, preset)
+        if not ask:
+            self.window.show_tab(SETUP)
+        return True

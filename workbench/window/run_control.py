@@ -14,17 +14,19 @@ from typing import Callable
 
 import yaml
 from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLineEdit
 
 from engine.run import rundir
 from engine.preset.paths import absolute_preset_paths
 from workbench.runs.process import (LAUNCH_PRESET, can_signal, describe_exit, find_engine, read_process_record,
                                     workbench_dir)
+from workbench.runs.labels import read_label_record, resolved, write_label_record
 from workbench.runs.status import describe_run
 from workbench.runs.launcher import AttachedEngine, EngineHandle, EngineProcess, engine_resume_command, launch_of
 from workbench.runs.status import last_checkpoint, resume_problem
 from workbench.runs.rundata import RunData
 from workbench.window.hooks import WindowHooks, make_action
-from workbench.window.names import CANCEL, LEAVE_RUNNING, SETUP, STOP_RUN
+from workbench.window.names import CANCEL, LEAVE_RUNNING, SETUP, STOP_RUN, DefaultChoice
 
 KILL = "Kill"
 
@@ -48,7 +50,12 @@ class RunControl:
     set-up form: its checks before a launch, the processes and GPUs it launches on);
     `settings`; `shown()` the runs on show; `run_data(path)` the window's model of a
     run; `open_run(path)` shows one; `launched(run dir)` after a launch and
-    `finished(exit code)` after the engine ended (the window's signals)."""
+    `finished(exit code)` after the engine ended (the window's signals); `origin()` the
+    preset the form was opened as (window/presets.py's PresetOrigin; None: unknown), which
+    a run's label is worked out against. `name_field`: the Run name the user may type
+    (the tool bar holds it), the run's label instead of its preset and differences."""
+
+    origin: Callable[[], object] = staticmethod(lambda: None)
 
     def __init__(self, window: WindowHooks, doc, setup, settings, shown: Callable[[], list[RunData]],
                  run_data: Callable[[Path], RunData], open_run: Callable[[Path], object],
@@ -65,6 +72,14 @@ class RunControl:
                                     "Ask the engine to stop after its current step (it saves a checkpoint)")
         self.act_kill = make_action(parent, "Kill", self.kill, None,
                                     "Kill the engine now (the step in progress is lost)")
+        self.name_field = QLineEdit()
+        self.name_field.setObjectName("run-name-field")
+        self.name_field.setPlaceholderText("Run name (optional)")
+        self.name_field.setClearButtonEnabled(True)
+        self.name_field.setMaximumWidth(220)
+        self.name_field.setToolTip("What the next run is called in the Runs list, the header and Compare. Empty: "
+                                   "its preset's name and the fields that differ from it (grpo-sort · lr 3e-4)")
+        self.name_field.returnPressed.connect(self.run)
         setup.validated.connect(self.validated)
 
     @property
@@ -117,6 +132,7 @@ class RunControl:
             # reward file or reward-model folder is made absolute (the engine's one rule).
             data = absolute_preset_paths(preset, self.doc.base_dir).model_dump(mode="json")
             launch.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+            self._write_label(run_dir, preset.name)
             processes = self.setup.launch.process_count()
             engine = EngineProcess(run_dir, launch, stop_timeout_s=self.settings.stop_timeout_s,
                                    parent=self.window.parent, processes=processes, gpus=self.setup.launch.gpu_list())
@@ -126,7 +142,56 @@ class RunControl:
                 remove_unstarted(run_dir)
             return None
         many = f" in {processes} processes (torchrun)" if processes > 1 else ""
-        return self.start(engine, run_dir, f"Started {run_dir}{many}", remove_on_failure=True)
+        started = self.start(engine, run_dir, f"Started {run_dir}{many}", remove_on_failure=True)
+        if started is not None:
+            self.name_field.clear()  # a name is one run's: the next is labelled by its preset again
+        return started
+
+    def _write_label(self, run_dir: Path, preset_name: str) -> None:
+        """What the run's label is worked out from (workbench/runs/labels.py): the name typed
+        at Run, the preset the form was opened as, resolved as the run's own preset is."""
+        origin = self.origin()
+        fields = None
+        if origin is not None:
+            fields = origin.data if origin.resolved else resolved(origin.data, self.doc.base_dir)
+        write_label_record(run_dir, self.name_field.text().strip() or None,
+                           origin.title if origin is not None else preset_name, fields,
+                           origin.path if origin is not None else None)
+
+    def run_again(self, run_dir: Path) -> Path | None:
+        """A run's preset once more, in a new run folder (the banner's Run again): the same
+        settings, label and name; the form's preset is not involved."""
+        run_dir = Path(run_dir)
+        if self.running:
+            self.window.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before starting another.")
+            return None
+        preset = self.run_data(run_dir).preset
+        if not preset:
+            self.window.refuse(f"Cannot run {run_dir.name} again: its folder holds no preset")
+            return None
+        folder = run_dir.parent
+        new_dir = folder / run_dir_name(str(preset.get("name") or "run"))
+        suffix = 2
+        while new_dir.exists():
+            new_dir = folder / f"{run_dir_name(str(preset.get('name') or 'run'))}-{suffix}"
+            suffix += 1
+        record = read_label_record(run_dir)
+        processes, gpus = launch_of((read_process_record(run_dir) or {}).get("command", []))
+        try:
+            launch = workbench_dir(new_dir) / LAUNCH_PRESET
+            launch.parent.mkdir(parents=True)
+            launch.write_text(yaml.safe_dump(preset, sort_keys=False, allow_unicode=True), encoding="utf-8")
+            if record:
+                write_label_record(new_dir, record.get("name"), str(record.get("preset") or ""),
+                                   record.get("preset_fields"), record.get("preset_file"))
+            engine = EngineProcess(new_dir, launch, stop_timeout_s=self.settings.stop_timeout_s,
+                                   parent=self.window.parent, processes=processes, gpus=gpus)
+        except OSError as exc:
+            self.window.show_message(f"Cannot start the engine: {exc}", "error")
+            remove_unstarted(new_dir)
+            return None
+        return self.start(engine, new_dir, f"Started {new_dir} (again: {run_dir.name}'s preset)",
+                          remove_on_failure=True)
 
     def start(self, engine: EngineProcess, run_dir: Path, message: str, remove_on_failure: bool) -> Path | None:
         """Start `engine` as this window's (Run, Resume, a fork), show `message` and the
@@ -141,8 +206,8 @@ class RunControl:
                 remove_unstarted(run_dir)
             return None
         self.attach(engine, run_dir)
-        self.window.show_message(message, "engine")
         self.open_run(run_dir)
+        self.window.show_message(message, "engine", run=run_dir)
         self.launched(run_dir)
         return run_dir
 
@@ -151,7 +216,8 @@ class RunControl:
         self.engine_dir = Path(run_dir)
         engine.finished.connect(self._engine_finished)
         engine.stopping.connect(lambda: self.update_actions())
-        engine.escalated.connect(lambda text: self.window.show_message(f"{engine.run_dir.name}: {text}", "engine"))
+        engine.escalated.connect(lambda text: self.window.show_message(f"{engine.run_dir.name}: {text}", "engine",
+                                                                       run=engine.run_dir))
         self.update_actions()
 
     def maybe_attach(self, path: Path) -> None:
@@ -170,7 +236,7 @@ class RunControl:
             self.engine.stop()
             how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to pid {self.engine.pid})"
             self.window.show_message(f"Stopping{how}: the engine finishes its current step and saves a "
-                                     "checkpoint…", "engine")
+                                     "checkpoint…", "engine", run=self.engine.run_dir)
             self.update_actions()
 
     def kill(self) -> None:
@@ -179,7 +245,9 @@ class RunControl:
         step 0)."""
         if not self.running:
             return
-        if self.window.ask("Kill the run?", self._kill_question(), [KILL, CANCEL]) == KILL and self.engine.running:
+        # Cancel is the default: Return (or a hurried click on the default button) loses nothing.
+        if self.window.ask("Kill the run?", self._kill_question(), [KILL, DefaultChoice(CANCEL)]) == KILL \
+                and self.engine.running:
             self.engine.kill()
 
     def _kill_question(self) -> str:
@@ -246,7 +314,7 @@ class RunControl:
         if run is not None:
             status, _ = self.status(run)
             outcome = f"; the run is {status}"
-        self.window.show_message(f"{name}: the engine {how}{outcome}", "engine")
+        self.window.show_message(f"{name}: the engine {how}{outcome}", "engine", run=run_dir)
         self.update_actions()
         self.finished(code)
 
@@ -278,12 +346,30 @@ class RunControl:
             return "running", "stopping: finishing the current step and saving a checkpoint…"
         return self.status(run)
 
+    def _ended(self) -> str | None:
+        """The status of the window's engine's run once its events say it ended (done,
+        stopped, failed), while the process is still exiting; else None. The header shows
+        that status at once, so Stop and Kill grey out with it, not when the process is
+        seen gone a poll later."""
+        if not self.running:
+            return None
+        run = self.run_data(self.engine.run_dir)
+        return run.status if run.status in ("done", "stopped", "failed") else None
+
     def update_actions(self) -> None:
+        """Run, Stop and Kill as the run's status stands: called when the engine starts or
+        ends, and whenever the header's status on show changes (the window connects it)."""
         running = self.running
-        self.act_stop.setEnabled(running and not self.engine.stop_requested)
-        self.act_kill.setEnabled(running)
+        ended = self._ended()
+        self.act_stop.setEnabled(running and not self.engine.stop_requested and ended is None)
+        self.act_kill.setEnabled(running and ended is None)
         self.act_run.setEnabled(not running)
-        if running:  # the run Stop acts on, which need not be the one on show
+        if ended is not None:
+            name = self.engine.run_dir.name
+            for act in (self.act_stop, self.act_kill):
+                act.setToolTip(f"{act.text().strip('■ ')} is not available: {name} has ended ({ended}); its engine "
+                               "is exiting")
+        elif running:  # the run Stop acts on, which need not be the one on show
             name = self.engine.run_dir.name
             how = "" if isinstance(self.engine, EngineProcess) else f" (SIGTERM to its pid {self.engine.pid})"
             self.act_stop.setToolTip(f"Ask {name} to stop after its current step{how}; it saves a checkpoint")
