@@ -71,6 +71,13 @@ class ModelConfig(Section):
         "reference (an SFT run before RL); it must have been trained on this name_or_path. The run keeps the "
         "checkpoint it took in its preset.yaml.",
     )
+    decode: Literal["auto", "plain", "static", "captured"] = Field(
+        "auto", description="How rollouts decode. `plain`: one forward a token over the rows still generating "
+        "(finished rows leave the batch). `static`: a fixed-shape step over a preallocated KV cache, finished rows "
+        "masked, sampled on the device. `captured`: that step recorded once as a CUDA graph and replayed (CUDA only; "
+        "elsewhere it runs as `static`). `auto`: captured on CUDA for completions of 32 tokens or more, else plain. "
+        "All sample the same tokens under one seed (docs/gpu.md).",
+    )
     trust_remote_code: bool = Field(
         False, description="Run the Python code a hub model ships with its weights. Off: such a model is "
         "refused, since its code runs with your rights; turn it on only for a model whose code you trust.",

@@ -10,6 +10,12 @@ with room for them, and each decode step writes its column in place.
 Sampling only (no autograd through in-place writes). A cache this module does not know
 (an older transformers without `cache.layers`, sliding-window or linear-attention layers)
 is left as it is: decoding works the same, with transformers' own growth.
+
+`filled_static_cache` is the other decode path's cache (engine/model/static_decode.py):
+transformers' StaticCache, a fixed (rows, heads, length, dim) buffer a layer whose write
+position is a tensor, so a captured decode step replays without a shape or a Python
+number changing. It is filled from a prompt pass's cache, each distinct prompt's keys
+and values copied to the rows that share it.
 """
 
 from __future__ import annotations
@@ -20,6 +26,10 @@ try:  # transformers >= 4.56: a cache is a list of layers
     from transformers.cache_utils import DynamicLayer
 except ImportError:  # pragma: no cover - older transformers: caches stay as they are
     DynamicLayer = None
+try:
+    from transformers.cache_utils import StaticCache, StaticLayer
+except ImportError:  # pragma: no cover - older transformers: no static decode path
+    StaticCache = StaticLayer = None
 
 
 def _with_room(states: torch.Tensor, room: int) -> torch.Tensor:
@@ -105,4 +115,26 @@ def preallocate(cache, room: int):
         # exactly DynamicLayer: its subclasses (sliding window, quantized...) keep their own rules
         if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.dim() == 4:
             layers[index] = PreallocatedLayer(layer.keys, layer.values, room)
+    return cache
+
+
+def filled_static_cache(config, prompt_cache, rows: torch.Tensor, length: int, reuse=None):
+    """A StaticCache of `length` columns a layer holding, for each row, the prompt's keys
+    and values of `prompt_cache` row `rows[i]` (a DynamicCache of the distinct prompts;
+    `rows` (b,) long maps each row to its prompt). `reuse`: a cache of the same shape from
+    an earlier call, refilled in place (its buffers keep their addresses, which a captured
+    step was recorded with). None when a layer is not a plain attention layer (sliding
+    window, linear attention...) or transformers has no StaticCache: the caller decodes plainly."""
+    layers = getattr(prompt_cache, "layers", None)
+    if StaticCache is None or not isinstance(layers, list):
+        return None
+    if not all(type(layer) is DynamicLayer and layer.keys is not None and layer.keys.dim() == 4 for layer in layers):
+        return None
+    cache = reuse if reuse is not None else StaticCache(config=config, max_cache_len=length)
+    if len(cache.layers) != len(layers) or not all(type(layer) is StaticLayer for layer in cache.layers):
+        return None
+    for static, layer in zip(cache.layers, layers):
+        if static.is_initialized:
+            static.cumulative_length.zero_()  # columns past the prompt are stale, never attended (causal mask)
+        static.update(layer.keys[rows], layer.values[rows])  # the first update allocates the buffers
     return cache

@@ -58,6 +58,7 @@ class LoadedModel:
     context_length: int | None
     gradient_checkpointing: bool = False
     head: str = "causal_lm"  # HEADS: a reward-model run's is `score`
+    decode: str = "auto"  # model.decode: how rollouts decode (engine/model/static_decode.py)
 
     @property
     def tokenizer_chat_template(self) -> str | None:
@@ -395,7 +396,8 @@ def load_model(cfg: ModelConfig, gradient_checkpointing="auto", head: str = "cau
     except ValueError as exc:
         raise ModelLoadError(f"model.lora.target_modules: {exc}") from exc
     log.info("loaded %s on %s (%s); LoRA targets %s", path, device, dtype, targets)
-    return LoadedModel(model, tokenizer, device, dtype, targets, context_length(base.config), checkpointing, head)
+    return LoadedModel(model, tokenizer, device, dtype, targets, context_length(base.config), checkpointing, head,
+                       cfg.decode)
 
 
 @contextlib.contextmanager

@@ -4,6 +4,11 @@ Our own decoding loop rather than `model.generate`: it returns each sampled toke
 logprob under the sampling policy as it goes (no second pass), encodes each distinct
 prompt of a GRPO group once, and drops finished rows from the batch, so a step costs
 what its completions need rather than what the longest one needs.
+
+That loop is the `plain` decode path. engine/model/static_decode.py is the other: a
+fixed-shape step over a static KV cache that CUDA graphs can capture. Both draw a token
+the same way (`draw_tokens`: one uniform number a row and step, drawn for every row of
+the batch, finished or not), so under one seed they sample the same tokens.
 """
 
 from __future__ import annotations
@@ -85,6 +90,41 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token a row from `probs` (B, V), each from its row's uniform number in [0, 1)
+    (B,): the first token whose cumulative probability exceeds u times the row's total.
+
+    input:  probs [[0.5, 0.0, 0.3, 0.2]], uniforms [0.6]
+    output: [2]   (cumulative 0.5, 0.5, 0.8, 1.0: the first above 0.6)
+
+    One random number a row, where torch.multinomial draws one a row and vocabulary
+    entry (152k of them at Qwen's vocabulary: 0.6 s a step for 64 rows on a CPU thread,
+    more than the LM head); no validation of `probs`, hence no host sync. A token of
+    probability 0 is never picked: its cumulative sum equals its left neighbour's (a
+    rounding that pushes u times the total past the last sum falls back to the argmax).
+    """
+    cum = probs.cumsum(-1)
+    target = (uniforms.to(cum.dtype) * cum[:, -1])[:, None]
+    index = torch.searchsorted(cum, target, right=True).clamp(max=probs.shape[-1] - 1)
+    picked = probs.gather(-1, index) > 0
+    return torch.where(picked, index, probs.argmax(-1, keepdim=True)).squeeze(-1)
+
+
+def draw_tokens(logits: torch.Tensor, uniforms: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
+                greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next token of each row and its logprob under the sampling policy (the
+    temperature-scaled distribution, before top-k/top-p): ((B,) long, (B,) float32).
+    `uniforms` (B,) in [0, 1) choose the tokens (unused when greedy). Both decode paths
+    call this, eagerly or inside a captured step: no host sync."""
+    scaled = logits.float() / (1.0 if greedy else temperature)  # (B, V)
+    logp = torch.log_softmax(scaled, dim=-1)
+    if greedy:
+        token = scaled.argmax(-1)
+    else:
+        token = inverse_cdf(filter_logits(scaled, top_k, top_p).softmax(-1), uniforms)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """Position ids that ignore left padding. (B, L) -> (B, L)
 
@@ -142,6 +182,7 @@ def sample(
     generator: torch.Generator | None = None,
     group_size: int = 1,
     finished_everywhere=None,
+    decode: str = "plain",
 ) -> Rollout:
     """Sample up to `max_new_tokens` tokens for each (left-padded) prompt.
 
@@ -150,13 +191,36 @@ def sample(
     `finished_everywhere(finished_here) -> bool` keeps processes whose model is sharded
     (FSDP2) in step: each pass gathers weights from all of them, so one that has finished
     keeps taking passes (its rows' tokens past their end are masked) until all have.
+    `decode` (the preset's model.decode: auto, plain, static or captured) picks the loop:
+    this one, or engine/model/static_decode.py's fixed-shape step; both sample the same tokens.
     """
+    batch = prompt_ids.shape[0]
+    if group_size < 1 or batch % group_size:
+        group_size = 1
+    settings = dict(max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                    temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
+                    group_size=group_size, finished_everywhere=finished_everywhere)
+    from engine.model import static_decode  # here: it imports this module
+
+    path = static_decode.decode_path(decode, prompt_ids.device, max_new_tokens, finished_everywhere is not None)
+    if path == "plain":
+        return plain_sample(model, prompt_ids, prompt_mask, **settings)
+    if path == "captured" and decode == "auto":
+        try:
+            return static_decode.static_sample(model, prompt_ids, prompt_mask, captured=True, **settings)
+        except Exception as error:  # noqa: BLE001 - the compiler's failures have no common type
+            static_decode.capture_failed(error)
+            return plain_sample(model, prompt_ids, prompt_mask, **settings)
+    return static_decode.static_sample(model, prompt_ids, prompt_mask, captured=path == "captured", **settings)
+
+
+def plain_sample(model, prompt_ids, prompt_mask, *, max_new_tokens, eos_token_ids, pad_token_id, temperature, top_p,
+                 top_k, greedy, generator, group_size, finished_everywhere) -> Rollout:
+    """The plain decode path: one forward a token on the rows still generating."""
     batch = prompt_ids.shape[0]
     device = prompt_ids.device
     eos = torch.tensor(eos_token_ids, device=device)
     attention = prompt_mask.long()
-    if group_size < 1 or batch % group_size:
-        group_size = 1
     rows = torch.arange(batch, device=device)
     cache_kw = cache_keyword(model)
     logits, cache, positions = encode_prompts_once(
@@ -171,15 +235,13 @@ def sample(
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     steps = 0
     for t in range(max_new_tokens):
-        scaled = logits.float() / (1.0 if greedy else temperature)  # (A, V)
-        logp = torch.log_softmax(scaled, dim=-1)
-        if greedy:
-            token = scaled.argmax(-1)
-        else:
-            probs = filter_logits(scaled, top_k, top_p).softmax(-1)
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        # A uniform number for every row of the batch, dropped ones too: the static path,
+        # which keeps them, then draws the same numbers for the same rows.
+        uniforms = step_uniforms(batch, greedy, generator, device)
+        token, logprob = draw_tokens(logits, uniforms[active], temperature=temperature, top_k=top_k, top_p=top_p,
+                                     greedy=greedy)
         completion_ids[active, t] = token
-        logprobs[active, t] = logp.gather(-1, token[:, None]).squeeze(-1)
+        logprobs[active, t] = logprob
         steps = t + 1
         # Rows that have written an end token; they stay in the batch (their later tokens
         # are masked) until an eighth of it has ended, then leave it together.
@@ -201,8 +263,23 @@ def sample(
         cache = returned_cache(out)
         logits = out.logits[:, -1, :]
         next_pos = next_pos + 1
-    completion_ids = completion_ids[:, :steps]  # (B, T)
+    return finished_rollout(prompt_ids, prompt_mask, completion_ids[:, :steps], logprobs[:, :steps], eos_token_ids,
+                            pad_token_id)
+
+
+def step_uniforms(batch: int, greedy: bool, generator: torch.Generator | None, device) -> torch.Tensor:
+    """A decode step's random numbers: one a row in [0, 1) (none drawn when greedy)."""
+    if greedy:
+        return torch.zeros(batch, device=device)
+    return torch.rand(batch, generator=generator, device=device)
+
+
+def finished_rollout(prompt_ids, prompt_mask, completion_ids, logprobs, eos_token_ids: list[int],
+                     pad_token_id: int) -> Rollout:
+    """The rollout of sampled (B, T) tokens and logprobs: each row ends at its first end
+    token; what a row wrote after it (while it stayed in the batch) becomes padding."""
+    eos = torch.tensor(eos_token_ids, device=completion_ids.device)
     mask = completion_mask(completion_ids, eos_token_ids).float()
     truncated = ~torch.isin(completion_ids, eos).any(-1)
-    logprobs = logprobs[:, :steps] * mask
-    return Rollout(prompt_ids, prompt_mask.long(), completion_ids, mask, logprobs, truncated)
+    completion_ids = completion_ids.masked_fill(mask == 0, pad_token_id)
+    return Rollout(prompt_ids, prompt_mask.long(), completion_ids, mask, logprobs * mask, truncated)
