@@ -146,7 +146,7 @@ class Policy:
                 eos_token_ids=self.loaded.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
                 temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                 greedy=greedy, generator=generator, group_size=group_size,
-                finished_everywhere=self.finished_everywhere,
+                finished_everywhere=self.finished_everywhere, decode=self.loaded.decode,
             )
 
     def generate(self, prompts: list[str], generator: torch.Generator, greedy: bool = False,
