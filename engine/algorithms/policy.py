@@ -92,6 +92,9 @@ class Policy:
         self.ddp = None
         self.finished_everywhere: Callable[[bool], bool] | None = None
         self.clock = PassClock()  # the reference passes' time (and the after-update look's), per step
+        # The first rows of the next differentiable passes whose top-5 the inspector records:
+        # set by the update around a micro-batch's loss, so a lean pass keeps them on the way.
+        self.recorded_rows = 0
 
     def encode_prompts(self, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -178,6 +181,8 @@ class Policy:
         args = (self.model, rollout, rows, group_size)
         # Under gradient checkpointing every row runs in full (no KV cache to share a prompt).
         kwargs = {"temperature": self.pass_temperature, "shared_prefix": not self.checkpointing}
+        if self.recorded_rows and torch.is_grad_enabled():
+            kwargs["top_rows"] = self.recorded_rows
         if self.ddp is not None and torch.is_grad_enabled():
             # A pass whose backward follows: through DDP, which then reduces the gradients.
             return self.ddp(completion_logits, *args, **kwargs)
