@@ -36,6 +36,14 @@ RESULT_PREFIX = "BENCH_RESULT "
 # 8 layers x 288 wide is ~8.1M, about ten times as many.
 TEN_X = dict(n_layer=8, n_embd=288, n_head=6, n_positions=128, seed=0)
 
+# The Qwen-vocabulary model: Qwen2.5-0.5B's vocabulary (151,936) and width (896, its heads and
+# MLP), 2 layers, tied embeddings. Its 136M-parameter LM head dominates as a real model's does
+# on a GPU. The built-in character tokenizer's ~100 ids are all below the vocabulary; the ids
+# above it that random weights sample decode to nothing (both sides alike).
+QWEN_VOCAB = dict(architecture="qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=2,
+                  num_attention_heads=14, num_key_value_heads=2, intermediate_size=4864,
+                  max_position_embeddings=1024, seed=0)
+
 # The reward model of the PPO benchmark: a small randomly initialised
 # GPT2ForSequenceClassification (one logit) with the built-in character tokenizer. Its
 # scores are meaningless; it is there so that both sides pay for a reward-model forward.
@@ -86,7 +94,42 @@ def prepare_model(name: str) -> tuple[Path, str]:
         folder = MODELS_DIR / "gpt2-10x"
         build_cached_model(folder, gpt2_spec(**TEN_X))
         return folder, "random init, seed {seed}: {n_layer} layers x {n_embd} wide, {n_head} heads".format(**TEN_X)
-    raise SystemExit(f"unknown model {name!r}; choose from tiny, 10x")
+    if name == "qwen-vocab":
+        folder = MODELS_DIR / "qwen2-vocab"
+        build_qwen_vocab_model(folder, QWEN_VOCAB)
+        return folder, ("random init, seed {seed}: Qwen2, {num_hidden_layers} layers x {hidden_size} wide, "
+                        "vocabulary {vocab_size:,}, the built-in tokenizer").format(**QWEN_VOCAB)
+    raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODEL_NAMES)}")
+
+
+MODEL_NAMES = ("tiny", "10x", "qwen-vocab")
+
+
+def build_qwen_vocab_model(folder: Path, spec: dict) -> None:
+    """A randomly initialised Qwen2ForCausalLM of `spec` with the built-in character
+    tokenizer, saved with save_pretrained; rebuilt only when the spec changed."""
+    if _spec_is_current(folder, spec):
+        return
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from engine.builtin_model.recipe import build_tokenizer
+
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    tokenizer = build_tokenizer(model_max_length=spec["max_position_embeddings"])
+    assert len(tokenizer) <= spec["vocab_size"]
+    fields = {k: v for k, v in spec.items() if k not in ("architecture", "seed")}
+    config = Qwen2Config(**fields, tie_word_embeddings=True, rope_theta=1e6, rms_norm_eps=1e-6,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(spec["seed"])
+    model = Qwen2ForCausalLM(config)
+    for key in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        setattr(model.generation_config, key, getattr(tokenizer, key))
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    (folder / "bench_spec.json").write_text(json.dumps(spec))
 
 
 def prepare_reward_model() -> Path:

@@ -22,8 +22,41 @@ from engine.algorithms.policy import set_update_mode
 from engine.algorithms.step_result import StepResult
 from engine.algorithms.update import MicroBatch, MicroLoss, StepBatch, UpdatePart, UpdateResult
 from engine.algorithms.update_effect import effect_metrics, logprobs_after_update
+from engine.model import token_logits
 
-__all__ = ["TrainingStep"]
+__all__ = ["TrainingStep", "host_numbers", "recorded_rows"]
+
+
+def recorded_rows(batch: StepBatch, rows: slice, epoch: int, part: UpdatePart) -> int:
+    """How many of a micro-batch's first rows the inspector records (their top-5 is kept
+    in the first epoch's pass over the batch in order; PPO's shuffled mini-batches keep none).
+
+    >>> batch = type("B", (), {"num_recorded": 8})()
+    >>> recorded_rows(batch, slice(0, 16), 0, UpdatePart(16)), recorded_rows(batch, slice(4, 12), 0, UpdatePart(16))
+    (8, 4)
+    >>> recorded_rows(batch, slice(8, 16), 0, UpdatePart(16)), recorded_rows(batch, slice(0, 16), 1, UpdatePart(16))
+    (0, 0)
+    """
+    if epoch or part.index is not None:
+        return 0
+    return max(0, min(rows.stop, batch.num_recorded) - rows.start)
+
+
+def host_numbers(total, metrics: dict) -> tuple[float, dict[str, float]]:
+    """A part's loss total and metrics as Python floats, the device's tensors among them
+    read in one transfer (one host sync a part, not one a micro-batch).
+
+    >>> host_numbers(torch.tensor(1.5, dtype=torch.float64), {"a": 2.0, "b": torch.tensor(0.25)})
+    (1.5, {'a': 2.0, 'b': 0.25})
+    """
+    keys = sorted(metrics)
+    values = [total, *(metrics[key] for key in keys)]
+    tensors = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
+    if tensors:
+        read = torch.stack([values[i].detach().double().reshape(()) for i in tensors]).tolist()
+        for i, value in zip(tensors, read):
+            values[i] = value
+    return float(values[0]), {key: float(value) for key, value in zip(keys, values[1:])}
 
 
 class TrainingStep:
@@ -136,13 +169,20 @@ class TrainingStep:
                 micro_batches = self.part_micro_batches(part)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss_total, metrics = 0.0, {}
+                lean = token_logits.LEAN_UPDATE
                 for number, rows in enumerate(micro_batches):
+                    # the recorded rows of this micro-batch, whose top-5 a lean pass keeps on the way
+                    self.policy.recorded_rows = recorded_rows(batch, rows, epoch, part) if lean else 0
                     with self.synced(number, len(micro_batches)):
                         out = self.loss(batch, MicroBatch(rows, number, len(micro_batches), epoch, part))
                         self.backward(out.loss * out.weight)
-                        loss_total += out.loss.detach().item() * out.weight
+                        # lean: summed on the device in float64 (as Python sums floats), read once below
+                        loss = out.loss.detach().double() if lean else out.loss.detach().item()
+                        loss_total += loss * out.weight
                         for key, value in out.metrics.items():
                             metrics[key] = metrics.get(key, 0.0) + value
+                    self.policy.recorded_rows = 0
+                loss_total, metrics = host_numbers(loss_total, metrics)
                 loss_total = self.world.sum_floats([loss_total])[0]
                 metrics = self.world.sum_dict(metrics)
                 result.grad_norm, ok = self.clip_and_step(loss_total)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from engine.model.rollout import cache_keyword, positions_from_mask, returned_cache
+from engine.model import token_logits
 from engine.model.token_logits import TokenLogits, output_head
 
 
@@ -75,21 +76,41 @@ def shared_prefix_completion_hidden(model, prompt_ids, prompt_mask, completion_i
     return torch.cat([first, out.last_hidden_state], dim=1)
 
 
+def host_group_index(rows: slice, group_size: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """group_index with its sizes worked out on the host from the slice alone, so the
+    lean update's passes wait for no device (no torch.unique): also the number of
+    distinct prompts.
+
+    input:  rows 2..7, group_size 4   output: firsts [2, 4], inverse [0, 0, 1, 1, 1, 1], 2
+    """
+    first_group, last_group = rows.start // group_size, (rows.stop - 1) // group_size
+    groups = torch.arange(first_group, last_group + 1, device=device)
+    firsts = (groups * group_size).clamp(min=rows.start)
+    inverse = torch.arange(rows.start, rows.stop, device=device) // group_size - first_group
+    return firsts, inverse, last_group - first_group + 1
+
+
 def completion_logits(model, rollout, rows: slice, group_size: int, shared_prefix: bool = True,
-                      temperature: float = 1.0) -> TokenLogits:
+                      temperature: float = 1.0, top_rows: int = 0) -> TokenLogits:
     """The temperature-scaled logits predicting the completion tokens of `rollout`'s
     rows, as a TokenLogits (b, T, V): computed in chunks as quantities are asked for;
     its `hidden` (b, T, H) is what a value head reads. `shared_prefix=False` runs every
-    row in full (needed under gradient checkpointing, which keeps no KV cache)."""
+    row in full (needed under gradient checkpointing, which keeps no KV cache).
+    `top_rows`: the first rows whose top-5 a lean pass keeps (the recorded ones)."""
     # Attention sees every token there, an episode's tool tokens too (present_mask).
     args = (rollout.prompt_ids[rows], rollout.prompt_mask[rows],
             rollout.completion_ids[rows], rollout.present_mask[rows])
     hidden = None
     if shared_prefix and group_size > 1:
-        firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)
-        if len(firsts) < rows.stop - rows.start:
+        if token_logits.LEAN_UPDATE:
+            firsts, inverse, distinct = host_group_index(rows, group_size, rollout.prompt_ids.device)
+        else:
+            firsts, inverse = group_index(rows, group_size, rollout.prompt_ids.device)
+            distinct = len(firsts)
+        if distinct < rows.stop - rows.start:
             hidden = shared_prefix_completion_hidden(model, *args, firsts - rows.start, inverse)
     if hidden is None:
         hidden = plain_completion_hidden(model, *args)
     lm = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return TokenLogits(hidden, output_head(lm), lm.get_output_embeddings().weight.shape[0], temperature)
+    return TokenLogits(hidden, output_head(lm), lm.get_output_embeddings().weight.shape[0], temperature,
+                       top_rows=top_rows)
