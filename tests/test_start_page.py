@@ -23,9 +23,9 @@ from workbench_helpers import write_run
 from workbench import app
 from workbench.runs.process import LAUNCH_PRESET, workbench_dir
 from workbench.settings import bundled_presets
-from workbench.start.about import package_version
+from workbench.start.about import AboutBox, package_version
 from workbench.start.catalog import CatalogError, load_catalog, missing_entries
-from workbench.start.help_browser import doc_title
+from workbench.start.help_browser import HelpBrowser, doc_title
 from workbench.window.names import DISCARD, SETUP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_readme_rows_agree_with_the_catalog_and_every_bundled_preset_has_a_card(
 
 
 def test_a_catalog_with_a_wrong_field_says_which(tmp_path):
-    data = yaml.safe_load((ROOT / "presets" / "catalog.yml").read_text(encoding="utf-8"))
+    data = yaml.load((ROOT / "presets" / "catalog.yml").read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
     data["presets"]["grpo-sort"]["result"]["end"] = "55.5%"
     del data["presets"]["dpo-sort"]["look_at"]
     path = tmp_path / "catalog.yml"
@@ -117,6 +117,17 @@ def test_plain_rl_workbench_starts_on_the_start_page_and_open_loads_a_card(qtbot
     qtbot.keyClick(start.recent_runs, Qt.Key_Return)  # opens the run, as the Runs list's Open
     assert window.shown and window.shown[0].run_dir == older.resolve()
 
+    window.start.act_shortcuts.trigger()  # Help ▸ Keyboard shortcuts
+    shortcuts = window.start._shortcuts
+    rows = {tuple(shortcuts.table.item(r, c).text() for c in range(3)) for r in range(shortcuts.table.rowCount())}
+    assert ("Run", "Ctrl+R", "Run") in rows and ("Documentation", "F1", "Help") in rows
+    extra = QAction("Compare runs", window)  # a new action's shortcut is listed without being typed there
+    extra.setShortcut("Ctrl+Shift+K")
+    window.menuBar().actions()[0].menu().addAction(extra)
+    shortcuts.refresh()
+    assert ("Compare runs", "Ctrl+Shift+K", "File") in {
+        tuple(shortcuts.table.item(r, c).text() for c in range(3)) for r in range(shortcuts.table.rowCount())}
+
 
 def test_run_on_a_card_launches_that_preset_as_the_run_button_does(make_window, stand_in, qtbot):  # noqa: F811
     window = make_window()
@@ -133,9 +144,10 @@ def test_run_on_a_card_launches_that_preset_as_the_run_button_does(make_window, 
     assert not card.run_button.isEnabled()  # as the toolbar's Run, while the run is in progress
 
 
-def test_help_shows_the_docs_and_follows_a_link_lists_shortcuts_and_names_versions(make_window, qtbot):  # noqa: F811
-    window = make_window()
-    help_ = window.start.show_docs()
+def test_the_help_browser_shows_a_doc_and_follows_a_link_to_another(qtbot):
+    help_ = HelpBrowser()  # what Help ▸ Documentation opens
+    qtbot.addWidget(help_)
+    help_.show()
     assert help_.current == ROOT / "README.md" and help_.index.count() == 1 + len(list((ROOT / "docs").glob("*.md")))
     browser = help_.browser
     document = browser.document()
@@ -155,25 +167,17 @@ def test_help_shows_the_docs_and_follows_a_link_lists_shortcuts_and_names_versio
     qtbot.waitUntil(lambda: help_.current == ROOT / "docs" / "update-effect.md", timeout=5000)
     assert help_.index.currentItem().text() == doc_title(ROOT / "docs" / "update-effect.md") and help_.back.isEnabled()
     qtbot.mouseClick(help_.back, Qt.LeftButton)
-    assert help_.current == ROOT / "README.md"
+    assert help_.current == ROOT / "README.md" and help_.index.currentRow() == 0
 
-    shortcuts = window.start.show_shortcuts()
-    rows = {(shortcuts.table.item(r, 0).text(), shortcuts.table.item(r, 1).text())
-            for r in range(shortcuts.table.rowCount())}
-    assert ("Run", "Ctrl+R") in rows and ("Documentation", "F1") in rows
-    extra = QAction("Compare runs", window)  # a new action's shortcut is listed without typing it here
-    extra.setShortcut("Ctrl+Shift+K")
-    window.menuBar().actions()[0].menu().addAction(extra)
-    shortcuts.refresh()
-    assert ("Compare runs", "Ctrl+Shift+K", "File") in {
-        tuple(shortcuts.table.item(r, c).text() for c in range(3)) for r in range(shortcuts.table.rowCount())}
 
+def test_the_about_box_names_the_versions_and_what_torch_says_of_the_gpu(qtbot):
     fake_torch = [sys.executable, "-c", 'print(\'{"cuda": true, "devices": ["Test GPU"], "cuda_build": "12.4", '
                                         '"mps": false}\')']
-    about = window.start.show_about(probe=fake_torch)
+    about = AboutBox(probe=fake_torch)
+    qtbot.addWidget(about)
     text = about.text.text()
-    for name in ("Python", "Qt", "PySide6", "pyqtgraph", "torch", "transformers", "peft"):
+    for name in ("RL Workbench", "Python", "Qt", "PySide6", "pyqtgraph", "torch", "transformers", "peft"):
         assert f"<b>{name}</b>" in text
-    assert package_version("torch") in text and PySide6.__version__ in text
+    assert package_version("torch") in text and PySide6.__version__ in text and "checking" in about.gpu
     qtbot.waitUntil(lambda: "Test GPU" in about.text.text(), timeout=10_000)
-    assert "yes: 1 CUDA GPU (Test GPU)" in about.gpu
+    assert about.gpu == "yes: 1 CUDA GPU (Test GPU), torch built for CUDA 12.4; runs with device auto use it"
