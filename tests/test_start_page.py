@@ -116,6 +116,7 @@ def test_plain_rl_workbench_starts_on_the_start_page_and_open_loads_a_card(qtbot
     start.recent_runs.setCurrentItem(item)
     qtbot.keyClick(start.recent_runs, Qt.Key_Return)  # opens the run, as the Runs list's Open
     assert window.shown and window.shown[0].run_dir == older.resolve()
+    assert window.doc.get("name") == "grpo-sort-20260101-000000"  # and a copy of its preset in Set-up
 
     window.start.act_shortcuts.trigger()  # Help ▸ Keyboard shortcuts
     shortcuts = window.start._shortcuts

@@ -6,8 +6,8 @@
   Help ▸ Start page too), so the windows that never show it do not build it;
 - a card's Open is the Bundled menu's (an untitled copy in Set-up); its Run is Open and
   then the toolbar's Run action, so it is refused, checked and launched exactly as that;
-- recent runs (the runs folder, newest first) open as the Runs list opens them, recent
-  presets as File ▸ Open Recent does;
+- recent runs (the runs folder, newest first) open as the Runs list opens them (with a
+  copy of their preset in Set-up), recent presets as File ▸ Open Recent opens them;
 - Help ▸ Start page, Documentation (F1), Keyboard shortcuts, About RL Workbench.
 """
 
@@ -75,7 +75,7 @@ class StartController:
         page, window = StartPage(load_catalog, bundled_presets()), self.window
         page.open_requested.connect(self.open_preset)
         page.run_requested.connect(self.run_preset)
-        page.run_folder_requested.connect(window.open_run)
+        page.run_folder_requested.connect(window.open_run_and_preset)  # as the Runs list opens a run
         page.preset_file_requested.connect(lambda path: window.presets.open_preset(path))
         act_run = window.run_control.act_run
         act_run.changed.connect(lambda: page.set_run_enabled(act_run.isEnabled(), "" if act_run.isEnabled()
