@@ -76,6 +76,8 @@ def test_greedy_answers_are_the_same_every_time(greedy_report, trained_run):
                                                           "step_000004)"),
     (["--greedy", "--samples", "3", "--prompt", PROMPT], "--greedy decodes one answer"),
     ([], "give --prompt TEXT"),
+    (["--prompt", "sort " + "1 " * 60 + "="], "--prompt: the prompt is 126 tokens as templated and an answer up to "
+                                               "16 (--max-new-tokens), over the 128 positions the model reads"),
 ])
 def test_bad_input_is_one_error_line(trained_run, args, words):
     result = cli("try", trained_run, *args)

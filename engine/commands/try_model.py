@@ -206,6 +206,18 @@ def token_rows(tokenizer, rollout, texts: list[str], own, other, own_is_base: bo
     return out
 
 
+def _check_fits(trainer, prompt: str, request: Request) -> None:
+    """A typed prompt and the answer's length within the model's positions (the trainer
+    checked the data's prompts only)."""
+    limit = trainer.policy.loaded.context_length
+    tokens = len(trainer.tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    room = request.preset.algorithm.max_completion_length
+    if limit and tokens + room > limit:
+        raise TryError(f"--prompt: the prompt is {tokens} tokens as templated and an answer up to {room} "
+                       f"(--max-new-tokens), over the {limit} positions the model reads; shorten the prompt or "
+                       "lower --max-new-tokens")
+
+
 def try_model(request: Request, progress) -> dict:
     """Both models' answers, each scored under both; the report --json prints."""
     started = time.perf_counter()
@@ -213,6 +225,7 @@ def try_model(request: Request, progress) -> dict:
     models = Models(request)
     t = models.trainer
     prompt, fields = models.prompt(request)
+    _check_fits(t, prompt, request)
     loaded = time.perf_counter()
     names = [BASE, request.checkpoint.name]
     sampled, seconds = {}, {}

@@ -27,6 +27,7 @@ from workbench.inspector.text_paint import token_colours
 from workbench.inspector.widgets import Legend
 from workbench.runs.engine_job import EngineJob
 from workbench.runs.evaluations import failure_text, last_line, run_checkpoints
+from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.try_answers import (
     QUANTITIES, Answer, TryReport, TryReportError, load_report, progress_of, run_defaults, shared_scale,
     token_tooltip, try_command,
@@ -325,7 +326,11 @@ class TryPage(QWidget):
             self.checkpoint_box.addItem(f"step {int(name.split('_')[-1])}", name)
         self.checkpoint_box.setCurrentIndex(names.index(kept) if kept in names else 0)
         self.checkpoint_box.blockSignals(False)
-        if self.run_dir is not None and not names:
+        if self.run_dir is not None and is_reward_model_run(self.run_dir):
+            self.checkpoint_box.clear()  # nothing to try: Try stays off
+            self._show_message("This run trains a reward model, which scores answers and writes none: see its "
+                               "Report card tab.", "#5f6368")
+        elif self.run_dir is not None and not names:
             self._show_message("This run has no complete checkpoint yet: Try needs one (training.save_steps).",
                                "#5f6368")
 
