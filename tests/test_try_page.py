@@ -153,3 +153,12 @@ def test_the_window_shows_the_tab_for_a_run_on_show(qtbot, tmp_path, run_dir, mo
     window.open_run(run_dir)
     assert window.tabs.isTabVisible(tab) and window.try_page.run_dir == run_dir.resolve()
     assert window.try_page.checkpoint_box.currentData() == "step_000004"
+
+
+def test_a_reward_model_run_has_nothing_to_try(qtbot, run_dir):
+    for step in (2, 4):
+        (run_dir / "checkpoints" / f"step_{step:06d}" / "adapter_config.json").write_text(
+            json.dumps({"modules_to_save": ["score"]}))
+    page = open_page(qtbot, run_dir, [])
+    qtbot.keyClicks(page.prompt_edit, "sort 2 1 =")
+    assert not page.try_button.isEnabled() and "trains a reward model" in page.message.text()
