@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from engine.rl.catalog import ESTIMATORS, REWARD_SCALINGS, Estimator, RewardScaling
 from workbench.setup import schema
 from workbench.setup.editors import ChoiceEditor, SuggestEditor
-from window_fixtures import make_window, window  # noqa: F401 (fixtures)
+from window_fixtures import make_window, unfold, window  # noqa: F401 (fixtures)
 
 
 def halve(centred, grouped):
@@ -60,6 +60,7 @@ def test_a_registered_estimator_is_offered_and_typed_key_by_key(make_window, qtb
         # ... in a combo as wide as the column's text fields (it had kept its suggestions'
         # width, showing "my_advanta" of the name).
         window.resize(1400, 900)
+        unfold(qtbot, window.setup, "algorithm")  # the hyperparameters beyond the essentials
         text_field = window.setup.editor("algorithm.epsilon").input_widget()
         qtbot.waitUntil(lambda: editor.combo.isVisible() and text_field.isVisible())
         assert editor.combo.width() >= 0.9 * text_field.width()

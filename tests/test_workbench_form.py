@@ -264,6 +264,8 @@ def test_unknown_keys_at_the_top_and_in_nested_sections_are_removed_or_renamed(w
     assert top.row("notes").rename is None  # nothing close: Remove only
     qtbot.mouseClick(top.row("notes").remove, Qt.LeftButton)
     assert "notes" not in panel.doc.data and top.isHidden()
+    # LoRA's fold opened to show its unknown key: clicked once the window has laid it out
+    qtbot.waitUntil(lambda: lora.row("alhpa").rename.height() > 0)
     qtbot.mouseClick(lora.row("alhpa").rename, Qt.LeftButton)
     assert panel.doc.get("model.lora.alpha") == 8.0 and "alhpa" not in panel.doc.get("model.lora")
     assert line(panel, "model.lora.alpha").text() == "8.0"

@@ -9,7 +9,7 @@ from PySide6.QtCore import QPoint
 from PySide6.QtWidgets import QApplication
 
 from workbench_helpers import type_text
-from window_fixtures import make_window, panel  # noqa: F401 (fixtures)
+from window_fixtures import make_window, panel, unfold  # noqa: F401 (fixtures)
 
 
 def _y(panel, widget) -> int:
@@ -21,6 +21,7 @@ def _y(panel, widget) -> int:
 
 def test_a_problem_does_not_push_the_rows_below_its_field_down(panel, qtbot):
     qtbot.waitUntil(lambda: "Ready to run" in panel.summary.text(), timeout=10000)  # the first check's notes
+    unfold(qtbot, panel, "training", "algorithm")
     rows = panel.rows()
     training = [path for path in rows if path.startswith("training.")]
     erring = "training.learning_rate"

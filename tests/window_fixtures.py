@@ -133,9 +133,22 @@ def show_setup_panel(qtbot, folder: Path, size: tuple[int, int] | None = None) -
     return widget
 
 
+def unfold(qtbot, panel: SetupPanel, *keys: str) -> None:
+    """Click the set-up form's folded groups `keys` open (model, data, algorithm, training,
+    alarms), as a user unfolds the fields beyond the essentials; one already open stays."""
+    for key in keys:
+        groups = [form.fold for form in panel.section_forms() if form.fold is not None and form.fold.key == key]
+        assert groups, f"no folded group {key!r}"
+        if not groups[0].body.isVisible():
+            qtbot.mouseClick(groups[0].button, Qt.LeftButton)
+        assert groups[0].body.isVisible(), key
+
+
 @pytest.fixture
-def panel(qtbot, tmp_path):
-    """The set-up panel on the tests' small preset, opened from a file, shown and active."""
+def panel(qtbot, tmp_path, monkeypatch):
+    """The set-up panel on the tests' small preset, opened from a file, shown and active;
+    the groups it unfolds are remembered in this test's own settings folder."""
+    monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
     widget = show_setup_panel(qtbot, tmp_path, size=(1400, 900))
     qtbot.waitExposed(widget)
     widget.activateWindow()

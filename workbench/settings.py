@@ -75,3 +75,30 @@ class Settings:
             tmp.replace(path)
         except OSError:
             pass  # settings are a convenience; a read-only home must not break the window
+
+
+# The set-up form's advanced groups that the user unfolded (the others stay folded). A file
+# of its own: the window writes settings.json at close from the copy it loaded, which would
+# put back a state changed meanwhile by the form.
+FORM_FILE = "setup-form.json"
+
+
+def unfolded_groups(path: Path | None = None) -> set[str]:
+    """The keys of the set-up form's groups left unfolded (none when nothing was saved)."""
+    try:
+        data = json.loads((path or config_dir() / FORM_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    keys = data.get("unfolded") if isinstance(data, dict) else None
+    return {k for k in keys if isinstance(k, str)} if isinstance(keys, list) else set()
+
+
+def save_unfolded_groups(keys: set[str], path: Path | None = None) -> None:
+    path = path or config_dir() / FORM_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"unfolded": sorted(keys)}), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a convenience, as the settings are

@@ -29,6 +29,7 @@ from engine.preset.schema import Preset
 from engine.foundation.paths import local_or_hub_id, model_path_problem, resolve_data_path
 from engine.run.reporting import missing_reporter
 from engine.rewards import REWARDS, build_reward, reward_source_problems
+from workbench.setup.device import gpu_found, memory_note
 from engine.foundation.paths import looks_like_local_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -246,6 +247,8 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
     examples, _ = templated(raw, preset.model.model_dump(), preset.data.system_prompt, base_dir)
     lengths = prompt_token_counts(folder, [e.prompt for e in examples])
     longest = max(lengths, default=0)
+    _rooms[_room_key(preset.model.model_dump(mode="json"), preset.data, preset.training.seed, base_dir)] = \
+        info.context_length - longest
     # The engine's own message (engine/preset/limits.py), naming the longest prompt's row.
     problem = context_problem(lengths, preset.algorithm.max_completion_length, info.context_length,
                               where=lambda i: prompt_location(preset.data, base_dir, raw[i]))
@@ -261,8 +264,8 @@ def prelaunch_checks(preset: Preset, base_dir: Path | None = None, processes: in
 
 def memory_notes(preset: Preset, folder: Path, longest: int, processes: int = 1) -> list[tuple[str, str]]:
     """The memory estimate (engine/model/memory_estimate.py) as a note on micro_batch_size, the
-    first knob to turn; the form knows no GPU, so both the GPU's and the CPU's figure.
-    With several processes, what each one needs."""
+    first knob to turn, leading with the device the run will use (workbench.setup.device:
+    model.device, `auto` resolved without torch). With several processes, what each one needs."""
     from engine.model.memory_estimate import estimate_for_folder
 
     try:
@@ -270,14 +273,51 @@ def memory_notes(preset: Preset, folder: Path, longest: int, processes: int = 1)
         gpu = estimate_for_folder(preset, folder, prompt_tokens=longest, device="cuda", processes=processes)
     except (ValueError, TypeError, KeyError, OSError):
         return []
-    needs = f"each of {processes} processes needs" if processes > 1 else "needs"
-    if preset.model.device in ("cpu", "mps"):
-        return [("training.micro_batch_size", f"{needs} about {cpu.amount()} of RAM ({cpu.breakdown()})")]
-    dtype = "4-bit" if preset.model.load_in_4bit else {"auto": "bf16", "bfloat16": "bf16", "float16": "fp16",
-                                                       "float32": "fp32"}[preset.model.dtype]
-    return [("training.micro_batch_size",
-             f"{needs} about {gpu.amount()} of GPU memory ({dtype}) or {cpu.amount()} of RAM on the CPU "
-             f"({gpu.breakdown()})")]
+    note = memory_note(cpu, gpu, preset.model.device, preset.model.dtype, preset.model.load_in_4bit, gpu_found(),
+                       processes)
+    return [("training.micro_batch_size", note)]
+
+
+# The room for a completion that the last checks found, by what decides it (_room_key):
+# read when the algorithm is switched, which is too soon to count the prompts again (a
+# quarter of a second for the 5,200 sort prompts).
+_rooms: dict[str, int] = {}
+
+
+def _room_key(model: dict, data, seed: Any, base_dir: Path | None) -> str:
+    return json.dumps([model.get("name_or_path"), model.get("chat_template"), data.model_dump(mode="json"), seed,
+                       str(base_dir)], sort_keys=True, default=str)
+
+
+def completion_room(data: dict, base_dir: Path | None) -> int | None:
+    """The context the longest prompt leaves for a completion (the model's context minus
+    the longest prompt's tokens, as prelaunch_checks counts them), from a preset mapping
+    whose model and data sections are valid; None when it cannot be told here."""
+    from engine.data.config import DataConfig
+    from pydantic import ValidationError
+
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    name = model.get("name_or_path")
+    folder = model_folder(name) if isinstance(name, str) and name else None
+    try:
+        cfg = DataConfig.model_validate(data.get("data") or {})
+        seed = (data.get("training") or {}).get("seed", 0)
+        seed = seed if isinstance(seed, int) else 0
+        key = _room_key(model, cfg, seed, base_dir)
+        if key in _rooms:
+            return _rooms[key]
+        info = read_model_info(folder) if folder is not None else None
+        if info is None or info.context_length is None or not info.has_tokenizer:
+            return None
+        train, held_out = _splits_for(cfg, seed, base_dir)
+        examples, _ = templated(train + held_out, model, cfg.system_prompt, base_dir)
+        lengths = prompt_token_counts(info.folder, [e.prompt for e in examples])
+    except (ValueError, ValidationError, OSError, KeyError, TypeError):
+        return None
+    if len(_rooms) > 16:
+        _rooms.clear()
+    _rooms[key] = info.context_length - max(lengths, default=0)
+    return _rooms[key]
 
 
 def preview_prompts(data: dict, seed: Any, base_dir: Path | None, count: int = 6,

@@ -23,6 +23,7 @@ from engine.data.config import without_default_task
 from engine.foundation.errors import PresetError
 from engine.foundation.io import preset_to_yaml, read_preset_dict
 from workbench.setup import schema
+from workbench.setup.switching import same_value, switched_section
 from workbench.signals import Signal
 
 _PROBLEM = re.compile(r"^(\S+): (.*)$", re.S)
@@ -104,6 +105,10 @@ class PresetDocument:
         self._clean = copy.deepcopy(self.data)
         # Settings of algorithms the user switched away from, so switching back restores them.
         self._algorithm_stash: dict[str, dict] = {}
+        # What Reset and the changed marker compare with: the preset as opened or saved, and
+        # the defaults a switch gave each algorithm the preset did not choose.
+        self._baseline = copy.deepcopy(self.data)
+        self._switch_defaults: dict[str, dict] = {}
         self._was_dirty = False
         # Fields the file did not set, with the default they were filled with (see was_set).
         self._filled: dict[str, Any] = {} if data is not None else dict(_leaves(self.data))
@@ -150,15 +155,44 @@ class PresetDocument:
     def algorithm(self) -> str:
         return str(self.get(f"algorithm.{schema.algorithm_tag()}", ""))
 
-    def switch_algorithm(self, name: str) -> None:
+    def switch_algorithm(self, name: str, room: int | None = None) -> None:
         """Choose another algorithm: its hyperparameters come back as the user left them
-        in this session, or at their defaults."""
+        in this session; else its defaults, with the values of the algorithm left that it
+        also has and accepts (switched_section), a default completion length cut to the
+        `room` the prompts leave in the model's context."""
         if name == self.algorithm:
             return
+        current = copy.deepcopy(self.data.get("algorithm", {}))
         if self.algorithm:
-            self._algorithm_stash[self.algorithm] = copy.deepcopy(self.data.get("algorithm", {}))
-        self.data["algorithm"] = self._algorithm_stash.pop(name, None) or schema.algorithm_defaults(name)
+            self._algorithm_stash[self.algorithm] = current
+        if name in schema.algorithm_models():
+            self._switch_defaults[name] = switched_section(name, {}, room)
+        self.data["algorithm"] = self._algorithm_stash.pop(name, None) or switched_section(name, current, room)
         self._announce("algorithm")
+
+    # ------------------------------------------------------- the preset's values
+
+    def preset_value(self, path: str, default: Any = None) -> Any:
+        """What the preset as opened (or as last saved) holds at `path`: the baseline of
+        the form's changed marker and of Reset. A field of an algorithm the preset did
+        not choose has the default the switch to it gave (its completion length fitted)."""
+        chosen = get_path(self._baseline, f"algorithm.{schema.algorithm_tag()}")
+        if path.startswith("algorithm.") and self.algorithm != chosen:
+            fitted = self._switch_defaults.get(self.algorithm)
+            if fitted is None and self.algorithm in schema.algorithm_models():
+                fitted = schema.algorithm_defaults(self.algorithm)
+            return get_path({"algorithm": fitted or {}}, path, default)
+        return get_path(self._baseline, path, default)
+
+    def changed_from_preset(self, path: str) -> bool:
+        """Whether the field at `path` holds another value than the preset's (1 and 1.0 are one value)."""
+        return not same_value(self.get(path, _MISSING), self.preset_value(path, _MISSING))
+
+    def reset(self, path: str) -> None:
+        """Put the preset's value back at `path`."""
+        value = self.preset_value(path, _MISSING)
+        if value is not _MISSING:
+            self.set(path, copy.deepcopy(value))
 
     # ------------------------------------------------------------ validation
 
@@ -230,6 +264,7 @@ class PresetDocument:
         self._filled = {p: v for p, v in _leaves(self.data) if p not in given}
         self.path = path
         self._algorithm_stash.clear()
+        self._baseline, self._switch_defaults = copy.deepcopy(self.data), {}
         self._clean = copy.deepcopy(self.data) if clean else {}
         self._was_dirty = self.dirty
         self.replaced.emit()
@@ -258,6 +293,7 @@ class PresetDocument:
             # the window and the file agree.
             self.data = preset.model_dump(mode="json")
         self._clean = copy.deepcopy(self.data)
+        self._baseline, self._switch_defaults = copy.deepcopy(self.data), {}
         self._was_dirty = False
         self.saved.emit(path)
         self.dirty_changed.emit(False)

@@ -480,7 +480,8 @@ class FieldRow(QWidget):
 
     def show_checking(self) -> None:
         """A note about the preset as it was is out of date while the checks run: it
-        reads "checking…" in the height it had (rows below keep their place)."""
-        if self.note.isVisible():
+        reads "checking…" in the height it had (rows below keep their place). A row in a
+        folded group counts as shown: its note is there when the group is unfolded."""
+        if not self.note.isHidden():
             self.note.setMinimumHeight(self.note.height())
             self.note.setText("checking…")

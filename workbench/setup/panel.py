@@ -11,7 +11,6 @@ and workbench.setup.rewards_editor (the rewards section).
 from __future__ import annotations
 
 import copy
-import html
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -30,15 +29,17 @@ from PySide6.QtWidgets import (
 )
 
 from engine.data.tasks import TASKS, task_options
-from engine.preset.schema import Preset
+from engine.preset.schema import Preset, unread_fields
 from workbench.setup import schema
 from workbench.setup.background import submit as submit_in_background
-from workbench.setup.checks import launch_problems, prelaunch_checks, preview_prompts
+from workbench.setup.checks import completion_room, launch_problems, prelaunch_checks, preview_prompts
 from workbench.setup.document import PresetDocument
-from workbench.setup.editors import ERROR_STYLE, FieldEditor, FieldRow, describe_model_source
+from workbench.setup.editors import FieldEditor, FieldRow
+from workbench.setup.folding import Folds
 from workbench.setup.launch_options import LaunchOptions
 from workbench.setup.model_picker import CachePicker, DatasetPicker, ModelPicker, add_cache_button, type_into
 from workbench.setup.rewards_editor import RewardsEditor
+from workbench.setup.panel_problems import SUMMARY_LINES, ProblemsShown
 from workbench.setup.section_form import AlgorithmBox, SectionForm
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
@@ -56,8 +57,13 @@ def _check_job(preset: Preset | None, problems: list, data: dict, seed, base_dir
 
 
 SECTION_TITLES = {"model": "Model", "data": "Data", "training": "Training", "alarms": "Alarms"}
-SUMMARY_LINES = 3  # the problem summary's fixed height, in lines
-CHECKING = "Checking"  # plain words: an hourglass glyph is a box in the stock fonts
+# What a first run needs (issue 41): the model, the data's source, the steps and the learning
+# rate, shown; with the algorithm's chooser and the rewards. Every other field is in its
+# section's folded group, titled here.
+ESSENTIALS = {"model.name_or_path", "data.task", "data.task_options", "data.path", "data.dataset",
+              "training.max_steps", "training.learning_rate"}
+FOLD_TITLES = {"model": "More model settings", "data": "More data settings", "training": "More training settings",
+               "alarms": "Alarm thresholds"}
 
 
 def _monospace() -> QFont:
@@ -65,7 +71,7 @@ def _monospace() -> QFont:
 
 
 
-class SetupPanel(QWidget):
+class SetupPanel(ProblemsShown, QWidget):
     """Every preset field; problems next to their fields; a summary on top.
 
     `validated(problems)` is emitted after each validation with the (path, message)
@@ -74,9 +80,10 @@ class SetupPanel(QWidget):
 
     validated = Signal(list)
 
-    def __init__(self, doc: PresetDocument, parent: QWidget | None = None):
+    def __init__(self, doc: PresetDocument, parent: QWidget | None = None, folds: Folds | None = None):
         super().__init__(parent)
         self.doc = doc
+        self.folds = folds or Folds()  # which groups are unfolded, remembered across windows
         self.problems: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
         self._timer = QTimer(self)
@@ -120,7 +127,8 @@ class SetupPanel(QWidget):
             box = QGroupBox(SECTION_TITLES[key], self)
             box.setToolTip(top_specs[key].description)
             form = SectionForm(schema.section_fields(top_specs[key].model, key + "."), self.doc, self.field_edited,
-                               self.task_option_defaults, box, key)
+                               self.task_option_defaults, box, key, folds=self.folds, fold=(key, FOLD_TITLES[key]),
+                               essential=ESSENTIALS.__contains__)
             self.forms[key] = form
             QVBoxLayout(box).addWidget(form)
             boxes[key] = box
@@ -133,7 +141,8 @@ class SetupPanel(QWidget):
         self.preview.setToolTip("The first training prompts of this data, with the answer the rewards compare against")
         boxes["data"].layout().addWidget(QLabel("Preview: first training prompts"))
         boxes["data"].layout().addWidget(self.preview)
-        self.algorithm = AlgorithmBox(self.doc, self.field_edited, self.task_option_defaults, self)
+        self.algorithm = AlgorithmBox(self.doc, self.field_edited, self.task_option_defaults, self, self.folds,
+                                      self.switch_algorithm)
         self.rewards = RewardsEditor(self.doc, self)
 
         self.grid = QGridLayout()
@@ -222,6 +231,11 @@ class SetupPanel(QWidget):
             rows.update(form.rows)
         return rows
 
+    def section_forms(self) -> list[SectionForm]:
+        """The forms on show: the sections' and the current algorithm's."""
+        current = self.algorithm.form(self.doc.algorithm)
+        return [*self.forms.values(), *([current] if current is not None else [])]
+
     def editor(self, path: str) -> FieldEditor:
         return self.rows()[path].editor
 
@@ -240,10 +254,15 @@ class SetupPanel(QWidget):
         self.algorithm.show_algorithm(self.doc.algorithm)
         for path, row in self.rows().items():
             row.editor.set_value(self.doc.get(path))
+        unread = set(unread_fields(self.doc.algorithm))
+        for form in self.section_forms():
+            form.set_unread(unread)
+            form.show_changed()
         self.rewards.refresh()
         unknown = self.doc.unknown_keys()
         for banner in self.banners().values():
             banner.show_keys(unknown)
+        self.open_troubled_folds()
         self.schedule_validation()
 
     def _doc_changed(self, path: str) -> None:
@@ -270,6 +289,20 @@ class SetupPanel(QWidget):
             self.doc.update({**changes, path: value})
         else:
             self.doc.set(path, value)
+
+    def open_troubled_folds(self) -> None:
+        """Hold open each folded group with a problem or an unknown key inside."""
+        troubled = [row for row in self.rows().values() if not row.error.isHidden()]
+        troubled += [banner for banner in self.banners().values() if banner.rows]
+        for form in self.section_forms():
+            if form.fold is not None:
+                form.fold.hold_open(any(form.fold.body.isAncestorOf(w) for w in troubled))
+
+    def switch_algorithm(self, name: str) -> None:
+        """The chooser's choice: the document switches, a default completion length cut to
+        the room the prompts leave in the model's context (known once the checks have
+        counted them, else counted now)."""
+        self.doc.switch_algorithm(name, room=completion_room(self.doc.data, self.doc.base_dir))
 
     def open_cache_picker(self, path: str, picker_class: type[CachePicker]) -> CachePicker:
         """Open the picker for `path`; its choice is put in the field as if typed."""
@@ -363,138 +396,3 @@ class SetupPanel(QWidget):
     def checking(self) -> bool:
         """Whether the pre-launch checks of the document as it is have not answered yet."""
         return self._checked < self._generation or self._timer.isActive()
-
-    def _show_checking(self) -> None:
-        """The checking state: the notes of the last check (about the preset as it was)
-        give way to "checking…" in the space they took, so no row moves under the pointer,
-        and the summary says the checks are running."""
-        self.notes = []
-        rows = list(self.rows().values()) + [self.algorithm.row, self.rewards.list_row] + \
-            list(self.rewards.all_rows().values())
-        for row in rows:
-            row.show_problems([])
-            row.show_checking()
-        self.launch.show_problems([])
-        self.summary.setText(f"<span style='color:#5f6368'>{CHECKING} the data, the prompts' lengths against the "
-                             "model's context, and memory…</span>")
-
-    def _kept_notes(self, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """While the preset has problems the pre-launch checks cannot run: their last
-        notes stay (so rows do not shrink and grow under the user's pointer as problems
-        come and go elsewhere), except on a field that now has a problem."""
-        broken = {path for path, _ in problems}
-        return [(path, note) for path, note in self.notes if path not in broken]
-
-    def row_for(self, path: str) -> FieldRow | None:
-        """The row a problem about `path` belongs to: the field itself, or the closest
-        enclosing one (rewards.1.options.x -> reward component 1)."""
-        if path == "rewards" or path.startswith("rewards."):
-            return self.rewards.row_for(path)
-        if path == "algorithm" or path.startswith(f"algorithm.{schema.algorithm_tag()}"):
-            return self.algorithm.row
-        rows = self.rows()
-        parts = path.split(".")
-        while parts:
-            candidate = ".".join(parts)
-            if candidate in rows:
-                return rows[candidate]
-            parts.pop()
-        # A problem about a section as a whole (data: set exactly one of task or path)
-        # or an unknown field in it goes to the section's first field.
-        section = path.split(".")[0]
-        if section == "algorithm":
-            return self.algorithm.row
-        return next((row for p, row in rows.items() if p.startswith(section + ".")), None)
-
-    def _show(self, problems: list[tuple[str, str]], notes: list[tuple[str, str]]) -> None:
-        by_row: dict[int, tuple[FieldRow, list[str]]] = {}
-        unplaced: list[str] = []
-        all_rows = list(self.rows().values()) + [self.algorithm.row, self.rewards.list_row] + \
-            list(self.rewards.all_rows().values())
-        for row in all_rows:
-            by_row[id(row)] = (row, [])
-        unknown = {key.path for key in self.doc.unknown_keys()}
-        for path, message in problems:
-            if path in unknown:
-                continue  # on its section's banner, with Remove / Rename
-            row = self.row_for(path) if path and not self.launch.owns(path) else None
-            if row is None or id(row) not in by_row:
-                unplaced.append(f"{path}: {message}" if path else message)
-                continue
-            own = self._row_path(row)
-            prefix = path[len(own) + 1:] + ": " if own and path.startswith(own + ".") else ""
-            by_row[id(row)][1].append(prefix + message)
-        for row, messages in by_row.values():
-            row.show_problems(messages)
-        self.launch.show_problems(problems)
-        note_rows: dict[int, tuple[FieldRow, list[str]]] = {id(r): (r, []) for r in all_rows}
-        for path, message in notes:
-            row = self.row_for(path)
-            if row is not None and id(row) in note_rows:
-                note_rows[id(row)][1].append(message)
-        source = describe_model_source(str(self.doc.get("model.name_or_path") or ""))
-        if id(self.model_note) in note_rows and source:
-            note_rows[id(self.model_note)][1].insert(0, source)
-        for row, messages in note_rows.values():
-            row.show_notes(messages)
-        self._summarise(problems, unplaced)
-
-    def _row_path(self, row: FieldRow) -> str:
-        for path, candidate in self.rows().items():
-            if candidate is row:
-                return path
-        for path, candidate in self.rewards.all_rows().items():
-            if candidate is row:
-                return path
-        return ""
-
-    def _summarise(self, problems: list[tuple[str, str]], unplaced: list[str]) -> None:
-        if not problems:
-            self.summary.setText("<span style='color:#1e7e34'>✔ Ready to run.</span> "
-                                 "<span style='color:#5f6368'>Hover a field's name for its help.</span>")
-            return
-        items = []
-        unknown = {key.path: key for key in self.doc.unknown_keys()}
-        for path, message in problems:
-            if path in unknown:  # the engine's message lists every allowed key: too long here
-                key = unknown[path]
-                message = (f"unknown key (Rename to {key.suggestion} or Remove" if key.suggestion
-                           else "unknown key (Remove") + " at the top of its section)"
-            label = html.escape(path or "preset")
-            link = f"<a href='{html.escape(path)}'>{label}</a>" if path else label
-            items.append(f"{link}: {html.escape(message)}")
-        more = " (scroll for all)" if len(problems) >= SUMMARY_LINES else ""
-        self.summary.setText(
-            f"<span style='{ERROR_STYLE}'>✖ {len(problems)} problem{'s' if len(problems) > 1 else ''} "
-            f"to fix before running{more}:</span><br>" + "<br>".join(items)
-        )
-
-    def _show_preview(self, examples: list, reason: str) -> None:
-        if not examples:
-            self.preview.setPlainText(reason)
-            return
-        lines = []
-        for example in examples:
-            answer = example.fields.get("answer")
-            lines.append(example.prompt + (f"  →  {answer!r}" if answer is not None else ""))
-        # Templated prompts run over several lines: a rule between them, the note first.
-        separator = "\n" + "─" * 24 + "\n" if any("\n" in line for line in lines) else "\n"
-        self.preview.setPlainText((f"[{reason}]\n" if reason else "") + separator.join(lines))
-
-    def focus_field(self, path: str) -> None:
-        key = next((k for k in self.doc.unknown_keys() if k.path == path), None)
-        banner = self.banners().get(key.section) if key is not None else None
-        if banner is not None and key.key in banner.rows:
-            self.scroll.ensureWidgetVisible(banner)
-            banner.row(key.key).remove.setFocus(Qt.OtherFocusReason)
-            return
-        if self.launch.owns(path):
-            self.launch.focus(path)
-            return
-        row = self.row_for(path)
-        if row is None:
-            return
-        self.scroll.ensureWidgetVisible(row)
-        editor = row.editor
-        target = editor.input_widget() if isinstance(editor, FieldEditor) else editor
-        target.setFocus(Qt.OtherFocusReason)
