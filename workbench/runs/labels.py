@@ -135,13 +135,16 @@ def short_names(paths: list[str]) -> list[str]:
 
     >>> short_names(["training.learning_rate", "algorithm.beta", "model.lora.r"])
     ['lr', 'beta', 'lora.r']
-    >>> short_names(["rewards.exact_match.weight", "rewards.sort_inclusion_order.weight"])
-    ['exact_match.weight', 'sort_inclusion_order.weight']
+    >>> short_names(["rewards.exact_match.weight", "algorithm.epsilon", "training.epsilon"])
+    ['exact_match.weight', 'algorithm.epsilon', 'training.epsilon']
     """
     last = [ALIASES.get(p, ALIASES.get(p.rsplit(".", 1)[-1], p.rsplit(".", 1)[-1])) for p in paths]
     out = []
     for path, name in zip(paths, last):
         parts = path.split(".")
+        if parts[0] == "rewards" and len(parts) > 2:  # a reward's field: which reward says as much
+            out.append(".".join(parts[1:]))
+            continue
         if (len(name) <= 2 and name not in ALIASES.values() or last.count(name) > 1) and len(parts) > 1:
             name = ".".join(parts[-2:])
         out.append(name)

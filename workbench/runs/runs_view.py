@@ -425,8 +425,8 @@ CELL_CHARS = 28  # a longer value (a path) is cut, whole in its tool tip: no col
 
 class DifferencesTable(QTableWidget):
     """The preset fields that differ between compared runs, one column per run in the
-    run's colour, headed by the run's label. `needed_width()`: the width that shows it
-    whole."""
+    run's colour, headed by the run's label. `needed_width()`, `needed_height()`: what
+    shows it whole."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -468,3 +468,11 @@ class DifferencesTable(QTableWidget):
         columns = sum(self.columnWidth(c) for c in range(self.columnCount()))
         return (self.verticalHeader().sizeHint().width() + columns + 2 * self.frameWidth()
                 + self.verticalScrollBar().sizeHint().width() + 4)
+
+    def needed_height(self) -> int:
+        """The height that shows every row: the runs' headers, each field, the frame and a
+        horizontal scroll bar."""
+        self.resizeRowsToContents()
+        rows = sum(self.rowHeight(r) for r in range(self.rowCount()))
+        return (self.horizontalHeader().sizeHint().height() + rows + 2 * self.frameWidth()
+                + self.horizontalScrollBar().sizeHint().height())

@@ -160,7 +160,8 @@ class RunControl:
 
     def run_again(self, run_dir: Path) -> Path | None:
         """A run's preset once more, in a new run folder (the banner's Run again): the same
-        settings, label and name; the form's preset is not involved."""
+        settings and label, and its name unless one is typed in the Run name field (which
+        names the next run, however it is started); the form's preset is not involved."""
         run_dir = Path(run_dir)
         if self.running:
             self.window.refuse(f"A run is in progress ({self.engine.run_dir.name}); stop it before starting another.")
@@ -181,8 +182,9 @@ class RunControl:
             launch = workbench_dir(new_dir) / LAUNCH_PRESET
             launch.parent.mkdir(parents=True)
             launch.write_text(yaml.safe_dump(preset, sort_keys=False, allow_unicode=True), encoding="utf-8")
-            if record:
-                write_label_record(new_dir, record.get("name"), str(record.get("preset") or ""),
+            typed = self.name_field.text().strip()
+            if record or typed:
+                write_label_record(new_dir, typed or record.get("name"), str(record.get("preset") or ""),
                                    record.get("preset_fields"), record.get("preset_file"))
             engine = EngineProcess(new_dir, launch, stop_timeout_s=self.settings.stop_timeout_s,
                                    parent=self.window.parent, processes=processes, gpus=gpus)
@@ -190,8 +192,11 @@ class RunControl:
             self.window.show_message(f"Cannot start the engine: {exc}", "error")
             remove_unstarted(new_dir)
             return None
-        return self.start(engine, new_dir, f"Started {new_dir} (again: {run_dir.name}'s preset)",
-                          remove_on_failure=True)
+        started = self.start(engine, new_dir, f"Started {new_dir} (again: {run_dir.name}'s preset)",
+                             remove_on_failure=True)
+        if started is not None:
+            self.name_field.clear()
+        return started
 
     def start(self, engine: EngineProcess, run_dir: Path, message: str, remove_on_failure: bool) -> Path | None:
         """Start `engine` as this window's (Run, Resume, a fork), show `message` and the
