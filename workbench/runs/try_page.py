@@ -144,6 +144,8 @@ class TryPage(QWidget):
         """The run whose base and checkpoints are tried; its preset's sampling settings as
         the form's defaults."""
         same = run_dir is not None and self.run_dir is not None and Path(run_dir) == self.run_dir
+        if not same and self.running:
+            self.job.cancel()  # its answers would be another run's
         self.run_dir = None if run_dir is None else Path(run_dir)
         if not same:
             defaults = run_defaults(self.run_dir) if self.run_dir else run_defaults(Path("/nowhere"))
