@@ -13,7 +13,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 import engine.model.static_decode as static_decode
 from engine.model.config import ModelConfig
 from engine.model.loading import load_model
-from engine.model.rollout import inverse_cdf, sample
+from engine.model.rollout import sample
+from engine.model.sampling import inverse_cdf
 from engine.model.static_decode import batch_bucket, cache_bucket, decode_path
 
 

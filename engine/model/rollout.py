@@ -13,14 +13,21 @@ the batch, finished or not), so under one seed they sample the same tokens.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from engine.model import static_decode
 from engine.model.kv_cache import preallocate
+from engine.model.sampling import (
+    cache_keyword, draw_tokens, filter_logits, inverse_cdf, positions_from_mask, returned_cache, step_uniforms,
+)
 from engine.model.tensors import completion_mask
+
+# The shared pieces (engine/model/sampling.py) are still taken from here by older callers.
+__all__ = ["Rollout", "cache_keyword", "encode_prompts_once", "filter_logits", "finished_rollout", "inverse_cdf",
+           "plain_sample", "positions_from_mask", "returned_cache", "sample"]
 
 
 @dataclass
@@ -69,84 +76,6 @@ class Rollout:
         if self.episodes is not None:
             picked.episodes = [self.episodes[i] for i in index.tolist()]
         return picked
-
-
-def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Set logits outside the top-k / nucleus (top-p) set to -inf. (B, V) -> (B, V).
-
-    input:  logits log([0.5, 0.3, 0.2]), top_p=0.7
-    output: [log 0.5, log 0.3, -inf]   (0.5 < 0.7, 0.5 + 0.3 >= 0.7: the smallest set kept)
-    """
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        # drop a token when the tokens before it already reach top_p
-        drop_sorted = (cum - sorted_logits.softmax(-1)) >= top_p
-        drop = drop_sorted.scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits
-
-
-def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
-    """One token a row from `probs` (B, V), each from its row's uniform number in [0, 1)
-    (B,): the first token whose cumulative probability exceeds u times the row's total.
-
-    input:  probs [[0.5, 0.0, 0.3, 0.2]], uniforms [0.6]
-    output: [2]   (cumulative 0.5, 0.5, 0.8, 1.0: the first above 0.6)
-
-    One random number a row, where torch.multinomial draws one a row and vocabulary
-    entry (152k of them at Qwen's vocabulary: 0.6 s a step for 64 rows on a CPU thread,
-    more than the LM head); no validation of `probs`, hence no host sync. A token of
-    probability 0 is never picked: its cumulative sum equals its left neighbour's (a
-    rounding that pushes u times the total past the last sum falls back to the argmax).
-    """
-    cum = probs.cumsum(-1)
-    target = (uniforms.to(cum.dtype) * cum[:, -1])[:, None]
-    index = torch.searchsorted(cum, target, right=True).clamp(max=probs.shape[-1] - 1)
-    picked = probs.gather(-1, index) > 0
-    return torch.where(picked, index, probs.argmax(-1, keepdim=True)).squeeze(-1)
-
-
-def draw_tokens(logits: torch.Tensor, uniforms: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
-                greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next token of each row and its logprob under the sampling policy (the
-    temperature-scaled distribution, before top-k/top-p): ((B,) long, (B,) float32).
-    `uniforms` (B,) in [0, 1) choose the tokens (unused when greedy). Both decode paths
-    call this, eagerly or inside a captured step: no host sync."""
-    scaled = logits.float() / (1.0 if greedy else temperature)  # (B, V)
-    logp = torch.log_softmax(scaled, dim=-1)
-    if greedy:
-        token = scaled.argmax(-1)
-    else:
-        token = inverse_cdf(filter_logits(scaled, top_k, top_p).softmax(-1), uniforms)
-    return token, logp.gather(-1, token[:, None]).squeeze(-1)
-
-
-def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that ignore left padding. (B, L) -> (B, L)
-
-    input:  [[0, 0, 1, 1], [1, 1, 1, 1]]
-    output: [[0, 0, 0, 1], [0, 1, 2, 3]]
-    """
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
-def cache_keyword(model) -> str:
-    """The keyword a model's forward takes its KV cache by: `cache` in transformers 5.2x
-    (where `past_key_values` warns and goes in 5.40), `past_key_values` in older versions
-    and in remote code written for them. Read from the signature, not a version number."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def returned_cache(out):
-    """The KV cache a forward pass returned: `out.cache` where the output has that field,
-    else `out.past_key_values` (older transformers; reading it on newer ones logs a warning)."""
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 def encode_prompts_once(model, prompt_ids, prompt_mask, firsts, inverse, room: int = 0):
@@ -200,18 +129,19 @@ def sample(
     settings = dict(max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
                     temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
                     group_size=group_size, finished_everywhere=finished_everywhere)
-    from engine.model import static_decode  # here: it imports this module
-
     path = static_decode.decode_path(decode, prompt_ids.device, max_new_tokens, finished_everywhere is not None)
-    if path == "plain":
-        return plain_sample(model, prompt_ids, prompt_mask, **settings)
-    if path == "captured" and decode == "auto":
+    static = None
+    if path != "plain":
         try:
-            return static_decode.static_sample(model, prompt_ids, prompt_mask, captured=True, **settings)
+            static = static_decode.static_sample(model, prompt_ids, prompt_mask, captured=path == "captured",
+                                                 **settings)
         except Exception as error:  # noqa: BLE001 - the compiler's failures have no common type
-            static_decode.capture_failed(error)
-            return plain_sample(model, prompt_ids, prompt_mask, **settings)
-    return static_decode.static_sample(model, prompt_ids, prompt_mask, captured=path == "captured", **settings)
+            if decode != "auto":
+                raise
+            static_decode.capture_failed(error)  # auto chose it: warn once, decode plainly from then on
+    if static is None:  # plain, or a model whose cache cannot be static, or a failed capture
+        return plain_sample(model, prompt_ids, prompt_mask, **settings)
+    return finished_rollout(prompt_ids, prompt_mask, *static, eos_token_ids, pad_token_id)
 
 
 def plain_sample(model, prompt_ids, prompt_mask, *, max_new_tokens, eos_token_ids, pad_token_id, temperature, top_p,
@@ -265,13 +195,6 @@ def plain_sample(model, prompt_ids, prompt_mask, *, max_new_tokens, eos_token_id
         next_pos = next_pos + 1
     return finished_rollout(prompt_ids, prompt_mask, completion_ids[:, :steps], logprobs[:, :steps], eos_token_ids,
                             pad_token_id)
-
-
-def step_uniforms(batch: int, greedy: bool, generator: torch.Generator | None, device) -> torch.Tensor:
-    """A decode step's random numbers: one a row in [0, 1) (none drawn when greedy)."""
-    if greedy:
-        return torch.zeros(batch, device=device)
-    return torch.rand(batch, generator=generator, device=device)
 
 
 def finished_rollout(prompt_ids, prompt_mask, completion_ids, logprobs, eos_token_ids: list[int],

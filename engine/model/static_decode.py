@@ -31,10 +31,8 @@ import logging
 import torch
 
 from engine.model.kv_cache import filled_static_cache
-from engine.model.rollout import (
-    Rollout, cache_keyword, draw_tokens, finished_rollout, plain_sample, positions_from_mask, returned_cache,
-    step_uniforms,
-)
+from engine.model.sampling import cache_keyword, draw_tokens, positions_from_mask, returned_cache, step_uniforms
+from engine.model.tensors import completion_mask
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +155,12 @@ def _base_model(model):
 def static_sample(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_token_ids: list[int],
                   pad_token_id: int, temperature: float, top_p: float, top_k: int, greedy: bool,
                   generator: torch.Generator | None, group_size: int, finished_everywhere=None,
-                  captured: bool = False) -> Rollout:
-    """rollout.sample's result by the fixed-shape step (its arguments, less `decode`),
-    captured as a CUDA graph when `captured`. A model whose cache cannot be static decodes
-    plainly."""
-    settings = dict(max_new_tokens=max_new_tokens, eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
-                    temperature=temperature, top_p=top_p, top_k=top_k, greedy=greedy, generator=generator,
-                    group_size=group_size, finished_everywhere=finished_everywhere)
+                  captured: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """rollout.sample's tokens (B, T') and their logprobs (B, T') by the fixed-shape step
+    (its arguments, less `decode`), captured as a CUDA graph when `captured`; T' is the
+    longest row's length, as the plain path's. Rows hold what they drew after their end
+    token as padding with logprob 0. None, after a warning, for a model whose cache cannot
+    be static: the caller decodes plainly."""
     batch, width = prompt_ids.shape
     device = prompt_ids.device
     base = _base_model(model)
@@ -183,7 +180,7 @@ def static_sample(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_to
     if cache is None:
         log.warning("model.decode: this model's KV cache cannot be static (a sliding-window or linear-attention "
                     "layer); decoding plainly")
-        return plain_sample(model, prompt_ids, prompt_mask, **settings)
+        return None
     if captured:
         _keep_cache(key, cache)
     step = captured_step() if captured else decode_step
@@ -216,7 +213,6 @@ def static_sample(model, prompt_ids, prompt_mask, *, max_new_tokens: int, eos_to
         completion_ids[:, t], logprobs[:, t] = token[:batch], logprob[:batch]
         if captured:  # a replay overwrites its outputs: keep the ones the next step reads
             token, ended = token.clone(), ended.clone()
-    rollout = finished_rollout(prompt_ids, prompt_mask, completion_ids, logprobs, eos_token_ids, pad_token_id)
-    steps = int(rollout.completion_mask.sum(-1).max())  # the plain path's width: the longest row
-    return Rollout(*(getattr(rollout, f)[:, :steps] if f in ("completion_ids", "completion_mask", "sampling_logprobs")
-                     else getattr(rollout, f) for f in Rollout.FIELDS))
+    # The plain path's width: the longest row, to its end token (one host sync, at the end).
+    steps = int(completion_mask(completion_ids, eos_token_ids).sum(-1).max())
+    return completion_ids[:, :steps], logprobs[:, :steps]
