@@ -8,10 +8,22 @@ from PySide6.QtGui import QTextDocument
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
+from inspector_helpers import grpo_record, grpo_run, write_steps
+from test_inspector_reward_tokens import pick
+from window_fixtures import inspector, open_run  # noqa: F401 (fixtures)
 from workbench.dashboard.info_mark import InfoMark
 from workbench.dashboard.view import Dashboard
+from workbench.inspector.text import TokenTextView
+from workbench.inspector.text_paint import STEP_BAR
+from workbench.inspector.view import HISTORY_PAGE
 from workbench.runs.rundata import RunData
 from workbench_helpers import write_run
+
+
+def plain(rich: str) -> str:
+    document = QTextDocument()
+    document.setHtml(rich)
+    return document.toPlainText()
 
 
 def _dashboard(qtbot, tmp_path, **run) -> Dashboard:
@@ -84,3 +96,58 @@ def test_every_plot_has_a_drawn_info_mark_with_its_help(qtbot, tmp_path):
     inked = sum(1 for x in range(image.width()) for y in range(image.height())
                 if image.pixelColor(x, y).lightness() < 160)
     assert inked > 10  # the circle and the "i" are drawn
+
+
+# ================================================================ the inspector
+
+
+def test_a_step_score_badge_is_not_drawn_like_a_token(qtbot):
+    # A sort task's step scored 1 after the token " 1": drawn as a token (a box filled with
+    # the score's colour, upright digits) the badge read as one more digit of the answer.
+    view = TokenTextView()
+    qtbot.addWidget(view)
+    view.resize(420, 120)
+    view.show()
+    qtbot.waitExposed(view)
+    pink = "#a9006b"
+    view.set_content("", [" 1", " 3", "<eos>"], {0: [("1", pink)]}, [0, 1, -1])
+    qtbot.waitUntil(lambda: view.badge_rects() and view.badge_rects()[0].width() > 0)
+    image = view.viewport().grab().toImage()
+    ratio = image.devicePixelRatio()
+    rect = view.badge_rects()[0]
+    colours = [image.pixelColor(int(x * ratio), int(y * ratio))
+               for x in range(int(rect.left()) + 3, int(rect.right()) - 1) for y in range(int(rect.top()), int(rect.bottom()))]
+    pixels = [c.name() for c in colours]
+    assert pixels.count(pink) < 0.25 * len(pixels)  # the score's colour is a dot, not the badge's fill
+    assert pixels.count("#ffffff") > 0.3 * len(pixels)  # a white pill ...
+
+    def slate(c) -> bool:
+        return abs(c.red() - STEP_BAR.red()) + abs(c.green() - STEP_BAR.green()) + abs(c.blue() - STEP_BAR.blue()) < 60
+    assert sum(map(slate, colours)) > 10  # ... edged and lettered in slate, unlike any token's box
+
+
+def test_the_inspector_pages_stay_put_when_the_quantity_changes(qtbot, tmp_path, inspector):  # noqa: F811
+    inspector.resize(1000, 700)  # (a narrow window: a longer meaning took a third line)
+    open_run(inspector, grpo_run(tmp_path))
+    inspector.open_step(1, index=0)
+    box = inspector.quantity_box
+    keys = [box.itemData(i) for i in range(box.count())]
+    assert len(keys) >= 5
+    places = {}
+    for key in keys:
+        pick(qtbot, inspector, key)
+        QApplication.processEvents()
+        places[key] = (inspector.pages.geometry().getRect(), inspector.legend.bar.geometry().getRect())
+    assert len(set(places.values())) == 1, places
+
+
+def test_round_off_reads_as_0_and_one_step_is_one_step(qtbot, tmp_path, inspector):  # noqa: F811
+    run_dir = write_run(tmp_path, "once", steps=1)
+    write_steps(run_dir, {1: [grpo_record(1, 0, 0, 0.5, 4.440892098500626e-16, prompt="only once")]})
+    open_run(inspector, run_dir)
+    inspector.open_step(1, index=0)
+    assert "advantage 0" in plain(inspector.summary.text()) and "e-16" not in inspector.summary.text()
+    bar = inspector.pages.tabBar()
+    qtbot.mouseClick(bar, Qt.LeftButton, pos=bar.tabRect(HISTORY_PAGE).center())
+    inspector.history_view.scan_all()
+    assert "1 completion of this prompt over 1 step:" in inspector.history_view.status.text()

@@ -22,6 +22,7 @@ from engine.alarms.exploitation import EXPLOITED, EXPLOITED_KIND, reward_model_e
 from engine.alarms.history import Finding, History, Kind
 from engine.alarms.history import correlation as _correlation, evaluations as _evaluations, evidence as _evidence
 from engine.alarms.history import mean as _mean, number as _number, raw as _raw, span as _span
+from engine.alarms.history import signed as _signed
 from engine.rl.catalog import length_neutral_loss_types
 
 __all__ = ["KINDS", "DETECTORS", "Finding", "History", "held_out_score"]
@@ -271,7 +272,7 @@ def update_against_advantage(history: History, cfg: AlarmsConfig) -> Finding | N
     for sign, mean_key in (("positive", "update/change_pos_adv_mean"), ("negative", "update/change_neg_adv_mean")):
         means = [p for p in history.series(mean_key) if p[0] >= pairs[0][0]]
         if means:
-            saw += (f"; {_raw(mean_key, means)} was {_mean(means):+.3g}: the mean Δ log p of the tokens with a "
+            saw += (f"; {_raw(mean_key, means)} was {_signed(_mean(means))}: the mean Δ log p of the tokens with a "
                     f"{sign} advantage")
             series[mean_key.replace("/", "__")] = means
     return Finding(pairs[0][0], pairs[-1][0], key, saw, _evidence(**series))

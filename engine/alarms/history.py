@@ -59,6 +59,16 @@ def number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def signed(value: float) -> str:
+    """A signed value in a text, to 3 significant digits; round-off (the mean of values
+    that cancel, 4.4e-16) as 0.
+
+    >>> signed(-0.0123), signed(0.5), signed(4.440892098500626e-16)
+    ('-0.0123', '+0.5', '0')
+    """
+    return "0" if abs(value) < 1e-7 else f"{value:+.3g}"
+
+
 def mean(pairs: list[tuple[int, float]]) -> float:
     return sum(v for _, v in pairs) / len(pairs)
 

@@ -18,6 +18,7 @@ from workbench.run_declaration import GROUP, PAIR, SINGLE
 from workbench.inspector.records import BREAK, MARK, SPECIAL, Side, Trajectory, token_display, token_segments
 from workbench.inspector.steps import badges, mean_score, scores_text, token_step_lines
 from workbench.inspector.update_effect import EFFECT_KEYS, effect_rows, token_marks, trajectory_effect_text
+from workbench.inspector.wording import signed
 
 # ===================================================================== summary
 
@@ -55,8 +56,7 @@ def signed_values(values: dict) -> str:
     >>> signed_values({"exact_match": 1.2, "format": -0.4, "x": None})
     'exact_match +1.2, format -0.4, x null'
     """
-    return ", ".join(f"{k} {v:+.4g}" if isinstance(v, (int, float)) and math.isfinite(v) else f"{k} null"
-                     for k, v in values.items())
+    return ", ".join(f"{k} {signed(v)}" for k, v in values.items())
 
 
 def _components(values) -> str:
@@ -124,9 +124,10 @@ def summary_parts(trajectory: Trajectory) -> list[SummaryPart]:
     adv = t.advantage
     spread = t.advantage_range
     if adv is not None and spread is not None:  # varies by token: its mean is not every token's
-        parts.append(SummaryPart("mean advantage", f"{adv:+.4g}", f"(per token {spread[0]:+.4g} to {spread[1]:+.4g})"))
+        parts.append(SummaryPart("mean advantage", signed(adv),
+                                 f"(per token {signed(spread[0])} to {signed(spread[1])})"))
     elif adv is not None:
-        parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", f"{adv:+.4g}"))
+        parts.append(SummaryPart("mean advantage" if t.layout == SINGLE else "advantage", signed(adv)))
     parts += rollout_context(t)
     parts.append(SummaryPart(f"{len(t.sides[0])} tokens"))
     if t.episode is not None:

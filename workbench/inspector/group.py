@@ -36,6 +36,7 @@ from workbench.inspector.steps import badges, chips_html, order_key, step_parity
 from workbench.inspector.text import TokenTextView
 from workbench.inspector.text_paint import token_colours
 from workbench.inspector.update_effect import token_marks, trajectory_effect_text
+from workbench.inspector.wording import signed
 
 FLAG_STYLE = ("QLabel { background: #fff3cd; color: #5c4400; border: 1px solid #e0c060; border-radius: 4px; "
               "padding: 6px; }")
@@ -51,7 +52,7 @@ def _chip(value: float | None, scale: float) -> str:
     if value is None:
         return "null"
     bg = diverging_hex(value, scale)
-    return (f"<span style='background:{bg}; color:{text_hex(bg)}'>&nbsp;{value:+.4g}&nbsp;</span>")
+    return (f"<span style='background:{bg}; color:{text_hex(bg)}'>&nbsp;{signed(value)}&nbsp;</span>")
 
 
 class GroupRowWidget(QFrame):
@@ -74,7 +75,8 @@ class GroupRowWidget(QFrame):
         n = len(row.trajectory.sides[0]) if row.trajectory is not None else None
         spread = row.trajectory.advantage_range if row.trajectory is not None else None
         advantage = f"advantage {_chip(row.advantage, adv_scale)}" if spread is None else \
-            f"mean advantage {_chip(row.advantage, adv_scale)} (per token {spread[0]:+.3g} to {spread[1]:+.3g})"
+            f"mean advantage {_chip(row.advantage, adv_scale)} " \
+            f"(per token {signed(spread[0], 3)} to {signed(spread[1], 3)})"
         parts = [f"<b>#{row.index}</b>", f"reward <b>{_num(row.reward)}</b>" + (f" ({components})" if components else ""),
                  advantage]
         if row.steps:

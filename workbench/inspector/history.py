@@ -28,6 +28,7 @@ from workbench.inspector.navigation import PromptChoice
 from workbench.inspector.plot import IntegerAxis
 from workbench.inspector.quantities import _num
 from workbench.inspector.records import text_display
+from workbench.inspector.wording import plural
 
 SOURCE_LABEL = {"rollout": "rollout (tokens)", "sample": "sample", "eval": "eval (greedy)"}
 SOURCE_STYLE = {  # symbol, brush, pen
@@ -198,7 +199,8 @@ class HistoryView(QWidget):
         counts = {s: sum(1 for r in self.rows if r.source == s) for s in SOURCE_LABEL}
         steps = sorted({r.step for r in self.rows})
         self.status.setText(
-            f"{len(self.rows)} completions of this prompt over {len(steps)} steps: {counts['rollout']} token by "
+            f"{plural(len(self.rows), 'completion')} of this prompt over {plural(len(steps), 'step')}: "
+            f"{counts['rollout']} token by "
             f"token, {counts['sample']} in samples events, {counts['eval']} at evaluations (greedy). "
             "A training prompt comes back once an epoch of the data; held-out prompts at every evaluation.")
         for source, item in self.scatter.items():

@@ -23,6 +23,7 @@ from workbench.inspector.quantities import MARKS, QUANTITIES, _int, _num
 from workbench.inspector.steps import StepComponent, labelled_scores_text, record_steps
 from workbench.inspector.update_effect import derived_numbers
 from workbench.run_declaration import GROUP, PAIR, SINGLE, algorithm_of, records_of
+from workbench.inspector.wording import signed
 
 # Per-token lists that are not numbers to colour by (an episode's tool flags and turns:
 # Trajectory.episode).
@@ -197,7 +198,7 @@ class Trajectory:
         if self.record.get("tie") is True:
             return f"tie: first sampled taken as {self.sides[0].name}"
         margin = self.record.get("score_margin")
-        margin = f"{margin:+.4g}" if isinstance(margin, (int, float)) else "null"
+        margin = signed(margin)
         return f"{self.sides[0].name} won by {margin} score"
 
     def quantities(self) -> list[str]:
@@ -249,7 +250,7 @@ class Trajectory:
         adv = self.advantage
         if adv is not None:
             mean = self.layout == SINGLE or self.advantage_range is not None
-            parts.append(f"{'mean adv' if mean else 'adv'} {adv:+.3g}")
+            parts.append(f"{'mean adv' if mean else 'adv'} {signed(adv, 3)}")
         parts.append(f"{len(self.sides[0])} tok")
         if self.episode is not None:
             parts.append(f"{self.episode.turns} turn{'' if self.episode.turns == 1 else 's'}")

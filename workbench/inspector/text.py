@@ -34,7 +34,7 @@ from PySide6.QtWidgets import QAbstractScrollArea, QFrame, QToolTip
 from workbench.inspector.colors import text_hex
 from workbench.inspector.episodes import TURN
 from workbench.inspector.records import BREAK, MARK, SPECIAL, prompt_segments, token_segments
-from workbench.inspector.text_paint import Fonts, paint_badge, paint_rules, paint_tag
+from workbench.inspector.text_paint import BADGE_EXTRA, Fonts, paint_badge, paint_rules, paint_tag
 
 PROMPT_COLOUR = QColor("#8a8a8a")
 HOVER_PEN = QColor("#111111")
@@ -266,7 +266,7 @@ class TokenTextView(QAbstractScrollArea):
                 place(w, i, box)
                 if badges and k == len(pieces) - 1:  # after the step's last piece, before its line break
                     for badge in badges:
-                        place(measure(badge[0], True) + 4.0, i, [(4.0, badge[0], BADGE)], badge)
+                        place(measure(badge[0], True) + BADGE_EXTRA, i, [(4.0, badge[0], BADGE)], badge)
                 if breaks:
                     new_line()
         self._box_line, self._box_x, self._box_w, self._box_token, self._box_parts = lines, xs, ws, toks, parts

@@ -56,21 +56,37 @@ class Fonts:
     tag_metrics: QFontMetricsF
 
 
+# A badge's room besides its text: the bar, the pill's edge, the score's dot and air.
+BADGE_EXTRA = 20.0
+BADGE_DOT = 9.0
+
+
 def paint_badge(painter: QPainter, badge: tuple[str, QColor, QColor], x: float, top: float, w: float,
                 line_height: float, fonts: Fonts) -> None:
-    """A step's boundary (a bar the line's height) and its score on the score's colour."""
-    text, bg, fg = badge
+    """A step's boundary (a bar the line's height) and its score: a white pill with a
+    slate edge, a dot of the score's colour and the score in italics. Nothing like a
+    token (a borderless box of colour, upright text): in a sort task the score "1"
+    drawn as a token's would be read as the digit 1 of the answer."""
+    text, bg, _fg = badge
     painter.setPen(QPen(STEP_BAR, 2))
     painter.drawLine(QPointF(x + 1, top + 1), QPointF(x + 1, top + line_height - 1))
     tag_h = fonts.tag_metrics.height()
-    pill = QRectF(x + 3, top + (line_height - tag_h) / 2 - 1, w - 3, tag_h + 2)
+    middle = top + line_height / 2
+    pill = QRectF(x + 3, middle - tag_h / 2 - 1, w - 3, tag_h + 2)
+    painter.setRenderHint(QPainter.Antialiasing, True)
+    painter.setBrush(QColor("white"))
+    painter.setPen(QPen(STEP_BAR, 1.2))
+    painter.drawRoundedRect(pill, 5, 5)
     painter.setBrush(bg)
-    painter.setPen(QPen(STEP_BAR, 0.8))
-    painter.drawRoundedRect(pill, 4, 4)
+    painter.setPen(QPen(STEP_BAR, 0.6))
+    painter.drawEllipse(QRectF(x + 4, middle - BADGE_DOT / 2, BADGE_DOT, BADGE_DOT))
+    painter.setRenderHint(QPainter.Antialiasing, False)
     painter.setBrush(Qt.NoBrush)
-    painter.setFont(fonts.tag)
-    painter.setPen(fg)
-    painter.drawText(QPointF(x + 7, top + (line_height - tag_h) / 2 + fonts.tag_metrics.ascent()), text)
+    font = QFont(fonts.tag)
+    font.setItalic(True)
+    painter.setFont(font)
+    painter.setPen(STEP_BAR)
+    painter.drawText(QPointF(x + 4 + BADGE_DOT + 3, middle - tag_h / 2 + fonts.tag_metrics.ascent()), text)
     painter.setFont(fonts.text)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from workbench.inspector.quantities import _num
 from workbench.run_declaration import PAIR
+from workbench.inspector.wording import signed
 
 if TYPE_CHECKING:
     from workbench.inspector.records import Side, Trajectory
@@ -119,7 +120,7 @@ def token_marks(trajectory: Trajectory, side_index: int, key: str) -> np.ndarray
 
 
 def _signed(value: float) -> str:
-    return f"{value:+.4g}" if math.isfinite(value) else "null"
+    return signed(value)
 
 
 def effect_rows(side: Side, i: int) -> list[tuple[str, str]]:

@@ -356,6 +356,7 @@ class InspectorView(QWidget):
             for key in keys:
                 self.quantity_box.addItem(quantity(key).label, key)
             self.quantity_box.blockSignals(False)
+            self.legend.reserve([(key, quantity(key).label, quantity(key).meaning) for key in keys])
         self.quantity_box.blockSignals(True)
         self.quantity_box.setCurrentIndex(keys.index(self.key) if self.key in keys else -1)
         self.quantity_box.blockSignals(False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QLinearGradient, QPainter, QPen
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -90,16 +90,26 @@ class Legend(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("QLabel { color: #5c4400; background: #fff8e1; padding: 3px 6px; }")
         self.note.hide()
-        row = QHBoxLayout()
+        row = self._row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.name)
-        row.addWidget(self.bar)
+        row.addWidget(self.name, 0, Qt.AlignTop)  # (top: they stay put when the text grows)
+        row.addWidget(self.bar, 0, Qt.AlignTop)
         row.addWidget(self.text, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(row)
         layout.addWidget(self.note)
+        layout.addStretch(1)  # a legend shorter than its reserved room sits at the top
+        # Room for the tallest legend of the quantities on offer (`reserve`), so the pages
+        # under it do not jump when the quantity changes; measured on hidden twins.
+        self._offered: list[tuple[str, str]] = []
+        self._scale_line = ""
+        self._probe, self._note_probe = QLabel(), QLabel()
+        self._probe.setTextFormat(Qt.RichText)
+        for probe, like in ((self._probe, self.text), (self._note_probe, self.note)):
+            probe.setWordWrap(True)
+            probe.setStyleSheet(like.styleSheet())
 
     def set_scale(self, key: str, scale: Scale | None, meaning: str, label: str, tool: bool = False) -> None:
         """`tool`: the record is an episode with tool tokens, drawn grey (their own entry)."""
@@ -113,9 +123,50 @@ class Legend(QWidget):
             return
         tools = (f" · <span style='background:{TOOL_HEX}'>&nbsp;&nbsp;&nbsp;</span> {html.escape(TOOL_LEGEND)}"
                  if tool else "")
-        self.text.setText(
-            f"{html.escape(meaning)}<br><span style='color:#555'>scale: {html.escape(scale.how)} · "
-            f"<span style='background:{NULL_HEX}'>&nbsp;&nbsp;&nbsp;</span> null{tools}</span>")
+        self._scale_line = (f"<span style='color:#555'>scale: {html.escape(scale.how)} · "
+                            f"<span style='background:{NULL_HEX}'>&nbsp;&nbsp;&nbsp;</span> null{tools}</span>")
+        self.text.setText(f"{html.escape(meaning)}<br>{self._scale_line}")
+        self._fit_height()
+
+    def reserve(self, offered: list[tuple[str, str, str]]) -> None:
+        """Keep room for the legend of each quantity on offer ((key, label, meaning)
+        each): the longest label sets the name's width and the tallest legend the
+        height, so switching quantity leaves the bar, and the pages under the legend,
+        where they are (a longer name moved the bar, a longer meaning or a note the pages)."""
+        if offered != self._offered:
+            self._offered = list(offered)
+            bold = QFont(self.name.font())
+            bold.setBold(True)
+            metrics = QFontMetrics(bold)
+            self.name.setMinimumWidth(max(metrics.horizontalAdvance(label) for _, label, _ in offered) + 2
+                                      if offered else 0)
+            self.setMinimumHeight(0)
+            self._fit_height()
+
+    def _fit_height(self) -> None:
+        # The text's width as laid out (name and bar fixed): not text.width(), which lags a layout pass.
+        width = self.width() - self.name.minimumWidth() - self.bar.width() - 2 * self._row.spacing()
+        note_width = self.width()
+        if not self._offered or width < 60:
+            return
+        tallest = 0
+        for key, _label, meaning in self._offered:
+            self._probe.setText(f"{html.escape(meaning)}<br>{self._scale_line}")
+            height = max(self._probe.heightForWidth(width), self.bar.height(), self.name.sizeHint().height())
+            note = quantity_note(key)
+            if note:
+                self._note_probe.setText(note)
+                height += self.layout().spacing() + self._note_probe.heightForWidth(note_width)
+            tallest = max(tallest, height)
+        # Only ever up while the same quantities are on offer: a scale's words differ a little.
+        if tallest > self.minimumHeight():
+            self.setMinimumHeight(tallest)
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.setMinimumHeight(0)
+            self._fit_height()
 
     def plain_text(self) -> str:
         from PySide6.QtGui import QTextDocument
