@@ -90,10 +90,15 @@ class Legend(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("QLabel { color: #5c4400; background: #fff8e1; padding: 3px 6px; }")
         self.note.hide()
+        # The name over its bar, at the top: they stay put whatever the text beside them.
+        column = QVBoxLayout()
+        column.setSpacing(0)
+        column.addWidget(self.name)
+        column.addWidget(self.bar)
+        column.addStretch(1)
         row = self._row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.name, 0, Qt.AlignTop)  # (top: they stay put when the text grows)
-        row.addWidget(self.bar, 0, Qt.AlignTop)
+        row.addLayout(column)
         row.addWidget(self.text, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -130,29 +135,29 @@ class Legend(QWidget):
 
     def reserve(self, offered: list[tuple[str, str, str]]) -> None:
         """Keep room for the legend of each quantity on offer ((key, label, meaning)
-        each): the longest label sets the name's width and the tallest legend the
-        height, so switching quantity leaves the bar, and the pages under the legend,
-        where they are (a longer name moved the bar, a longer meaning or a note the pages)."""
+        each): the longest label (or the bar) sets the name's width and the tallest
+        legend the height, so switching quantity leaves the text beside them, and the
+        pages under the legend, where they are (a longer meaning or a note moved the pages)."""
         if offered != self._offered:
             self._offered = list(offered)
             bold = QFont(self.name.font())
             bold.setBold(True)
             metrics = QFontMetrics(bold)
-            self.name.setMinimumWidth(max(metrics.horizontalAdvance(label) for _, label, _ in offered) + 2
-                                      if offered else 0)
+            longest = max((metrics.horizontalAdvance(label) + 2 for _, label, _ in offered), default=0)
+            self.name.setMinimumWidth(max(longest, self.bar.width()))
             self.setMinimumHeight(0)
             self._fit_height()
 
     def _fit_height(self) -> None:
         # The text's width as laid out (name and bar fixed): not text.width(), which lags a layout pass.
-        width = self.width() - self.name.minimumWidth() - self.bar.width() - 2 * self._row.spacing()
+        width = self.width() - max(self.name.minimumWidth(), self.bar.width()) - self._row.spacing()
         note_width = self.width()
         if not self._offered or width < 60:
             return
         tallest = 0
         for key, _label, meaning in self._offered:
             self._probe.setText(f"{html.escape(meaning)}<br>{self._scale_line}")
-            height = max(self._probe.heightForWidth(width), self.bar.height(), self.name.sizeHint().height())
+            height = max(self._probe.heightForWidth(width), self.bar.height() + self.name.sizeHint().height())
             note = quantity_note(key)
             if note:
                 self._note_probe.setText(note)
