@@ -63,7 +63,7 @@ class SectionForm(QWidget):
         self.rows: dict[str, FieldRow] = {}
         self.labels: dict[str, QLabel] = {}
         self.resets: dict[str, QToolButton] = {}
-        self.children: list[SectionForm] = []  # nested sections' forms (model.lora)
+        self.nested: list[SectionForm] = []  # nested sections' forms (model.lora)
         self._lines: dict[str, tuple[QFormLayout, QWidget]] = {}  # a field's form layout and its row there
         self.hidden: set[str] = set()  # fields the chosen algorithm does not read (set_unread)
         self.defaults: dict[str, Any] = {}
@@ -89,7 +89,7 @@ class SectionForm(QWidget):
                 box.layout().setContentsMargins(2, 2, 2, 2)
                 self.rows.update(inner.rows)
                 self.banners.update(inner.banners)
-                self.children.append(inner)
+                self.nested.append(inner)
                 self._folded_sections += self.fold is not None and target is self.fold.form
                 target.addRow(box)
                 continue
@@ -147,7 +147,7 @@ class SectionForm(QWidget):
             if changed:
                 was = format_value(self.doc.preset_value(path))
                 self.resets[path].setToolTip(f"Put back the preset's value: {was}")
-        for child in self.children:
+        for child in self.nested:
             child.show_changed()
 
 
