@@ -252,15 +252,18 @@ def print_child_result(result: dict) -> None:
 
 
 def alternate_sides(name: str, repeats: int, work_prefix: str, keep_runs: bool,
-                    run_side: Callable[[str, Path], dict], describe: Callable[[dict], str]) -> dict[str, list[dict]]:
-    """Run our side and TRL's `repeats` times each, one process at a time, alternating
-    which goes first (so neither always runs on a warmer machine). `run_side(side, work)`
-    runs one side in the folder `work` and returns its result; `describe(result)` is
-    the progress line. Returns {"ours": [...], "trl": [...]}."""
-    runs: dict[str, list[dict]] = {"ours": [], "trl": []}
+                    run_side: Callable[[str, Path], dict], describe: Callable[[dict], str],
+                    sides: tuple[str, ...] = ("ours", "trl")) -> dict[str, list[dict]]:
+    """Run our side and TRL's (or every one of `sides`) `repeats` times each, one process
+    at a time, alternating which goes first (so neither always runs on a warmer machine;
+    with more sides, the order turns round). `run_side(side, work)` runs one side in the
+    folder `work` and returns its result; `describe(result)` is the progress line.
+    Returns {side: [...]}."""
+    runs: dict[str, list[dict]] = {side: [] for side in sides}
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for rep in range(repeats):
-        order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
+        turn = rep % len(sides)
+        order = sides[turn:] + sides[:turn]
         for side in order:
             work = RUNS_DIR / f"{work_prefix}{name}-{stamp}-r{rep}-{side}"
             work.mkdir(parents=True, exist_ok=True)
@@ -297,14 +300,19 @@ def compare_sides(runs: dict[str, list[dict]], params: int, steps_timed: int, ex
 
 
 def make_clock():
-    """A transformers TrainerCallback that records time.perf_counter() at the end of every
-    optimizer step (`ends[global_step]`) and keeps every logged dict (`logs[global_step]`)."""
+    """A transformers TrainerCallback that records time.perf_counter() at the start and the
+    end of every optimizer step (`begins[step]`, `ends[step]`, step = global_step once
+    it ends) and keeps every logged dict (`logs[global_step]`)."""
     from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
         def __init__(self):
+            self.begins: dict[int, float] = {}
             self.ends: dict[int, float] = {}
             self.logs: dict[int, dict] = {}
+
+        def on_step_begin(self, _args, state, control, **kw):
+            self.begins[state.global_step + 1] = time.perf_counter()
 
         def on_step_end(self, _args, state, control, **kw):
             self.ends[state.global_step] = time.perf_counter()

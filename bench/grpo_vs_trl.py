@@ -26,7 +26,16 @@ covers the whole process: imports, model load, training).
 
 Models: `tiny` is assets/tiny-model (the built-in model; an untrained stand-in of the same
 architecture is built when it is missing), `10x` a GPT-2 of about ten times its
-parameters, same tokenizer, random init with a fixed seed, cached in bench/out/models/.
+parameters, same tokenizer, random init with a fixed seed, cached in bench/out/models/;
+`qwen-vocab` a Qwen2 with Qwen2.5-0.5B's vocabulary (151,936) and width (896) and 2 layers,
+random init, same tokenizer, whose LM head dominates as a real model's does on a GPU.
+
+Update time: ours is the step's `timing/update` (with and without the inspector's passes
+inside it: the recorded rows' reference pass and after-update look); TRL's is each step's
+time from its `on_step_begin` to its `on_step_end` less the time in
+`_generate_and_score_completions` (sampling and rewards). `--lean-ab` runs our side a
+second time with the lean update off (RL_ENGINE_LEAN_UPDATE=0, side `ours-plain`) in the
+same alternation: the before/after of issue 42's update.
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ import os
 import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     add_run_options, alternate_sides, child_env, compare_sides, fmt_table as _fmt_table, make_clock, parameter_count,
     prepare_model, print_child_result, read_child_result, ROOT, run_child, run_our_side, tail, vmhwm_mb,
-    parse_timed_args, step_breakdown, breakdown_line, launch_latency, RUNS_DIR,
+    parse_timed_args, step_breakdown, breakdown_line, launch_latency, RUNS_DIR, median_of,
 )
 
 BASE_PRESET = ROOT / "presets" / "grpo-sort.yaml"
@@ -92,6 +102,10 @@ def write_preset(args, model_path: Path, dest: Path) -> Path:
 
 def run_ours(args, model_path: Path, work: Path, env: dict) -> dict:
     preset = write_preset(args, model_path, work / "preset.yaml")
+    return our_result(args, preset, work, env)
+
+
+def our_result(args, preset: Path, work: Path, env: dict) -> dict:
     run, peak_mb, wall = run_our_side(args, preset, work, env,
                                       sets=("training.eval_steps=0", "training.save_steps=0"))
     timed, window, started, run_dir = run["timed"], run["window"], run["started"], run["run_dir"]
@@ -104,6 +118,9 @@ def run_ours(args, model_path: Path, work: Path, env: dict) -> dict:
     result["trainable_parameters"] = started["model"]["trainable_parameters"]
     result["timing_split"] = {k: statistics.fmean(m[f"timing/{k}"] for m in timed) for k in ("rollout", "reward", "update")}
     result["breakdown_ms"] = step_breakdown(timed, window)
+    result["update_s"] = statistics.fmean(m["timing/update"] for m in timed)
+    result["update_core_s"] = statistics.fmean(
+        m["timing/update"] - (m.get("timing/reference") or 0.0) - (m.get("timing/after_update") or 0.0) for m in timed)
     if not args.keep_runs:
         shutil.rmtree(run_dir, ignore_errors=True)
     return result
@@ -128,7 +145,8 @@ def run_trl_parent(args, model_path: Path, work: Path, env: dict) -> dict:
                        mean_length=child["mean_length"], completions_per_step=child["completions_per_step"],
                        rewards=child["rewards"])
     result.update(lora_targets=child["lora_targets"], trainable_parameters=child["trainable_parameters"],
-                  torch_threads=child["torch_threads"], child_vmhwm_mb=child["vmhwm_mb"])
+                  torch_threads=child["torch_threads"], child_vmhwm_mb=child["vmhwm_mb"],
+                  update_s=child["update_s"], update_core_s=child["update_s"])
     if not args.keep_runs:
         shutil.rmtree(work / "trl-output", ignore_errors=True)
     return result
@@ -159,6 +177,51 @@ def trl_child(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    clock = make_clock()
+    trainer, targets, calls, rewards_per_call = trl_trainer(args, args.model_path, Path(args.work_dir), [clock])
+    generation_seconds: list[float] = []  # one call a step (gradient_accumulation_steps 1)
+    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+    generate_and_score = trainer._generate_and_score_completions
+
+    def timed_generate_and_score(*a, **kw):  # sampling and rewards: what is not the update
+        started = time.perf_counter()
+        out = generate_and_score(*a, **kw)
+        generation_seconds.append(time.perf_counter() - started)
+        return out
+
+    trainer._generate_and_score_completions = timed_generate_and_score
+    trainer.train()
+
+    W, N = args.warmup, args.steps
+    if sorted(clock.ends) != list(range(1, N + 1)):
+        raise RuntimeError(f"TRL ran steps {sorted(clock.ends)}, expected 1..{N}")
+    window = clock.ends[N] - clock.ends[W]
+    timed_logs = [clock.logs[s] for s in range(W + 1, N + 1) if s in clock.logs]
+    if args.trl_verbose:
+        for s in sorted(clock.logs):
+            print(f"TRL step {s}: {json.dumps(clock.logs[s], sort_keys=True)}", flush=True)
+    result = {
+        "window": window,
+        "in_step": sum(l.get("step_time", 0.0) for l in timed_logs),
+        "mean_length": statistics.fmean(l["completions/mean_length"] for l in timed_logs),
+        "completions_per_step": calls[W:N],
+        "rewards": rewards_per_call[W:N],
+        "lora_targets": targets,
+        "trainable_parameters": trainable,
+        "torch_threads": torch.get_num_threads(),
+        "vmhwm_mb": vmhwm_mb(),
+        "update_s": statistics.fmean(clock.ends[s] - clock.begins[s] - generation_seconds[s - 1]
+                                     for s in range(W + 1, N + 1)),
+    }
+    print_child_result(result)
+    return 0
+
+
+def trl_trainer(args, model_path, work_dir: Path, callbacks: list):
+    """TRL's GRPOTrainer in the benchmark's configuration (FIXED and the flags), with
+    `callbacks`: (trainer, LoRA targets, completions scored per reward call, mean reward
+    per call)."""
+    import torch
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
@@ -168,7 +231,7 @@ def trl_child(args) -> int:
     from engine.rewards import build_reward
     from engine.data import make_task
 
-    path = args.model_path
+    path = str(model_path)
     tokenizer = load_tokenizer(path)  # what our engine uses: left padding, pad token set
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     targets = find_lora_targets(model)
@@ -186,8 +249,7 @@ def trl_child(args) -> int:
         rewards_per_call.append(sum(values) / len(values))
         return values
 
-    clock = make_clock()
-    output_dir = Path(args.work_dir) / "trl-output"
+    output_dir = work_dir / "trl-output"
     config = GRPOConfig(
         output_dir=str(output_dir),
         # batch: completions per optimizer step, one generation per step, no accumulation
@@ -217,31 +279,8 @@ def trl_child(args) -> int:
     peft_config = LoraConfig(r=FIXED["lora_r"], lora_alpha=FIXED["lora_alpha"], lora_dropout=0.0,
                              target_modules=targets, task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=model, reward_funcs=[exact_match], args=config, train_dataset=dataset,
-                          processing_class=tokenizer, peft_config=peft_config, callbacks=[clock])
-    trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
-    trainer.train()
-
-    W, N = args.warmup, args.steps
-    if sorted(clock.ends) != list(range(1, N + 1)):
-        raise RuntimeError(f"TRL ran steps {sorted(clock.ends)}, expected 1..{N}")
-    window = clock.ends[N] - clock.ends[W]
-    timed_logs = [clock.logs[s] for s in range(W + 1, N + 1) if s in clock.logs]
-    if args.trl_verbose:
-        for s in sorted(clock.logs):
-            print(f"TRL step {s}: {json.dumps(clock.logs[s], sort_keys=True)}", flush=True)
-    result = {
-        "window": window,
-        "in_step": sum(l.get("step_time", 0.0) for l in timed_logs),
-        "mean_length": statistics.fmean(l["completions/mean_length"] for l in timed_logs),
-        "completions_per_step": calls[W:N],
-        "rewards": rewards_per_call[W:N],
-        "lora_targets": targets,
-        "trainable_parameters": trainable,
-        "torch_threads": torch.get_num_threads(),
-        "vmhwm_mb": vmhwm_mb(),
-    }
-    print_child_result(result)
-    return 0
+                          processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    return trainer, targets, calls, rewards_per_call
 
 
 # ------------------------------------------------------------------------------ parent
@@ -253,15 +292,24 @@ def fmt_table(rows: list[dict]) -> str:
                                 f"{r['peak_rss_mb']:.0f}", f"{r['mean_completion_length']:.1f}") for r in rows])
 
 
+def run_side(args, side: str, folder: Path, work: Path, env: dict) -> dict:
+    """One run of `side`: ours, ours with the lean update off (ours-plain), or TRL's."""
+    if side == "trl":
+        return run_trl_parent(args, folder, work, env)
+    return run_ours(args, folder, work, {**env, "RL_ENGINE_LEAN_UPDATE": "0"} if side == "ours-plain" else env)
+
+
 def bench_model(args, name: str) -> dict:
     folder, note = prepare_model(name)
     params = parameter_count(folder)
     env = child_env(args.threads)
     runs = alternate_sides(
         name, args.repeats, '', args.keep_runs,
-        lambda side, work: (run_ours if side == "ours" else run_trl_parent)(args, folder, work, env),
+        lambda side, work: run_side(args, side, folder, work, env),
         lambda r: f"{r['samples_per_s']:.2f} samples/s, peak RSS {r['peak_rss_mb']:.0f} MB, "
-                  f"mean completion length {r['mean_completion_length']:.1f}")
+                  f"update {r['update_s']:.3f} s/step, mean completion length {r['mean_completion_length']:.1f}",
+        sides=("ours", "trl", "ours-plain") if args.lean_ab else ("ours", "trl"))
+    plain = runs.pop("ours-plain", None)
     for r in runs["trl"]:
         bad = [n for n in r["completions_per_step"] if n != args.batch_size]
         if bad or len(r["completions_per_step"]) != args.steps - args.warmup:
@@ -271,17 +319,27 @@ def bench_model(args, name: str) -> dict:
     if ours_targets != trl_targets or runs["ours"][0]["trainable_parameters"] != runs["trl"][0]["trainable_parameters"]:
         raise RuntimeError(f"LoRA differs: ours {ours_targets} ({runs['ours'][0]['trainable_parameters']}), "
                            f"TRL {trl_targets} ({runs['trl'][0]['trainable_parameters']})")
-    return {
+    result = {
         "model": name, "path": str(folder), "note": note, "params": params,
         "lora_targets": ours_targets,
         **compare_sides(runs, params, args.steps - args.warmup, "mean_completion_length"),
     }
+    for side in ("ours", "trl"):
+        for key in ("update_s", "update_core_s"):
+            result[side][key] = median_of(runs[side], key)
+    if plain is not None:
+        result["ours_plain"] = {key: median_of(plain, key) for key in (
+            "samples_per_s", "peak_rss_mb", "update_s", "update_core_s", "mean_completion_length")}
+        result["ours_plain"]["runs"] = plain
+    return result
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="tiny,10x", help="comma-separated: tiny, 10x (default both)")
+    p.add_argument("--models", default="tiny,10x", help="comma-separated: tiny, 10x, qwen-vocab (default tiny,10x)")
+    p.add_argument("--lean-ab", action="store_true",
+                   help="also run our side with the lean update off (RL_ENGINE_LEAN_UPDATE=0) in the alternation")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the timing, at least 1 (default 2)")
     p.add_argument("--batch-size", type=int, default=64, help="completions per step (default 64)")
@@ -341,6 +399,18 @@ def main(argv=None) -> int:
                  for k in result["ours"]["runs"][0]["breakdown_ms"]}
         result["ours"]["breakdown_ms"] = parts
         print(f"ours, where a step goes (mean of the timed steps): {breakdown_line(parts)}", flush=True)
+        ours, trl = result["ours"], result["trl"]
+        print(f"update s/step (median): ours {ours['update_s']:.3f} ({ours['update_core_s']:.3f} without the "
+              f"inspector's passes), TRL {trl['update_s']:.3f}; ratio ours/TRL {ours['update_s'] / trl['update_s']:.2f}x "
+              f"({ours['update_core_s'] / trl['update_s']:.2f}x)", flush=True)
+        plain = result.get("ours_plain")
+        if plain:
+            print(f"lean update off (ours-plain, median): {plain['samples_per_s']:.2f} samples/s "
+                  f"({plain['samples_per_s'] / trl['samples_per_s']:.2f}x TRL), peak RSS {plain['peak_rss_mb']:.0f} MB "
+                  f"({plain['peak_rss_mb'] / trl['peak_rss_mb']:.2f}x TRL), update {plain['update_s']:.3f} s/step "
+                  f"({plain['update_core_s']:.3f} without the inspector's passes); lean on/off: samples/s "
+                  f"{ours['samples_per_s'] / plain['samples_per_s']:.2f}x, update "
+                  f"{plain['update_s'] / ours['update_s']:.2f}x faster", flush=True)
     if not args.no_latency:
         preset = ROOT / "presets" / "grpo-sort.yaml"
         latency = launch_latency(preset, RUNS_DIR / "grpo-latency", child_env(args.threads))
