@@ -3,12 +3,18 @@ models of Qwen2.5's real shapes with random weights (nothing is downloaded).
 
     python bench/gpu_bench.py --shape qwen0.5b --device cuda --out bench/out/gpu
     python bench/gpu_bench.py --shape qwen1.5b --device cuda --out bench/out/gpu
-    python bench/gpu_bench.py --shape tiny --device cpu --steps 2 --side all   # CPU smoke test
+    python bench/gpu_bench.py --shape qwen0.5b --ablations   # + each of our speed-ups alone (issue 42)
+    python bench/gpu_bench.py --smoke                          # the whole script on a CPU, tiny shape, in minutes
 
 Each side runs in its own child process, one after the other: `ours` (the engine's CLI
 through a wrapper that prints torch.cuda.max_memory_allocated(); GRPO, plus PPO and DPO,
 ours only: TRL 1.16 has no PPO trainer), `trl` (GRPOTrainer, use_vllm off, the same
-config) and `generate` (HF model.generate against engine.model.rollout.sample, one process).
+config) and `generate` (HF model.generate against engine.model.rollout.sample with the plain
+and the captured decode path, one process).
+`--ablations` runs our GRPO twice more, each with one of our speed-ups off, the other on:
+the captured decode step (model.decode: plain instead of auto) and the lean update
+(RL_ENGINE_LEAN_UPDATE=0, engine/model/token_logits.py's switch); a speed-up's effect alone
+is the figure with it off over the figure with both on.
 What is held equal and how each figure is taken: bench/README.md.
 """
 
@@ -38,7 +44,9 @@ SHAPES = {  # Qwen2.5's configs (tied embeddings on both); `tiny` only smoke-tes
 # Dense bf16 peak of the GPU, TFLOP/s (no sparsity), by a substring of its name; first match wins.
 PEAK_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100", 989.4), ("H200", 989.4), ("H800", 989.4), ("A100", 312.0),
                     ("L40S", 362.0), ("A10G", 70.0))
-GOALS = dict(samples_ratio=1.5, memory_ratio=1.0, decode_ratio=3.0, mfu=0.30)
+# Issue 42's GPU targets: GRPO samples/s >= 2x TRL's, peak <= TRL's, captured decode >= 5x the plain
+# path's tokens/s (today's, 64 x 256); MFU is issue 13's.
+GOALS = dict(samples_ratio=2.0, memory_ratio=1.0, decode_speedup=5.0, mfu=0.30)
 PROMPTS_PER_STEP, GROUP, PROMPT_TOKENS, DPO_PAIRS = 8, 8, 64, 32
 PEAK_TAG = "BENCH_PEAK_GPU_BYTES "
 # Our side: the CLI, then the peak GPU memory the process allocated (the engine records none).
@@ -115,7 +123,7 @@ def write_data(folder: Path, work: Path) -> dict:
 # ------------------------------------------------------------------------------ our side
 
 
-def write_preset(args, algo: str, model: Path, data: dict, dest: Path) -> Path:
+def write_preset(args, algo: str, model: Path, data: dict, dest: Path, decode: str = "auto") -> Path:
     import yaml
 
     algorithm = {
@@ -130,7 +138,7 @@ def write_preset(args, algo: str, model: Path, data: dict, dest: Path) -> Path:
     preset = {
         "name": f"gpu-bench-{algo}", "description": "written by bench/gpu_bench.py",
         "model": {"name_or_path": str(model), "dtype": "bfloat16" if args.device == "cuda" else "float32",
-                  "device": args.device, "chat_template": "none",
+                  "device": args.device, "chat_template": "none", "decode": decode,
                   "lora": {"r": 16, "alpha": 32.0, "dropout": 0.0, "target_modules": "auto"}},
         "algorithm": algorithm,
         "data": {"task": None, "path": str(data["pairs" if algo == "dpo" else "prompts"]), "num_train": 128,
@@ -153,11 +161,18 @@ def peak_gib(log: Path) -> float | None:
     return value / 2**30 if value >= 0 else None
 
 
-def run_ours(args, algo: str, model: Path, data: dict, work: Path) -> dict:
-    preset = write_preset(args, algo, model, data, work / f"preset-{algo}.yaml")
-    run_dir, log = work / f"run-{algo}", work / f"ours-{algo}.log"
+# Our side with one speed-up off (--ablations): the side's name, model.decode, the environment it adds.
+VARIANTS = {"ours": ("auto", {}), "ours decode=plain": ("plain", {}),
+            "ours lean update off": ("auto", {"RL_ENGINE_LEAN_UPDATE": "0"})}
+
+
+def run_ours(args, algo: str, model: Path, data: dict, work: Path, variant: str = "ours") -> dict:
+    decode, env = VARIANTS[variant]
+    tag = algo + ("" if variant == "ours" else "-" + variant.split(" ", 1)[1].replace(" ", "-").replace("=", "-"))
+    preset = write_preset(args, algo, model, data, work / f"preset-{tag}.yaml", decode=decode)
+    run_dir, log = work / f"run-{tag}", work / f"ours-{tag}.log"
     cmd = [sys.executable, "-c", OURS_WRAPPER, "run", str(preset), "--run-dir", str(run_dir), "--quiet"]
-    rc, rss_mb, wall = run_child(cmd, log, child_env(), args.timeout)
+    rc, rss_mb, wall = run_child(cmd, log, {**child_env(), **env}, args.timeout)
     if rc != 0:
         raise RuntimeError(f"our {algo} run exited with {rc}; log {log}:\n{tail(log)}\n{tail(run_dir / 'engine.log')}")
     run = read_our_run(run_dir, 1, args.steps)
@@ -165,7 +180,7 @@ def run_ours(args, algo: str, model: Path, data: dict, work: Path) -> dict:
     batch = DPO_PAIRS if algo == "dpo" else PROMPTS_PER_STEP * GROUP
     mean = lambda key: statistics.fmean(m[key] for m in timed)  # noqa: E731
     rollout = mean("timing/rollout") if algo != "dpo" else None  # DPO samples nothing
-    result = dict(side="ours", algorithm=algo, samples_per_s=(args.steps - 1) * batch / run["window"],
+    result = dict(side=variant, algorithm=algo, samples_per_s=(args.steps - 1) * batch / run["window"],
                   tokens_per_s=sum(m["num_tokens"] for m in timed) / run["window"], rollout_s=rollout,
                   update_s=mean("timing/update"), peak_gib=peak_gib(log), peak_rss_mb=rss_mb, process_s=wall,
                   trainable=run["started"]["model"]["trainable_parameters"], num_tokens=mean("num_tokens"))
@@ -297,27 +312,31 @@ def generate_child(args) -> int:
                              min_new_tokens=T, pad_token_id=tok.pad_token_id)
         return (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
 
-    def ours():
-        r = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=T,
-                   eos_token_ids=loaded.eos_token_ids, pad_token_id=tok.pad_token_id, generator=gen, group_size=GROUP)
+    def ours(decode="plain"):
+        r = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=T, eos_token_ids=loaded.eos_token_ids,
+                   pad_token_id=tok.pad_token_id, generator=gen, group_size=GROUP, decode=decode)
         return int(r.lengths.sum())
 
     result = dict(side="generate", batch=len(prompts), new_tokens=T)
-    for name, fn in (("hf_generate", hf), ("ours", ours)):
+    # `captured`: the step compiled and recorded as a CUDA graph (on a CPU the same step uncaptured)
+    for name, fn in (("hf_generate", hf), ("ours", ours), ("ours_captured", lambda: ours("captured"))):
         with torch.no_grad():
-            fn()  # warm-up: kernels, allocator
+            t0 = time.perf_counter()
+            fn()  # warm-up: kernels, allocator; the captured path's compile and capture
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
+            warmup = time.perf_counter() - t0
             tokens, t0 = 0, time.perf_counter()
             for _ in range(max(1, args.steps - 1)):
                 tokens += fn()
             if cuda:
                 torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        result[name] = dict(tokens_per_s=tokens / seconds, tokens=tokens, seconds=seconds,
+        result[name] = dict(tokens_per_s=tokens / seconds, tokens=tokens, seconds=seconds, warmup_s=warmup,
                             peak_gib=torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
     result["ratio"] = result["ours"]["tokens_per_s"] / result["hf_generate"]["tokens_per_s"]
+    result["captured_ratio"] = result["ours_captured"]["tokens_per_s"] / result["hf_generate"]["tokens_per_s"]
     print_child_result(result)
     return 0
 
@@ -383,11 +402,34 @@ def goal_lines(results: dict) -> list[str]:
         if ours["trainable"] != trl["trainable"]:
             lines.append(f"WARNING: LoRA differs: ours trains {ours['trainable']:,} parameters, TRL {trl['trainable']:,}")
     if gen:
-        lines.append(f"decoding tokens/s ours/HF generate: {gen['ratio']:.2f}x (goal >= {GOALS['decode_ratio']}x): "
-                     f"{verdict(gen['ratio'] >= GOALS['decode_ratio'])}")
+        speedup = gen["ours_captured"]["tokens_per_s"] / gen["ours"]["tokens_per_s"]
+        lines.append(f"decoding tokens/s, captured/plain: {speedup:.2f}x (goal >= {GOALS['decode_speedup']}x): "
+                     f"{verdict(speedup >= GOALS['decode_speedup'])}; ours/HF generate: plain {gen['ratio']:.2f}x, "
+                     f"captured {gen['captured_ratio']:.2f}x")
     if ours:
         lines.append(f"GRPO update MFU (ours): {fmt(ours.get('mfu'), '.1%')} (goal >= {GOALS['mfu']:.0%}): "
                      f"{verdict(None if ours.get('mfu') is None else ours['mfu'] >= GOALS['mfu'])}")
+    return lines
+
+
+def speedup_lines(results: dict, device: str) -> list[str]:
+    """Each of our speed-ups alone (--ablations): the run with it off against the run with
+    every one on, on the figure it is for."""
+    ours, lines = results.get("grpo_ours"), []
+    if ours and device != "cuda":
+        lines.append("(on a CPU model.decode auto decodes plainly: both decode runs take the plain path)")
+    off_decode, off_lean = results.get("grpo_ours decode=plain"), results.get("grpo_ours lean update off")
+    if ours and off_decode:
+        lines.append(f"captured decode alone: rollout {off_decode['rollout_s']:.2f} -> {ours['rollout_s']:.2f} s/step "
+                     f"({off_decode['rollout_s'] / ours['rollout_s']:.2f}x), decode "
+                     f"{fmt(off_decode.get('decode_tokens_per_s'), '.0f')} -> {fmt(ours.get('decode_tokens_per_s'), '.0f')}"
+                     f" tok/s, samples/s {off_decode['samples_per_s']:.2f} -> {ours['samples_per_s']:.2f}")
+    if ours and off_lean:
+        peaks = (f", peak {off_lean['peak_gib']:.2f} -> {ours['peak_gib']:.2f} GiB"
+                 if ours["peak_gib"] and off_lean["peak_gib"] else "")
+        lines.append(f"lean update alone: update {off_lean['update_s']:.2f} -> {ours['update_s']:.2f} s/step "
+                     f"({off_lean['update_s'] / ours['update_s']:.2f}x){peaks}, samples/s "
+                     f"{off_lean['samples_per_s']:.2f} -> {ours['samples_per_s']:.2f}")
     return lines
 
 
@@ -399,7 +441,11 @@ def parse_args(argv=None):
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen0.5b")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     p.add_argument("--steps", type=int, default=5, help="steps a run; the first is warm-up (default 5)")
-    p.add_argument("--side", choices=["ours", "trl", "generate", "all"], default="all")
+    p.add_argument("--side", default="all", help="ours, trl, generate, a comma-separated list of them, or all")
+    p.add_argument("--ablations", action="store_true",
+                   help="our GRPO again with each speed-up off alone: decode plain, lean update off (issue 42)")
+    p.add_argument("--smoke", action="store_true",
+                   help="the tiny shape on the CPU, 2 steps of 8 tokens, GRPO with --ablations: tests the script")
     p.add_argument("--algorithms", help="ours: comma-separated of grpo,ppo,dpo (default all three; grpo "
                                         "only for qwen1.5b)")
     p.add_argument("--completion-length", type=int, help="max completion tokens (default 256; tiny: 32)")
@@ -414,6 +460,13 @@ def parse_args(argv=None):
     p.add_argument("--model-path", help=argparse.SUPPRESS)
     p.add_argument("--work-dir", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.smoke:
+        args.shape, args.device, args.steps, args.ablations = "tiny", "cpu", 2, True
+        args.completion_length, args.algorithms = args.completion_length or 8, args.algorithms or "grpo"
+    sides = ["ours", "trl", "generate"] if args.side == "all" else [x.strip() for x in args.side.split(",")]
+    if not sides or any(x not in ("ours", "trl", "generate") for x in sides):
+        p.error(f"--side: {args.side!r}: expected ours, trl, generate, a comma-separated list of them, or all")
+    args.sides = sides
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first is warm-up)")
     if (PROMPTS_PER_STEP * GROUP) % args.micro_batch_size or DPO_PAIRS % args.micro_batch_size:
@@ -445,18 +498,20 @@ def main(argv=None) -> int:
           f"{'on' if args.gradient_checkpointing else 'off'}; MFU = 4N FLOPs/token over update time and "
           + (f"peak {peak:g} TFLOP/s dense bf16" if peak else "no known peak (n/a)"), flush=True)
     results: dict[str, dict] = {}
-    sides = ("ours", "trl", "generate") if args.side == "all" else (args.side,)
-    for side in sides:
+    for side in args.sides:
         jobs = [("ours", a) for a in args.algorithms] if side == "ours" else [(side, "grpo")]
+        if side == "ours" and args.ablations and "grpo" in args.algorithms:
+            jobs += [(variant, "grpo") for variant in VARIANTS if variant != "ours"]
         for kind, algo in jobs:
             print(f"[{args.shape}] {kind} {algo if kind != 'generate' else ''} ...", file=sys.stderr, flush=True)
-            if kind == "ours":
-                r = run_ours(args, algo, model, data, work)
+            if kind.startswith("ours"):
+                r = run_ours(args, algo, model, data, work, variant=kind)
             else:
                 r = run_internal(args, kind, model, work)
             results["generate" if kind == "generate" else f"{algo}_{kind}"] = r
     for algo in ("grpo", "ppo", "dpo"):
-        rows = [results[k] for k in (f"{algo}_ours", f"{algo}_trl") if k in results]
+        keys = [f"{algo}_{variant}" for variant in VARIANTS] + [f"{algo}_trl"]
+        rows = [results[k] for k in keys if k in results]
         if rows:
             add_mfu(rows, algo, params, data["prompt_tokens"], peak)
             lengths = ", ".join(f"{r['side']} {r['mean_length']:.1f}" for r in rows if "mean_length" in r)
@@ -465,10 +520,14 @@ def main(argv=None) -> int:
             print(table(rows))
     if "generate" in results:
         g = results["generate"]
-        print(f"\ndecoding, batch {g['batch']} x {g['new_tokens']} new tokens, sampling: HF generate "
-              f"{g['hf_generate']['tokens_per_s']:.0f} tok/s (peak {fmt(g['hf_generate']['peak_gib'], '.2f')} GiB), "
-              f"ours {g['ours']['tokens_per_s']:.0f} tok/s (peak {fmt(g['ours']['peak_gib'], '.2f')} GiB), "
-              f"{g['ratio']:.2f}x")
+        print(f"\ndecoding, batch {g['batch']} x {g['new_tokens']} new tokens, sampling, tok/s (peak GiB; warm-up s):")
+        for name, label in (("hf_generate", "HF generate"), ("ours", "ours, plain"),
+                            ("ours_captured", "ours, captured" if args.device == "cuda" else "ours, static")):
+            print(f"  {label:16s} {g[name]['tokens_per_s']:8.0f}  ({fmt(g[name]['peak_gib'], '.2f')}; "
+                  f"{g[name]['warmup_s']:.1f})")
+    speedups = speedup_lines(results, args.device)
+    if speedups:
+        print("\nspeed-ups, each alone (GRPO; off -> on):\n  " + "\n  ".join(speedups))
     lines = goal_lines(results)
     if lines:
         print("\ngoals:\n  " + "\n  ".join(lines))
@@ -476,7 +535,8 @@ def main(argv=None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / f"gpu_bench-{args.shape}.json"
         path.write_text(json.dumps(dict(shape=args.shape, device=args.device, gpu=gpu, peak_tflops=peak,
-                                        params=params, steps=args.steps, results=results, goals=lines), indent=2,
+                                        params=params, steps=args.steps, results=results, goals=lines,
+                                        speedups=speedups), indent=2,
                                    default=str))
         print(f"figures written to {path}")
     return 0
