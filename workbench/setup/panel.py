@@ -5,7 +5,12 @@ The panel is a view of a `PresetDocument`: editors write what the user typed int
 document, and the document's changes are drawn back into the editors. Validation (the
 schema, then the pre-launch checks of workbench.setup.checks) runs shortly after each change.
 The panel's parts: workbench.setup.section_form (a section's form, the algorithm chooser)
-and workbench.setup.rewards_editor (the rewards section).
+and workbench.setup.rewards_editor (the rewards section); workbench.setup.panel_problems
+shows the problems and notes.
+
+The essentials (ESSENTIALS, the algorithm's chooser, the rewards) are shown; each section's
+other fields are in its folded group (workbench.setup.folding), and the fields the chosen
+algorithm does not read (its declaration: engine.preset.schema.unread_fields) are hidden.
 """
 
 from __future__ import annotations
