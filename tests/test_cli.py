@@ -5,7 +5,6 @@ engine is a real process: test_run_to_the_end is run's real-process check, the s
 case of test_stop_... resume's. The rest call the CLI in this process (engine_runs.cli)."""
 
 import json
-import signal
 import subprocess
 from pathlib import Path
 
@@ -40,18 +39,16 @@ def test_run_to_the_end(tmp_path, engine_env):
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
-@pytest.mark.parametrize("how", ["sigterm", "stdin"])
-def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, how):
+def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env):
+    # The stop line on stdin (the window's Stop). SIGTERM's stop in a real process is
+    # tests/test_reliability.py's test_a_stop_mid_step_finishes_the_step_and_saves_it.
     preset = write_preset(tmp_path, max_steps=500)
     run = tmp_path / "run"
     proc = start_engine(["run", preset, "--run-dir", run, "--quiet"], engine_env, tmp_path, stdin=subprocess.PIPE)
     try:
         assert wait_for(metrics_written(run)), "no step was taken"
-        if how == "sigterm":
-            proc.send_signal(signal.SIGTERM)
-        else:
-            proc.stdin.write("stop\n")
-            proc.stdin.flush()
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
@@ -63,9 +60,8 @@ def test_stop_saves_a_checkpoint_and_exits_zero(tmp_path, engine_env, how):
     (checkpoint,) = rundir.complete_checkpoints(run)
     assert json.loads((checkpoint / "state.json").read_text())["step"] == step
 
-    # The sigterm case resumes in a real process (resume's real-process check), stdin's in this one.
-    resume = (lambda *args: engine(*args, env=engine_env, cwd=tmp_path)) if how == "sigterm" else cli
-    resumed = resume("resume", run, "--quiet", "--set", f"training.max_steps={step + 1}")
+    # resume's real-process check
+    resumed = engine("resume", run, "--quiet", "--set", f"training.max_steps={step + 1}", env=engine_env, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     events = rundir.read_events(run)
     assert [e["step"] for e in events if e["type"] == "metrics"][-1] == step + 1

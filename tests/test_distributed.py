@@ -222,21 +222,26 @@ def one_process(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def launches(tmp_path_factory):
-    """One torchrun launch of 2 processes per mode (ddp, fsdp2), made the first time a test
-    asks for it: STEPS's step of each preset, then RUNS's presets each run to step 2
-    (tests/distributed_step.py). The folder with their results."""
+    """One torchrun launch of 2 processes, made the first time a test asks for it: for each
+    mode (ddp, then fsdp2: training.fsdp is read per trainer, so one process group serves
+    both), STEPS's step of each preset, then RUNS's presets each run to step 2
+    (tests/distributed_step.py). `launches(mode)` is the folder with that mode's results."""
     made: dict[str, Path | str] = {}
 
     def launch(mode: str) -> Path:
-        if mode not in made:
-            out = tmp_path_factory.mktemp(mode)
-            jobs = [{"kind": "step", "name": f"step-{preset}", "preset": str(ROOT / "presets" / preset),
-                     "sets": STEPS[preset] + [fsdp_set(mode)]} for preset in sorted(STEPS)]
-            jobs += [{"kind": "run", "name": f"run-{preset}", "preset": str(ROOT / "presets" / preset),
-                      "sets": QUICK + [fsdp_set(mode)]} for preset in RUNS[mode]]
-            (out / "jobs.json").write_text(json.dumps(jobs))
-            done = torchrun([STEP_SCRIPT, str(out), str(out / "jobs.json")])
-            made[mode] = out if done.returncode == 0 else f"the {mode} launch failed: {done.stderr[-3000:]}"
+        if not made:
+            root = tmp_path_factory.mktemp("launch")
+            jobs = []
+            for each in ("ddp", "fsdp2"):
+                (root / each).mkdir()
+                jobs += [{"kind": "step", "name": f"{each}/step-{preset}", "preset": str(ROOT / "presets" / preset),
+                          "sets": STEPS[preset] + [fsdp_set(each)]} for preset in sorted(STEPS)]
+                jobs += [{"kind": "run", "name": f"{each}/run-{preset}", "preset": str(ROOT / "presets" / preset),
+                          "sets": QUICK + [fsdp_set(each)]} for preset in RUNS[each]]
+            (root / "jobs.json").write_text(json.dumps(jobs))
+            done = torchrun([STEP_SCRIPT, str(root), str(root / "jobs.json")])
+            for each in ("ddp", "fsdp2"):
+                made[each] = root / each if done.returncode == 0 else f"the launch failed: {done.stderr[-3000:]}"
         if isinstance(made[mode], str):
             pytest.fail(made[mode])
         return made[mode]

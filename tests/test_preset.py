@@ -327,6 +327,22 @@ def test_a_file_that_is_no_preset_is_one_line_naming_it(tmp_path, content, words
     assert "\n" not in problem and len(problem) < 300
 
 
+def test_thousands_of_flow_brackets_are_refused_before_yaml_reads_them(monkeypatch):
+    """PyYAML's scanner reads ahead through every open `[`, checking a possible key per level
+    at each token: 5,000 of them cost it about a second before the loader's depth check
+    ran. They are counted first (text in quotes, comments and block scalars is not)."""
+    import engine.foundation.limits as limits
+
+    def no_yaml(*_args, **_kwargs):
+        raise AssertionError("yaml.load was called")
+
+    monkeypatch.setattr(limits.yaml, "load", no_yaml)
+    with pytest.raises(limits.LimitError, match="line 2, column 42: nested more than 32 levels deep"):
+        limits.parse_yaml("name: x\nmodel: {a: " + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(limits.LimitError, match="yaml.load was called"):  # text, left to YAML
+        limits.parse_yaml("a: '" + "[" * 5000 + "'\nb: |\n  " + "{" * 5000 + "\nc: 1 # " + "[" * 5000)
+
+
 @pytest.mark.parametrize("value, words", [
     ("[" * 5000 + "]" * 5000, "nested more than 32 levels deep"),
     ('!!python/object/apply:os.system ["echo executed"]', "the tag !!python/object/apply:os.system is not allowed"),

@@ -386,9 +386,12 @@ def test_random_kills_leave_no_corruption_and_resume_exactly(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_reliability", ROOT / "bench" / "reliability.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    figures = bench.measure(kills=4, seed=1, max_steps=10, save_steps=1, work=tmp_path, log=lambda *_: None)
+    # Three kills, one in each phase of bench/reliability.py's KILL_PLAN: set-up, training, checkpoint writing.
+    figures = bench.measure(kills=3, seed=1, max_steps=10, save_steps=1, work=tmp_path, log=lambda *_: None)
     assert figures["problems"] == []
-    assert figures["kills"] == 4 and figures["kills_during_setup"] == 1 and figures["corrupt_checkpoints"] == 0
+    assert figures["kills"] == 3 and figures["corrupt_checkpoints"] == 0
+    assert figures["kills_during_setup"] == figures["kills_during_training"] == 1
+    assert figures["kills_during_checkpoint_writing"] == 1
     assert figures["unreadable_lines"] == 0 and figures["resumed_from_partial_checkpoint"] == 0
     assert figures["max_adapter_abs_diff"] == 0.0 and figures["adapters_identical"]
     assert os.path.exists(tmp_path / "killed" / "checkpoints" / "step_000010")

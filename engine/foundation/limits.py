@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from typing import Any, Callable
 
 import yaml
@@ -221,6 +222,65 @@ def decode_preset_bytes(raw: bytes) -> str:
                          "a preset is a YAML text file saved as UTF-8") from None
 
 
+# Flow brackets ([ {) open past this count are refused before PyYAML reads them: its
+# scanner looks ahead through every open flow level, keeping a possible key per level,
+# and checks them all at each token, so a file of thousands of `[` cost it about a second
+# (quadratic in the levels it reads ahead) before _GuardedLoader's depth check could run.
+# Well above MAX_DEPTH, so a bracket inside text (a block scalar, a plain word) never
+# reaches it in a real preset.
+MAX_FLOW_BRACKETS = 4 * MAX_DEPTH
+
+
+def _flow_nesting_problem(text: str) -> str | None:
+    """Where `text` opens more than MAX_FLOW_BRACKETS flow collections at once, counting
+    `[`/`{` against `]`/`}` outside quotes, comments and block scalars (a cheap upper
+    bound of YAML's own nesting); None when it does not.
+
+    >>> _flow_nesting_problem("a: " + "[" * 200 + "]" * 200)
+    "line 1, column 35: nested more than 32 levels deep; a preset's values are a few levels deep"
+    >>> _flow_nesting_problem("a: '" + "[" * 200 + "'") is None  # in quotes: text
+    True
+    >>> _flow_nesting_problem("a: |\\n  " + "[" * 200 + "\\nb: 1") is None  # a block scalar: text
+    True
+    """
+    if text.count("[") + text.count("{") <= MAX_FLOW_BRACKETS:
+        return None  # the common case, without a pass in Python
+    depth, quote, escaped, block_indent, where = 0, "", False, -1, ""
+    for number, line in enumerate(text.split("\n"), 1):
+        indent = len(line) - len(line.lstrip(" "))
+        if block_indent >= 0 and (not line.strip() or indent > block_indent):
+            continue  # inside a block scalar (| or >): text
+        block_indent, previous, content = -1, " ", []
+        for column, char in enumerate(line, 1):
+            if quote:
+                if quote == '"' and char == "\\" and not escaped:
+                    escaped = True
+                    continue
+                if char == quote and not escaped:
+                    quote = ""
+                escaped = False
+            elif char in "'\"" and previous in " \t[{,:":
+                quote = char
+            elif char == "#" and previous in " \t":
+                break  # a comment, to the end of the line
+            elif char in "[{":
+                depth += 1
+                if depth == MAX_DEPTH:  # about where YAML's own count (with the block levels) passes it
+                    where = f"line {number}, column {column}: "
+                if depth > MAX_FLOW_BRACKETS:
+                    return f"{where}nested more than {MAX_DEPTH} levels deep; a preset's values are a few levels deep"
+            elif char in "]}":
+                depth = max(0, depth - 1)
+            previous = char
+            content.append(char)
+        if not quote and _BLOCK_SCALAR.search("".join(content)):
+            block_indent = indent
+    return None
+
+
+_BLOCK_SCALAR = re.compile(r"(^|[\s:-])[|>][-+0-9]*\s*$")  # a line that starts a block scalar
+
+
 def parse_yaml(text: str) -> Any:
     """Parse YAML text as plain data; LimitError (one line, with the line and column
     where YAML knows them) for anything that is not, whatever the parser throws.
@@ -231,6 +291,9 @@ def parse_yaml(text: str) -> Any:
     ... except LimitError as exc: print(exc)
     line 1, column 4: not plain YAML data: the tag !!python/object/apply:os.system is not allowed (a preset holds text, numbers, true/false, null, lists and mappings)
     """
+    problem = _flow_nesting_problem(text)
+    if problem:
+        raise LimitError(problem)
     try:
         data = yaml.load(text, Loader=_GuardedLoader)  # noqa: S506 (a SafeLoader subclass)
     except LimitError:
