@@ -422,8 +422,9 @@ def speedup_lines(results: dict, device: str) -> list[str]:
     if ours and off_decode:
         lines.append(f"captured decode alone: rollout {off_decode['rollout_s']:.2f} -> {ours['rollout_s']:.2f} s/step "
                      f"({off_decode['rollout_s'] / ours['rollout_s']:.2f}x), decode "
-                     f"{fmt(off_decode.get('decode_tokens_per_s'), '.0f')} -> {fmt(ours.get('decode_tokens_per_s'), '.0f')}"
-                     f" tok/s, samples/s {off_decode['samples_per_s']:.2f} -> {ours['samples_per_s']:.2f}")
+                     f"{fmt(off_decode.get('decode_tokens_per_s'), '.0f')} -> "
+                     f"{fmt(ours.get('decode_tokens_per_s'), '.0f')} tok/s, "
+                     f"samples/s {off_decode['samples_per_s']:.2f} -> {ours['samples_per_s']:.2f}")
     if ours and off_lean:
         peaks = (f", peak {off_lean['peak_gib']:.2f} -> {ours['peak_gib']:.2f} GiB"
                  if ours["peak_gib"] and off_lean["peak_gib"] else "")
