@@ -306,7 +306,7 @@ def table(rows: list[dict]) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default="tiny,10x", help="comma-separated: tiny, 10x (default both)")
+    p.add_argument("--models", default="tiny,10x", help="comma-separated: tiny, 10x, qwen-vocab (default tiny,10x)")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps per run (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="steps left out of the timing, at least 1 (default 2)")
     p.add_argument("--batch-size", type=int, default=32, help="preference pairs per step (default 32)")
