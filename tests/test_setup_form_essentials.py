@@ -35,6 +35,21 @@ def test_dpo_on_the_builtin_model_gets_a_completion_length_that_fits(panel, qtbo
     assert panel.doc.get("algorithm.max_completion_length") <= 128
 
 
+def test_a_switch_made_before_the_prompts_are_counted_is_fitted_once_they_are(panel, qtbot, monkeypatch):
+    """The window never counts prompts on a switch (a big data set would freeze it): DPO's
+    default waits for the checks' count, then is cut to the room it leaves."""
+    from workbench.setup import checks
+
+    monkeypatch.setattr(checks, "_rooms", {})  # nothing counted yet
+    panel.doc.set("algorithm.max_completion_length", 256)  # GRPO's default: nothing of the user's to keep
+    choose_algorithm(qtbot, panel, "DPO")
+    assert panel.doc.get("algorithm.max_completion_length") == 256  # not known yet
+    panel.validate_now()
+    room = next(iter(checks._rooms.values()))
+    assert 1 <= room < 256 and panel.doc.get("algorithm.max_completion_length") == room
+    assert not [p for p in panel.problems if p[0] == "algorithm.max_completion_length"], panel.problems
+
+
 def test_a_default_that_does_not_fit_is_clamped_to_the_room_left():
     """PPO's max_completion_length at its default (53) is not the user's: DPO gets its own
     default, 256, cut to the room the prompts leave (context 128 - longest prompt 18 = 110)."""

@@ -289,10 +289,11 @@ def _room_key(model: dict, data, seed: Any, base_dir: Path | None) -> str:
                        str(base_dir)], sort_keys=True, default=str)
 
 
-def completion_room(data: dict, base_dir: Path | None) -> int | None:
+def completion_room(data: dict, base_dir: Path | None, count: bool = True) -> int | None:
     """The context the longest prompt leaves for a completion (the model's context minus
     the longest prompt's tokens, as prelaunch_checks counts them), from a preset mapping
-    whose model and data sections are valid; None when it cannot be told here."""
+    whose model and data sections are valid; None when it cannot be told here, or (`count`
+    false) when the checks have not counted these prompts yet."""
     from engine.data.config import DataConfig
     from pydantic import ValidationError
 
@@ -304,8 +305,8 @@ def completion_room(data: dict, base_dir: Path | None) -> int | None:
         seed = (data.get("training") or {}).get("seed", 0)
         seed = seed if isinstance(seed, int) else 0
         key = _room_key(model, cfg, seed, base_dir)
-        if key in _rooms:
-            return _rooms[key]
+        if key in _rooms or not count:
+            return _rooms.get(key)
         info = read_model_info(folder) if folder is not None else None
         if info is None or info.context_length is None or not info.has_tokenizer:
             return None

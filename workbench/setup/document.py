@@ -23,7 +23,7 @@ from engine.data.config import without_default_task
 from engine.foundation.errors import PresetError
 from engine.foundation.io import preset_to_yaml, read_preset_dict
 from workbench.setup import schema
-from workbench.setup.switching import same_value, switched_section
+from workbench.setup.switching import COMPLETION, fitted_default, same_value, switched_section
 from workbench.signals import Signal
 
 _PROBLEM = re.compile(r"^(\S+): (.*)$", re.S)
@@ -170,12 +170,18 @@ class PresetDocument:
         self.data["algorithm"] = self._algorithm_stash.pop(name, None) or switched_section(name, current, room)
         self._announce("algorithm")
 
+    def fit_completion(self, room: int | None) -> None:
+        """The algorithm's default completion length cut to `room` (switching.fitted_default)."""
+        fitted = fitted_default(self.algorithm, self.get(f"algorithm.{COMPLETION}"), room)
+        if fitted is not None:
+            self._switch_defaults.get(self.algorithm, {})[COMPLETION] = fitted  # Reset's value too
+            self.set(f"algorithm.{COMPLETION}", fitted)
+
     # ------------------------------------------------------- the preset's values
 
     def preset_value(self, path: str, default: Any = None) -> Any:
-        """What the preset as opened (or as last saved) holds at `path`: the baseline of
-        the form's changed marker and of Reset. A field of an algorithm the preset did
-        not choose has the default the switch to it gave (its completion length fitted)."""
+        """What the preset as opened (or last saved) holds at `path`, for the changed marker and
+        Reset; for an algorithm it did not choose, the defaults the switch to it gave."""
         chosen = get_path(self._baseline, f"algorithm.{schema.algorithm_tag()}")
         if path.startswith("algorithm.") and self.algorithm != chosen:
             fitted = self._switch_defaults.get(self.algorithm)
@@ -353,7 +359,6 @@ def with_defaults(data: dict) -> dict:
 
     fill(data, defaults)
     return data
-
 
 
 def _leaves(data: Any, prefix: str = ""):

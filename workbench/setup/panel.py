@@ -89,6 +89,7 @@ class SetupPanel(ProblemsShown, QWidget):
         super().__init__(parent)
         self.doc = doc
         self.folds = folds or Folds()  # which groups are unfolded, remembered across windows
+        self._unfitted: str | None = None  # an algorithm switched to before the prompts were counted
         self.problems: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
         self._timer = QTimer(self)
@@ -305,9 +306,12 @@ class SetupPanel(ProblemsShown, QWidget):
 
     def switch_algorithm(self, name: str) -> None:
         """The chooser's choice: the document switches, a default completion length cut to
-        the room the prompts leave in the model's context (known once the checks have
-        counted them, else counted now)."""
-        self.doc.switch_algorithm(name, room=completion_room(self.doc.data, self.doc.base_dir))
+        the room the prompts leave in the model's context. The checks count the prompts on
+        their worker; a switch made before they have is fitted when they answer (_finish),
+        never by counting here (a big data set would freeze the window)."""
+        room = completion_room(self.doc.data, self.doc.base_dir, count=False)
+        self.doc.switch_algorithm(name, room=room)
+        self._unfitted = None if room is not None else name
 
     def open_cache_picker(self, path: str, picker_class: type[CachePicker]) -> CachePicker:
         """Open the picker for `path`; its choice is put in the field as if typed."""
@@ -389,6 +393,13 @@ class SetupPanel(ProblemsShown, QWidget):
     def _finish(self, generation, problems, notes, preview):
         if generation != self._generation:
             return problems
+        if self._unfitted is not None and self._unfitted == self.doc.algorithm:
+            room = completion_room(self.doc.data, self.doc.base_dir, count=False)
+            if room is not None:
+                self._unfitted = None
+                self.doc.fit_completion(room)
+                if self._timer.isActive():
+                    return problems  # the field changed: validated again, this result is stale
         if notes is None:
             notes = self._kept_notes(problems)
         self.problems, self.notes = problems, notes

@@ -60,3 +60,17 @@ def switched_section(name: str, current: dict, room: int | None = None) -> dict:
     if COMPLETION not in carried and isinstance(room, int) and room >= 1 and isinstance(length, int) and length > room:
         section[COMPLETION] = room
     return section
+
+
+def fitted_default(name: str, value: Any, room: int | None) -> int | None:
+    """`room`, when `value` is algorithm `name`'s default completion length and longer than
+    it (a switch made before the prompts were counted: cut once they are); else None.
+
+    >>> fitted_default("dpo", 256, 110), fitted_default("dpo", 100, 110), fitted_default("dpo", 300, 110)
+    (110, None, None)
+    """
+    models = schema.algorithm_models()
+    default = schema.algorithm_defaults(name).get(COMPLETION) if name in models else None
+    if isinstance(room, int) and room >= 1 and isinstance(value, int) and same_value(value, default) and value > room:
+        return room
+    return None
