@@ -120,7 +120,15 @@ def test_qwen2_shaped_model_samples_the_same_on_both_paths(qwen2, settings):
     ids[3:, :3] = 0
     free, _ = both_paths(qwen2, ids, mask, [299 + 1], 0, max_new_tokens=12, group_size=3, **settings)
     eos = int(free.completion_ids[0, 2])
-    plain, static = both_paths(qwen2, ids, mask, [eos], 0, max_new_tokens=12, group_size=3, **settings)
+    passes = []  # the rows and columns of each pass: the prompts' pass runs each distinct prompt once
+    hook = qwen2.model.register_forward_pre_hook(lambda module, args, kwargs: passes.append(
+        tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    try:
+        plain, static = both_paths(qwen2, ids, mask, [eos], 0, max_new_tokens=12, group_size=3, **settings)
+    finally:
+        hook.remove()
+    static_passes = passes[passes.index((2, 7), 1):]  # the second path's: its prompt pass, then steps
+    assert static_passes[0] == (2, 7) and set(static_passes[1:]) == {(8, 1)}  # 6 rows in a bucket of 8
     assert plain.completion_mask[0].sum() <= 3 and len(set(plain.completion_mask.sum(-1).tolist())) >= 2
     assert_same(plain, static)
 
