@@ -76,7 +76,8 @@ class ModelConfig(Section):
         "(finished rows leave the batch). `static`: a fixed-shape step over a preallocated KV cache, finished rows "
         "masked, sampled on the device. `captured`: that step recorded once as a CUDA graph and replayed (CUDA only; "
         "elsewhere it runs as `static`). `auto`: captured on CUDA for completions of 32 tokens or more, else plain. "
-        "All sample the same tokens under one seed (docs/gpu.md).",
+        "Plain and static sample the same tokens under one seed; the captured step's compiled kernels may round "
+        "differently (docs/gpu.md).",
     )
     trust_remote_code: bool = Field(
         False, description="Run the Python code a hub model ships with its weights. Off: such a model is "
