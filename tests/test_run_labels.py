@@ -19,8 +19,10 @@ from PySide6.QtCore import Qt
 
 from workbench.runs.labels import (LABEL_FILE, bundled_preset, distinct, format_value, label_of, run_label,
                                    write_label_record)
-from workbench.runs.process import LAUNCH_PRESET, workbench_dir
+from engine.run import rundir
+from workbench.runs.process import LAUNCH_PRESET, workbench_dir, write_exit_record, write_process_record
 from test_runs_list import small_run
+from test_workbench_resume import dead_pid
 from workbench_helpers import small_preset, type_text
 from window_fixtures import click_run, make_window, stand_in, window  # noqa: F401 (fixtures)
 
@@ -104,11 +106,23 @@ def test_a_run_folder_is_labelled_from_its_record_or_its_bundled_preset(tmp_path
 
 
 def test_a_failed_runs_banner_runs_it_again_under_the_name_typed(window, qtbot, tmp_path, stand_in):
+    # A run killed before its first checkpoint and without its preset.yaml: the banner says
+    # so once, and offers Run again rather than a command for a terminal.
+    killed = small_run(tmp_path / "runs", "killed-early", status="running")
+    (killed / rundir.PRESET_FILE).unlink()
+    pid = dead_pid()
+    write_process_record(killed, pid, ["python", "-m", "engine", "run", "p.yaml", "--run-dir", str(killed)])
+    write_exit_record(killed, pid, -9, killed=True)
+    window.open_run(killed)
+    banner = window.header.failure
+    text = banner.message.text()
+    assert banner.title.text() == "The run was killed" and text.count("killed") == 1 and "rl-engine" not in text
+    assert "no complete checkpoint" in text and not banner.resume_button.isEnabled()
+    assert banner.run_again_button.isEnabled()
     preset = small_preset(max_steps=400)
     run_dir = small_run(tmp_path / "runs", "broken-20261128-100000", status="failed", preset=preset)
     write_label_record(run_dir, "the broken one", "test", preset)
     window.open_run(run_dir)
-    banner = window.header.failure
     assert window.header.name.text() == "the broken one" and "the broken one" in window.windowTitle()
     assert banner.isVisible() and banner.run_again_button.isEnabled()
     assert "rl-engine" not in banner.message.text()  # a button, not a terminal command
