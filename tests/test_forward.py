@@ -96,7 +96,8 @@ def test_chunked_shared_prefix_logprobs_match_the_full_forward(kind, chunk, fuse
             assert torch.allclose(logits.entropy() * mask, entropy * mask, atol=1e-5)
             probs, top_ids = logits.top(2)
             assert torch.equal(top_ids, full[:2].topk(5, dim=-1).indices)
-            assert torch.allclose(logits.sums(), full.sum(-1).detach(), atol=1e-3)
+            # past a row's end the two passes give the padding different positions; nothing reads those
+            assert torch.allclose(logits.sums() * mask, full.sum(-1).detach() * mask, atol=1e-3)
 
 
 def test_a_chunk_of_logits_is_all_that_is_kept_for_backward(tmp_path, monkeypatch):
