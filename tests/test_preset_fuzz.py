@@ -4,7 +4,8 @@ seed, go through the loader; a sample goes through `rl-engine validate` as a use
 Every one must either load or be refused with a PresetError whose message names what
 is wrong (the field path for a field's mutation, the file for a file that is not a
 preset); no other exception, no traceback, nothing executed. The counts are printed
-(`pytest -s tests/test_preset_fuzz.py`) and checked; the README cites them.
+(`pytest -s tests/test_preset_fuzz.py`) and checked; docs/reliability.md cites them (the
+README's *Reliability* sums them up).
 """
 
 from __future__ import annotations
