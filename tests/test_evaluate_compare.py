@@ -259,6 +259,7 @@ def test_not_overlaid_and_one_run_show_one_evaluation_as_ever(qtbot, runs):
 
 def test_the_window_overlays_the_compared_runs_in_the_dashboards_colours(qtbot, runs, tmp_path, monkeypatch):
     from workbench.main_window import MainWindow
+    from workbench.runs.labels import shown_labels
     from workbench.settings import Settings
 
     monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
@@ -267,7 +268,9 @@ def test_the_window_overlays_the_compared_runs_in_the_dashboards_colours(qtbot, 
     qtbot.addWidget(window)
     window.compare_runs([run_b, run_a, run_c])  # B first: A's evaluation is the one overlaid
     legend = window.dashboard.legend.text()
-    colours = dict((name, colour) for colour, name in re.findall(r"color:(#\w+)'>━━ <b>([^<]+)</b>", legend))
+    # The legend names runs by their labels (workbench/runs/labels.py); here, by folder.
+    folders = dict(zip(shown_labels(window.dashboard.runs), (r.name for r in window.dashboard.runs)))
+    colours = {folders[label]: colour for colour, label in re.findall(r"color:(#\w+)'>━━ <b>([^<]+)</b>", legend)}
     assert set(colours) == {A, B, C}
     page = window.evaluate
     assert page.run_dir == run_b.resolve() and page.picker.currentText() == "eval-new"

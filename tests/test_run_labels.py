@@ -63,6 +63,9 @@ def test_a_nested_field_and_a_reward_weight_are_named_by_their_parent():
     run = changed(GRPO, model__lora__r=8)
     run["rewards"][1]["weight"] = 2.0
     assert run_label(run, GRPO, "grpo-sort").text == "grpo-sort · lora.r 8, sort_inclusion_order.weight 2"
+    swapped = changed(GRPO)
+    swapped["rewards"][1] = {"name": "sort_position", "weight": 0.5}
+    assert run_label(swapped, GRPO, "grpo-sort").text == "grpo-sort · +sort_position, -sort_inclusion_order"
     many = changed(run, training__learning_rate=3e-4, algorithm__beta=0.1, training__max_steps=100)
     assert run_label(many, GRPO, "grpo-sort").text.endswith(", +2 more")  # three said, all in the tool tip
     assert len(run_label(many, GRPO, "grpo-sort").detail.splitlines()) == 5
@@ -91,6 +94,8 @@ def test_a_run_folder_is_labelled_from_its_record_or_its_bundled_preset(tmp_path
     headless.mkdir()
     run_preset = changed(grpo_sort, training__learning_rate=3e-4)
     assert label_of(headless, run_preset).text == "grpo-sort · lr 3e-4"
+    # A hand-written preset.yaml holds a few fields: those it lacks are not differences.
+    assert label_of(headless, {"name": "grpo-sort", "algorithm": {"name": "grpo"}}).text == "grpo-sort"
     # The window's record: the preset the form was opened as, and a typed name.
     mine = tmp_path / "mine"
     write_label_record(mine, None, "my-sweep", changed(grpo_sort, training__learning_rate=3e-4), "/p/my-sweep.yaml")

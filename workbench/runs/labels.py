@@ -128,6 +128,32 @@ def format_value(value: Any) -> str:
     return text if len(text) <= 28 else text[:27] + "…"
 
 
+ADDED, DROPPED = "(added)", "(dropped)"
+
+
+def collapse_rewards(changes: list) -> list:
+    """A reward the run added or dropped as one change (`+brevity`, `-sort_position`),
+    not one per field of it.
+
+    >>> collapse_rewards([("rewards.b.weight", 1.0, MISSING), ("rewards.b.options", {}, MISSING), ("seed", 1, 0)])
+    [('rewards.+b', '(added)', '—'), ('seed', 1, 0)]
+    """
+    out, seen = [], set()
+    for path, value, was in changes:
+        parts = path.split(".")
+        if parts[0] == "rewards" and len(parts) > 2 and MISSING in (value, was):
+            name = parts[1]
+            rows = [c for c in changes if c[0].split(".")[:2] == ["rewards", name]]
+            if all(c[1] is MISSING for c in rows) or all(c[2] is MISSING for c in rows):
+                if name not in seen:
+                    seen.add(name)
+                    added = value is not MISSING
+                    out.append((f"rewards.{'+' if added else '-'}{name}", ADDED if added else DROPPED, MISSING))
+                continue
+        out.append((path, value, was))
+    return out
+
+
 def short_names(paths: list[str]) -> list[str]:
     """Each field path as a label names it: its last part (`beta`), an alias (`lr`), or,
     where the last part is short or names two fields, with its parent (`lora.r`,
@@ -142,7 +168,7 @@ def short_names(paths: list[str]) -> list[str]:
     out = []
     for path, name in zip(paths, last):
         parts = path.split(".")
-        if parts[0] == "rewards" and len(parts) > 2:  # a reward's field: which reward says as much
+        if parts[0] == "rewards" and len(parts) > 1:  # a reward's field: which reward says as much
             out.append(".".join(parts[1:]))
             continue
         if (len(name) <= 2 and name not in ALIASES.values() or last.count(name) > 1) and len(parts) > 1:
@@ -155,11 +181,16 @@ def differences(preset: dict, origin: dict) -> list[tuple[str, Any, Any]]:
     """(field path, the run's value, the preset's value) for each field of `preset` that
     differs from `origin`'s, in the preset's order; its name and description left out.
 
-    >>> differences({"name": "b", "training": {"learning_rate": 3e-4}}, {"name": "a", "training": {"learning_rate": 1e-3}})
+    >>> differences({"name": "b", "training": {"learning_rate": 3e-4}},
+    ...             {"name": "a", "training": {"learning_rate": 1e-3, "seed": 0}})
     [('training.learning_rate', 0.0003, 0.001)]
     """
     rows = differing_fields([preset, origin])
-    return [(path, run, was) for path, (run, was) in rows if path.split(".")[0] not in IGNORED]
+    # A field the run's preset does not hold is not known to differ (an old or hand-written
+    # preset.yaml holds a few fields, the preset it is compared with all of them); a reward
+    # the run lacks is one it dropped.
+    return [(path, run, was) for path, (run, was) in rows if path.split(".")[0] not in IGNORED
+            and (run is not MISSING or path.startswith("rewards.") and "rewards" in preset)]
 
 
 @dataclass(frozen=True)
@@ -201,8 +232,10 @@ def run_label(preset: dict | None, origin: dict | None, base: str, typed: str | 
     if any(path == "algorithm.name" for path, _, _ in said):
         # Another algorithm: its name says it; its own settings would only crowd the label.
         said = [c for c in said if c[0] == "algorithm.name"] + [c for c in said if not c[0].startswith("algorithm.")]
+    said = collapse_rewards(said)
     names = short_names([path for path, _, _ in said])
-    parts = [f"{name} {format_value(value)}" for name, (_, value, _) in zip(names, said)]
+    parts = [name if value in (ADDED, DROPPED) else f"{name} {format_value(value)}"
+             for name, (_, value, _) in zip(names, said)]
     more = len(parts) - shown
     text = ", ".join(parts[:shown]) + (f", +{more} more" if more > 0 else "")
     return RunLabel(f"{base}{SEPARATOR}{text}", base, changes)

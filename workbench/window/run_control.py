@@ -359,7 +359,12 @@ class RunControl:
         if not self.running:
             return None
         run = self.run_data(self.engine.run_dir)
-        return run.status if run.status in ("done", "stopped", "failed") else None
+        if run.status not in ("done", "stopped", "failed"):
+            return None
+        final = run.finished or run.failure or {}
+        if (final.get("time") or 0) < (getattr(self.engine, "started_at", None) or 0):
+            return None  # the last attempt's end: this engine is resuming the run (or starting it again)
+        return run.status
 
     def update_actions(self) -> None:
         """Run, Stop and Kill as the run's status stands: called when the engine starts or
