@@ -27,7 +27,8 @@ from window_fixtures import click, make_window, window  # noqa: F401 (fixtures)
 
 
 def small_run(folder: Path, name: str, steps: int = 3, status: str = "done", max_steps: int | None = None,
-              preset: dict | None = None, accuracy: tuple[float, float] = (0.1, 0.5), step_seconds: float = 1.0) -> Path:
+              preset: dict | None = None, accuracy: tuple[float, float] = (0.1, 0.5),
+              step_seconds: float = 1.0) -> Path:
     """A run folder written by hand: run_started declaring one plot (the window builds one, not
     twenty), a reward a step, evaluations at step 0 and at its end, then `status`
     (done, stopped, failed; running: no final event)."""

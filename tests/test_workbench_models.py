@@ -18,7 +18,8 @@ from engine.run import rundir
 from engine.preset.schema import Preset, preset_from_dict
 from engine.foundation.errors import PresetError
 from workbench.runs.process import write_process_record
-from workbench.runs.summaries import MISSING, RunIndex, differing_fields, summarize_run
+from workbench.runs.labels import MISSING, differing_fields
+from workbench.runs.summaries import RunIndex, summarize_run
 from workbench.dashboard import plotspec, smoothing
 from workbench.runs import metric_table, process, rundata, status, summaries
 from workbench.runs.metric_table import MetricTable

@@ -10,13 +10,10 @@ from pathlib import Path
 import yaml
 
 from engine.run import rundir
-from workbench.runs.labels import MISSING, RunLabel, differing_fields, flatten, label_of
+from workbench.runs.labels import RunLabel, label_of
 from workbench.runs.lineage import Stage, family_text, pipeline_tooltip, stages_of
 from workbench.runs.process import EXIT_FILE, LAUNCH_PRESET, PROCESS_FILE, read_process_record, workbench_dir
 from workbench.runs.status import describe_run
-
-# The comparison of presets moved to labels.py; its names are still read from here.
-__all__ = ["MISSING", "RunIndex", "RunSummary", "differing_fields", "flatten", "fork_label", "summarize_run"]
 
 
 @dataclass
@@ -166,7 +163,8 @@ def _first_eval(events_path: Path, lines: int = 6, max_bytes: int = 4 << 20) -> 
                 if b'"eval"' not in line:
                     continue
                 event = rundir.parse_lines([line])[0]
-                if isinstance(event, dict) and event.get("type") == "eval" and _number(event.get("accuracy")) is not None:
+                if isinstance(event, dict) and event.get("type") == "eval" \
+                        and _number(event.get("accuracy")) is not None:
                     return event
     except OSError:
         return None
