@@ -14,6 +14,8 @@
 # generate, our plain and captured paths) at 0.5B. It prints decode tokens/s, rollout and update
 # seconds a step, peak memory, update MFU and each speed-up alone; figures in OUT_DIR/speed/.
 # `--smoke`: the same commands at the tiny shape on the CPU (minutes), to test the script anywhere.
+# Not timed yet on a GPU: at the last session's speeds about 6-7 minutes a shape; with less device
+# time left, SPEED_SHAPES=qwen0.5b runs one.
 #
 # 1. at once, side by side: every bundled preset with the README's command (progress bar on),
 #    the Hub presets at Qwen2.5-0.5B's shape with and without QLoRA (bench/gpu_hub_shapes.py),
@@ -53,7 +55,7 @@ if [ "$cmd" = speed ]; then
     py=${PYTHON:-.venv/bin/python}; [ -x "$py" ] || py=python3
     shapes=tiny; flags="--smoke"; export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
   else
-    py=${PYTHON:-python3}; shapes="qwen0.5b qwen1.5b"; flags="--device cuda --steps 3 --algorithms grpo"
+    py=${PYTHON:-python3}; shapes=${SPEED_SHAPES:-qwen0.5b qwen1.5b}; flags="--device cuda --steps 3 --algorithms grpo"
   fi
   export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
   rc=0
