@@ -289,12 +289,14 @@ def trl_child(args) -> int:
 
 
 def generate_child(args) -> int:
-    """Decoding tokens/s: HF model.generate against engine.model.rollout.sample, on the same
-    LoRA-wrapped model (as both trainers decode with) and the same 64-row batch."""
+    """Decoding tokens/s: HF model.generate against engine.model.rollout.sample (plain and
+    captured), on the same LoRA-wrapped model and the same 64-row batch, each as its trainer
+    decodes: HF generate through peft (TRL), ours with the adapter merged (our Policy)."""
     import torch
 
     from engine.model.loading import load_model
     from engine.model.config import ModelConfig
+    from engine.model.merged_lora import merged_lora
     from engine.model.rollout import sample
 
     cuda = args.device == "cuda"
@@ -313,8 +315,12 @@ def generate_child(args) -> int:
         return (out.shape[1] - enc["input_ids"].shape[1]) * out.shape[0]
 
     def ours(decode="plain"):
-        r = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=T, eos_token_ids=loaded.eos_token_ids,
-                   pad_token_id=tok.pad_token_id, generator=gen, group_size=GROUP, decode=decode)
+        # as the engine samples (Policy._sample): the adapter merged into new weights each rollout, which a
+        # captured step may have to record again (docs/gpu.md)
+        with merged_lora(model):
+            r = sample(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=T,
+                       eos_token_ids=loaded.eos_token_ids, pad_token_id=tok.pad_token_id, generator=gen,
+                       group_size=GROUP, decode=decode)
         return int(r.lengths.sum())
 
     result = dict(side="generate", batch=len(prompts), new_tokens=T)
