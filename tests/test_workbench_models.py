@@ -21,7 +21,8 @@ from workbench.runs.process import write_process_record
 from workbench.runs.labels import MISSING, differing_fields
 from workbench.runs.summaries import RunIndex, summarize_run
 from workbench.dashboard import plotspec, smoothing
-from workbench.runs import metric_table, process, rundata, status, summaries
+from workbench.runs import labels, metric_table, process, rundata, status, summaries
+from workbench.window import names
 from workbench.runs.metric_table import MetricTable
 from workbench.runs.rundata import RunData
 from workbench.setup import checks, document, schema
@@ -32,7 +33,7 @@ from workbench_helpers import write_run
 # Only modules that hold examples (checks and settings have none: a run of them attempts
 # nothing and cannot fail).
 @pytest.mark.parametrize("module", [schema, document, rundata, metric_table, process, status, summaries, smoothing,
-                                    plotspec])
+                                    plotspec, labels, names])
 def test_doctests(module):
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
