@@ -468,6 +468,7 @@ def test_launch_with_a_preset_or_a_run_folder(qtbot, tmp_path, monkeypatch):
     assert window.doc.get("name") == "grpo-sort" and window.doc.path is None
     window2 = create_window([str(run_dir)])
     assert window2.shown[0].run_dir == run_dir.resolve() and window2.shown[0].status == "done"
+    assert window2.doc.path is None and window2.doc.get("name") == window2.shown[0].preset.get("name")  # a copy
     for w in (window, window2):
         w.ask = lambda *a: DISCARD
         w.close()

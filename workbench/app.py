@@ -81,7 +81,7 @@ def create_window(argv: list[str]):
     if kind == "preset":
         window.presets.open_preset(args.target)
     elif kind == "run":
-        window.open_run(args.target)
+        window.open_run_and_preset(args.target)  # as Open Run Folder: a copy of its preset in Set-up
     else:
         preset = default_preset()
         if preset is not None:
