@@ -66,8 +66,10 @@ def draw_tokens(logits: torch.Tensor, uniforms: torch.Tensor, *, temperature: fl
     logp = torch.log_softmax(scaled, dim=-1)
     if greedy:
         token = scaled.argmax(-1)
-    else:
+    elif (top_k and top_k < scaled.shape[-1]) or top_p < 1.0:
         token = inverse_cdf(filter_logits(scaled, top_k, top_p).softmax(-1), uniforms)
+    else:  # nothing filtered: the probabilities are the logprobs' exp (a pass over the vocabulary fewer)
+        token = inverse_cdf(logp.exp(), uniforms)
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
