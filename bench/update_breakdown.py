@@ -19,9 +19,10 @@ machine's noise. Each part is timed by wrapping the function that does it, as se
 - loss maths (ours: grpo_loss; TRL: compute_loss less its forward);
 - optimizer: clipping and the AdamW step;
 - inspector passes (ours: the recorded rows' reference pass and the after-update look);
-- host syncs: calls of Tensor.item / .tolist / .cpu in the update (from the update's start
-  to its optimizer step), counted, not timed: on the CPU they cost nothing, on a GPU each
-  waits for the queue.
+- host syncs: calls that read a tensor on the host (Tensor.item / .tolist / .cpu, float(),
+  int(), bool() of a tensor) in the update's own work (not its rollout, the inspector's
+  passes or the optimizer step), counted, not timed: on the CPU they cost nothing, on a GPU
+  each waits for the queue.
 
 Printed: a table of milliseconds a step (median over the timed steps) per part and side.
 """
@@ -89,10 +90,11 @@ class Clock:
 
 
 def count_syncs(clock: Clock) -> None:
-    """Count Tensor.item / tolist / cpu calls while clock.counting is set."""
+    """Count the calls that read a tensor on the host (Tensor.item / tolist / cpu, float(),
+    int(), bool() of a tensor) while clock.counting is set."""
     import torch
 
-    for attribute in ("item", "tolist", "cpu"):
+    for attribute in ("item", "tolist", "cpu", "__float__", "__int__", "__bool__"):
         original = getattr(torch.Tensor, attribute)
 
         def counted(self, *a, _original=original, **kw):
