@@ -121,3 +121,20 @@ def test_a_grpo_update_is_unchanged_against_the_earlier_path(tmp_path, monkeypat
     assert lean_probs.shape == (4, batch.rows.completion_ids.shape[1], 5)
     assert torch.equal(lean_ids, plain_ids) and torch.allclose(lean_probs, plain_probs, atol=1e-6)
     assert trainer.policy.recorded_rows == 0  # the hint is the update's alone
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_the_grpo_loss_reads_nothing_on_the_host_off_the_cpu(level, monkeypatch):
+    """On the meta device (tensors with no values: any read on the host fails) the loss
+    and its metrics come out as tensors, which the update reads once a part; on the CPU
+    its metrics stay floats."""
+    from engine.rl.losses import grpo_loss
+
+    monkeypatch.setattr(token_logits, "LEAN_UPDATE", True)
+    options = dict(beta=0.1, loss_type="dapo", epsilon_low=0.2, epsilon_high=0.28, importance_sampling_level=level)
+    for device in ("meta", "cpu"):
+        lp = torch.zeros(2, 3, device=device, requires_grad=True)
+        zeros, mask = torch.zeros(2, 3, device=device), torch.ones(2, 3, device=device)
+        loss, info, _ = grpo_loss(lp, zeros, zeros, torch.zeros(2, device=device), mask, **options)
+        kinds = {type(value) for value in info.values()}
+        assert kinds == ({torch.Tensor} if device == "meta" else {float}) and len(info) == 4

@@ -34,6 +34,11 @@ def sequence_log_ratio(logprobs, old_logprobs, mask):
 
 
 def clip_fraction(flags, mask, importance_sampling_level="token"):
+    """clip_fraction_tensor read on the host: a python float (the docstring there)."""
+    return clip_fraction_tensor(flags, mask, importance_sampling_level).item()
+
+
+def clip_fraction_tensor(flags, mask, importance_sampling_level="token"):
     """Share of the batch that a flag marks (the clip): of its tokens where the level
     counts tokens; of its sequences where it counts sequences (GSPO, as TRL counts them,
     since there the ratio and so the clip is one per sequence). Sequences with no real
@@ -43,7 +48,7 @@ def clip_fraction(flags, mask, importance_sampling_level="token"):
     sequence; per-token advantages (REINFORCE++) can flag only some of its tokens.
 
     input:  flags (B, T) bool, mask (B, T), a level's name (engine.rl.catalog.IMPORTANCE_LEVELS)
-    output: python float
+    output: a 0-dim tensor, on the flags' device (no host sync)
 
     e.g. flags [[T, T, T, F], [F, F, F, F]], mask [[1, 1, 1, 0], [1, 0, 0, 0]]
          -> token 3/4 = 0.75; sequence mean(1, 0) = 0.5
@@ -51,7 +56,9 @@ def clip_fraction(flags, mask, importance_sampling_level="token"):
     from engine.rl.catalog import IMPORTANCE_LEVELS
 
     if IMPORTANCE_LEVELS.declares(importance_sampling_level).counts != "sequences":
-        return masked_mean(flags.float(), mask).item()
+        return masked_mean(flags.float(), mask)
     per_sequence = masked_mean(flags.float(), mask, dim=1)  # (B,)
     present = mask.bool().any(-1)
-    return (per_sequence[present].sum() / present.sum().clamp(min=1)).item()
+    # zeros in place of the empty sequences, not a selection of the others: a selection's
+    # size is data-dependent, which reads the mask on the host
+    return torch.where(present, per_sequence, 0.0).sum() / present.sum().clamp(min=1)

@@ -16,10 +16,21 @@ import torch
 
 from engine.rl.catalog import AGGREGATIONS, IMPORTANCE_LEVELS, POLICY_LOSSES, SURROGATES, policy_loss_parts
 from engine.rl.user_code import resolve
-from engine.rl.importance import clip_fraction
+from engine.model import token_logits
+from engine.rl.importance import clip_fraction_tensor
 from engine.rl.kl import bias_corrected_k3, kl_k3
 from engine.rl.masking import masked_mean
 from engine.rl.surrogates import clipped_surrogate
+
+
+def info_number(value: torch.Tensor):
+    """A loss metric as the update reads it: a python float, or, under the lean update on
+    an accelerator, the 0-dim tensor itself, so that the micro-batch loop waits for no
+    device (engine/algorithms/step.py reads a part's numbers in one go). On the CPU a read
+    costs nothing and the float is kept."""
+    if token_logits.LEAN_UPDATE and value.device.type != "cpu":
+        return value.detach()
+    return value.item()
 
 
 def grpo_loss(
@@ -61,7 +72,8 @@ def grpo_loss(
              info {"kl", and each metric the surrogate declares: for the clipped one
                    "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"}
                    python floats over masked tokens (the clip ratios over sequences at
-                   sequence level, see clip_fraction),
+                   sequence level, see clip_fraction; under the lean update on an
+                   accelerator, 0-dim tensors: info_number),
              per_token {"ratio": (B, T), "kl": (B, T) or None, "clipped": (B, T) bool},
              all detached; at masked positions ratio is 1, kl 0, clipped False)
 
@@ -100,9 +112,9 @@ def grpo_loss(
     if missing:
         raise ValueError(f"surrogate {surrogate.name!r} declares metric {', '.join(missing)} but returned no such "
                          f"flag; it returned: {', '.join(flags) or 'none'}")
-    info = {"kl": 0.0 if kl is None else masked_mean(kl.detach(), mask).item()}
+    info = {"kl": 0.0 if kl is None else info_number(masked_mean(kl.detach(), mask))}
     for name in reported:
-        info[name] = clip_fraction(flags[name], mask, importance_sampling_level)
+        info[name] = info_number(clip_fraction_tensor(flags[name], mask, importance_sampling_level))
     marked = flags.get(declared.inspector_flag) if declared.inspector_flag else None
     marked = torch.zeros_like(mask, dtype=torch.bool) if marked is None else marked
     per_token = {
