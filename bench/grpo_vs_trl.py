@@ -401,8 +401,8 @@ def main(argv=None) -> int:
         print(f"ours, where a step goes (mean of the timed steps): {breakdown_line(parts)}", flush=True)
         ours, trl = result["ours"], result["trl"]
         print(f"update s/step (median): ours {ours['update_s']:.3f} ({ours['update_core_s']:.3f} without the "
-              f"inspector's passes), TRL {trl['update_s']:.3f}; ratio ours/TRL {ours['update_s'] / trl['update_s']:.2f}x "
-              f"({ours['update_core_s'] / trl['update_s']:.2f}x)", flush=True)
+              f"inspector's passes), TRL {trl['update_s']:.3f}; ratio ours/TRL "
+              f"{ours['update_s'] / trl['update_s']:.2f}x ({ours['update_core_s'] / trl['update_s']:.2f}x)", flush=True)
         plain = result.get("ours_plain")
         if plain:
             print(f"lean update off (ours-plain, median): {plain['samples_per_s']:.2f} samples/s "

@@ -250,11 +250,13 @@ def main(argv=None) -> int:
         rows.append(tuple(cells))
     totals = ["update total"]
     for side in sides:
-        totals.append(f"{statistics.median(sum(v for k, v in r.items() if k in PARTS) for r in results[side]) * 1e3:.0f}")
+        total = statistics.median(sum(v for k, v in r.items() if k in PARTS) for r in results[side])
+        totals.append(f"{total * 1e3:.0f}")
     rows.append(tuple(totals))
     print(f"{args.model}: {folder} ({note}); {args.batch_size} completions a step "
           f"({args.batch_size // args.num_generations} x {args.num_generations}), up to {args.max_completion_length} "
-          f"tokens; torch threads {torch.get_num_threads()}; median of {len(results[sides[0]])} steps a side; ms a step")
+          f"tokens; torch threads {torch.get_num_threads()}; median of {len(results[sides[0]])} steps a side; "
+          "ms a step")
     print("ours = lean update on, plain = off (RL_ENGINE_LEAN_UPDATE=0); 'other': the rest of our update "
           "(TRL: of its training_step, its rollout left out)")
     print(fmt_table(("part", *sides), rows))
