@@ -96,7 +96,6 @@ def evaluations(scores: list[tuple[int, float, str]]) -> str:
     return f"raw evaluations at steps {steps[0]} and {steps[-1]}" if len(steps) > 1 else f"raw evaluation at step {steps[0]}"
 
 
-
 def correlation(xs: list[float], ys: list[float]) -> float:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))

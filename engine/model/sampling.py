@@ -34,7 +34,6 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-
 def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token a row from `probs` (B, V), each from its row's uniform number in [0, 1)
     (B,): the first token whose cumulative probability exceeds u times the row's total.
@@ -55,7 +54,6 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return torch.where(picked, index, probs.argmax(-1, keepdim=True)).squeeze(-1)
 
 
-
 def draw_tokens(logits: torch.Tensor, uniforms: torch.Tensor, *, temperature: float, top_k: int, top_p: float,
                 greedy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The next token of each row and its logprob under the sampling policy (the
@@ -73,7 +71,6 @@ def draw_tokens(logits: torch.Tensor, uniforms: torch.Tensor, *, temperature: fl
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
-
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """Position ids that ignore left padding. (B, L) -> (B, L)
 
@@ -81,7 +78,6 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     output: [[0, 0, 0, 1], [0, 1, 2, 3]]
     """
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
-
 
 
 def cache_keyword(model) -> str:
@@ -92,13 +88,11 @@ def cache_keyword(model) -> str:
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
-
 def returned_cache(out):
     """The KV cache a forward pass returned: `out.cache` where the output has that field,
     else `out.past_key_values` (older transformers; reading it on newer ones logs a warning)."""
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
-
 
 
 def step_uniforms(batch: int, greedy: bool, generator: torch.Generator | None, device) -> torch.Tensor:

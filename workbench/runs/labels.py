@@ -350,7 +350,6 @@ def folder_time(folder: str) -> str:
     return f"{day[:4]}-{day[4:6]}-{day[6:]} {clock[:2]}:{clock[2:4]}"
 
 
-
 def shown_labels(runs: list) -> list[str]:
     """The labels of runs shown together (a comparison's legend), made distinct; each run
     is a RunData (its `label` and folder `name`)."""

@@ -75,7 +75,6 @@ def _monospace() -> QFont:
     return QFontDatabase.systemFont(QFontDatabase.FixedFont)
 
 
-
 class SetupPanel(ProblemsShown, QWidget):
     """Every preset field; problems next to their fields; a summary on top.
 

@@ -41,7 +41,6 @@ def run_dir_name(preset_name: str, now: float | None = None) -> str:
     return f"{safe}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
 
 
-
 class RunControl:
     """Run, Stop, Kill and Resume, and the engine this window started or attached to
     (`engine`, running in `engine_dir`).
