@@ -227,7 +227,7 @@ def test_the_loss_sees_the_rankings_order(tmp_path, monkeypatch):
 
 def test_the_loss_is_taken_at_temperature_one(tmp_path):
     trainer = OnlineDPOTrainer(preset_from_dict(online_preset(temperature=0.5)), tmp_path / "run")
-    rollout = trainer.generate(["sort 3 1 2 ="], group_size=2)
+    rollout = trainer.generate(["sort 3 1 2 ="] * 2, group_size=2)  # a group: the prompt twice
     rows, ids = slice(0, 2), rollout.completion_ids
     with torch.no_grad():
         at_one = trainer.completion_logits(rollout, rows)

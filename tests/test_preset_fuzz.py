@@ -278,10 +278,13 @@ def test_a_sample_through_the_cli(fuzz, engine_env):
         else:
             result = cli("validate", file, *sets, cwd=tmp)
         out, err = result.stdout, result.stderr
-        expected = 0 if results[case.name] == "loaded" else 2
-        assert result.returncode == expected, (case.name, err)
+        # A preset the loader takes may still be refused by validate, which checks more (the
+        # prompts against the model's context, say: an empty file is the defaults, whose 256
+        # completion tokens the built-in model's 128 positions cannot hold); one it refuses never passes.
+        expected = (0, 2) if results[case.name] == "loaded" else (2,)
+        assert result.returncode in expected, (case.name, err)
         assert "Traceback" not in err + out, (case.name, err)
-        if expected:
+        if result.returncode:
             assert err.startswith("error: ") and err.count("error:") == 1, (case.name, err)
     assert not (tmp / MARKER).exists(), "a Python tag was executed"
     print(f"\npreset fuzz: {len(sample)} of them through `rl-engine validate`: "

@@ -55,12 +55,12 @@ def decode_path(setting: str, device, max_new_tokens: int, sharded: bool = False
     `auto`: captured on CUDA for rollouts of at least CAPTURE_MIN_TOKENS tokens, plain
     otherwise (on a CPU nothing launches kernels to save, and the plain path drops ended
     rows) and for a model sharded across processes (its passes are collectives, which
-    this step has not been tried with). `captured` off CUDA runs the same step uncaptured (`static`): CUDA graphs exist
-    on CUDA only.
+    this step has not been tried with). `captured` off CUDA runs the same step uncaptured
+    (`static`): CUDA graphs exist on CUDA only. Once a capture has failed in this process,
+    `auto` decodes plainly (capture_failed).
 
     >>> decode_path("auto", "cuda:0", 256), decode_path("auto", "cpu", 256), decode_path("captured", "cpu", 8)
     ('captured', 'plain', 'static')
-    Once a capture has failed in this process, `auto` decodes plainly (capture_failed).
     """
     if setting not in DECODE_SETTINGS:
         raise ValueError(f"model.decode: {setting!r} is not one of {', '.join(DECODE_SETTINGS)}")

@@ -207,6 +207,8 @@ class TokenLogits:
         chunk's logits: a plain linear head's gradient is worked out chunk by chunk in
         the forward pass (_LinearLogprob); any other head's chunk is checkpointed
         (its logits recomputed in the backward pass)."""
+        if tuple(ids.shape) != tuple(self.hidden.shape[:2]):  # a gather would take the first rows silently
+            raise ValueError(f"token ids of shape {tuple(ids.shape)} for logits of {tuple(self.hidden.shape[:2])}")
         grad = torch.is_grad_enabled() and self.hidden.requires_grad
         linear = getattr(self.head, "linear", None)
         if LEAN_UPDATE and linear is not None:
