@@ -313,7 +313,7 @@ def small_run_preset(folder: Path, **training) -> Path:
     data = yaml.safe_load((ROOT / "presets" / "grpo-sort.yaml").read_text())
     data["model"]["device"] = "cpu"
     data["algorithm"]["num_generations"] = 4
-    data["data"]["num_eval"] = 8
+    data["data"].update({"num_eval": 8, "num_train": 64})  # not 5,000 prompts made and checked on every rank
     data["training"].update({"batch_size": 16, "eval_steps": 0, "save_steps": 2, **training})
     path = folder / "p.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -322,6 +322,7 @@ def small_run_preset(folder: Path, **training) -> Path:
 
 # FSDP2 with PPO (value head under DDP, layers sharded), 4 steps, a checkpoint at 2 and 4.
 SHARDED = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
+           "data.num_train=64",
            "training.save_steps=2", "training.lr_scheduler_type=constant", "training.micro_batch_size=4",
            "training.max_steps=4"]
 

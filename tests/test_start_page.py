@@ -103,7 +103,7 @@ def test_plain_rl_workbench_starts_on_the_start_page_and_open_loads_a_card(qtbot
     runs = [start.recent_runs.item(i).data(Qt.UserRole) for i in range(start.recent_runs.count())]
     assert runs == [str(newer), str(older)]  # newest first
     card = start.cards["grpo-arithmetic"]
-    assert "26.5% → 31.0% (+4.5 points) in 42 s" in card.findChild(QLabel, "result").text()
+    assert "26.5% → 32.0% (+5.5 points) in 42 s" in card.findChild(QLabel, "result").text()
     qtbot.mouseClick(card.open_button, Qt.LeftButton)
     assert window.tabs.currentIndex() == SETUP
     assert window.doc.get("name") == "grpo-arithmetic" and window.doc.path is None  # an untitled copy
