@@ -13,6 +13,28 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
+def pytest_sessionstart(session):
+    """Take the libraries' heap out of the garbage collector's reach, as the window does
+    (workbench/app.py's freeze_startup_heap): the window fixtures collect garbage in the
+    main thread before every window (tests/window_fixtures.py), and with torch,
+    transformers, peft, Qt and pyqtgraph loaded a full collection walked ~480,000 objects,
+    0.3 s each time. Imported here once, collected, frozen; what tests make later is
+    collected as before. Not in pytest-xdist's controller, which runs no tests."""
+    if getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput"):
+        return
+    import gc
+
+    import numpy  # noqa: F401
+    import peft  # noqa: F401
+    import pyqtgraph  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from PySide6 import QtWidgets  # noqa: F401
+
+    gc.collect()
+    gc.freeze()
+
+
 def repo_tool(name: str):
     """A script of tools/ (not a package) as a module, e.g. repo_tool("import_floors")."""
     import importlib.util

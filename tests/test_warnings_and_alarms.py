@@ -183,7 +183,7 @@ def test_the_window_takes_its_startup_heap_out_of_the_collectors_reach(monkeypat
 
     def exec_(*_args):  # the event loop: note what is frozen, then close at once
         frozen.append(gc.get_freeze_count())
-        gc.unfreeze()  # the rest of the test session collects as before
+        gc.unfreeze()
         for window in QApplication.topLevelWidgets():
             window.ask = lambda *a: "Discard"
             window.close()
@@ -191,6 +191,10 @@ def test_the_window_takes_its_startup_heap_out_of_the_collectors_reach(monkeypat
 
     monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path))
     monkeypatch.setattr(QApplication, "exec", exec_)
-    gc.unfreeze()
-    assert app.main([str(conftest.ROOT / "presets" / "grpo-sort.yaml")]) == 0
-    assert frozen and frozen[0] > 50_000
+    gc.unfreeze()  # what the test session froze (tests/conftest.py), counted again below
+    try:
+        assert app.main([str(conftest.ROOT / "presets" / "grpo-sort.yaml")]) == 0
+        assert frozen and frozen[0] > 50_000
+    finally:  # the session's heap out of reach again, as conftest.py left it
+        gc.collect()
+        gc.freeze()
