@@ -26,7 +26,9 @@ from workbench.setup.editors import BoolEditor, ChoiceEditor, NamesEditor
 from workbench.setup.options_editor import OptionsEditor
 from workbench.setup.schema import format_value
 from workbench_helpers import small_preset, write_run
-from window_fixtures import Asked, click, click_run, collect_in_main_thread, make_window, window  # noqa: F401 (fixtures)
+from window_fixtures import (  # noqa: F401 (fixtures)
+    Asked, click, click_run, collect_in_main_thread, make_window, stand_in, window,
+)
 
 ENGINE_TIMEOUT_MS = 150_000  # model load on a busy 2-core machine, then a few steps
 
@@ -271,7 +273,9 @@ def test_run_fills_plots_samples_and_progress(window, qtbot):
     assert window.run_control.act_run.isEnabled() and not window.run_control.act_stop.isEnabled()
 
 
-def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot):
+def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot, stand_in):
+    # The window's Stop, on the stand-in engine (its stop line, checkpoint and exit as the
+    # engine's): a real engine's stop is tests/test_cli.py's and tests/test_reliability.py's.
     window.doc.new(small_preset(max_steps=400))
     run_dir = click_run(qtbot, window)
     qtbot.waitUntil(lambda: window.shown[0].metrics.size >= 2, timeout=ENGINE_TIMEOUT_MS)
@@ -287,7 +291,9 @@ def test_stop_leaves_a_checkpoint_and_a_stopped_status(window, qtbot):
     assert window.runs_view.summary(run_dir).status == "stopped"
 
 
-def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_window, qtbot):
+def test_a_run_left_running_is_running_when_reopened_and_can_be_stopped(make_window, qtbot, stand_in):
+    # The window is the subject (leaving a run, attaching to it, SIGTERM to a process it did
+    # not start): on the stand-in engine, as test_workbench_runs.py's SIGKILLed window.
     first = make_window()
     first.doc.new(small_preset(max_steps=400))
     run_dir = click_run(qtbot, first)
