@@ -8,8 +8,7 @@ create_window, so the start page shows), and prints:
   window shown with its start page painted;
 - start page -> Run -> first metrics: from the click on the default card's Run to the
   dashboard holding the run's first metrics point (the engine's start-up, its first step);
-- and writes start-page.png (the start page) and setup-folded.png (Set-up, its advanced
-  groups folded), then stops the run.
+- and writes start-page.png (the start page), then stops the run.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--card", default="grpo-sort", help="the card whose Run is clicked")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # before the chdir below
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="wb-first-hour-"))
     os.environ["RL_WORKBENCH_CONFIG_DIR"] = str(work / "config")  # a new user's settings: none
@@ -69,8 +69,6 @@ def main() -> None:
     wait_until(lambda: bool(window.shown) and window.shown[0].metrics.size > 0, 600, "the first metrics")
     first_metrics = time.perf_counter() - clicked
 
-    window.tabs.setCurrentWidget(window.setup)
-    camera.shot(window, "setup-folded.png")
     window.run_control.stop()
     wait_until(lambda: not window.run_control.running, 120, "the run to stop")
     print(f"window up (start page painted): {window_up:.1f} s")
