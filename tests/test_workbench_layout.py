@@ -96,6 +96,10 @@ def test_the_inspector_fits_a_1024_px_window(qtbot):
     view = InspectorView()
     qtbot.addWidget(view)
     assert view.minimumSizeHint().width() <= 1000  # was 1020: the pickers' bar alone
+    # with a 400-step run's count beside the step (as view.py writes it): 1,048 px before
+    # the rollout and quantity pickers' minimum widths were cut, the window 1,052
+    view.controls.steps_label.setText("400 recorded (1–400)")
+    assert view.minimumSizeHint().width() <= 1000
 
 
 def _cut_by(widget, top) -> str:

@@ -261,13 +261,13 @@ class ControlBar(QWidget):
         self.steps_label.setStyleSheet("QLabel { color: #666; }")
         self.rollout_box = QComboBox()
         self.rollout_box.setObjectName("inspector-rollout")
-        self.rollout_box.setMinimumContentsLength(18)  # it stretches; 30 made the bar wider than 1024 px
+        self.rollout_box.setMinimumContentsLength(12)  # it stretches; 18 made the bar (with 400 steps) 1,036 px
         self.rollout_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.prev_rollout_button = _button("◀", "Previous rollout (←)")
         self.next_rollout_button = _button("▶", "Next rollout (→)")
         self.quantity_box = QComboBox()
         self.quantity_box.setObjectName("inspector-quantity")
-        self.quantity_box.setMinimumContentsLength(15)
+        self.quantity_box.setMinimumContentsLength(12)
         self.quantity_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
         self.quantity_box.setToolTip("The per-token quantity the colours and the plot show (those this record has)")
         self.scope_box = QComboBox()
