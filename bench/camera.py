@@ -20,6 +20,16 @@ class Camera:
             self.app.processEvents()
             time.sleep(0.02)
 
+    def wait_until(self, condition, timeout: float, what: str) -> None:
+        """Run the event loop until `condition()` holds; TimeoutError naming `what` after
+        `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            self.app.processEvents()
+            time.sleep(0.02)
+
     def shot(self, widget, name: str) -> None:
         self.settle(self.settle_s)
         path = self.out / name

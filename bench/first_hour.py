@@ -49,13 +49,7 @@ def main() -> None:
     window.resize(1400, 900)
     camera = Camera(app, args.out, settle_s=0.4)
 
-    def wait_until(condition, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            app.processEvents()
-            time.sleep(0.01)
+    wait_until = camera.wait_until
 
     page = window.start.page
     wait_until(lambda: page.isVisible(), 30, "the start page")

@@ -154,13 +154,7 @@ def main() -> None:
     camera = Camera(app, args.out, settle_s=0.6)
     settle, shot = camera.settle, camera.shot
 
-    def wait_until(condition, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            app.processEvents()
-            time.sleep(0.02)
+    wait_until = camera.wait_until
 
     window = MainWindow(Settings(runs_folder=str(folder)), settings_path=folder / "config" / "settings.json")
     window.ask = lambda title, text, choices: "Discard" if "Discard" in choices else choices[0]

@@ -13,7 +13,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,16 +39,8 @@ def main() -> None:
     from workbench.window.names import DASHBOARD, RUNS, SAMPLES, SETUP
     from workbench.settings import Settings
 
-    def wait_until(condition, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}")
-            app.processEvents()
-            time.sleep(0.02)
-
     camera = Camera(app, args.out, settle_s=0.4)
-    settle, shot = camera.settle, camera.shot
+    settle, shot, wait_until = camera.settle, camera.shot, camera.wait_until
 
     window = MainWindow(Settings(runs_folder=str(runs_folder)), settings_path=runs_folder / "config" / "settings.json")
     window.ask = lambda title, text, choices: "Discard" if "Discard" in choices else choices[0]
