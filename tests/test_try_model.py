@@ -69,7 +69,65 @@ def test_greedy_answers_are_the_same_every_time(greedy_report, trained_run):
         [[a["token_ids"] for a in m["answers"]] for m in greedy_report["models"]]
 
 
+GIVEN = " 1 2 3"  # an answer of our own, scored instead of sampled
+
+
+@pytest.fixture(scope="module")
+def given_report(trained_run) -> dict:
+    result = cli("try", trained_run, "--checkpoint", "step_000004", "--prompt", PROMPT, "--completion", GIVEN, "--json")
+    assert result.code == 0, result.err
+    return json.loads(result.out)
+
+
+def test_a_given_answer_is_scored_by_both_models_as_a_forward_pass_scores_it(given_report, trained_run):
+    from transformers import AutoTokenizer
+
+    assert given_report["given"] and given_report["completion"] == GIVEN
+    assert given_report["sampling"]["seed"] is None and given_report["sampling"]["temperature"] is None
+    base, checkpoint = given_report["models"]
+    assert (base["name"], checkpoint["name"]) == ("base", "step_000004")
+    assert len(base["answers"]) == len(checkpoint["answers"]) == 1
+    b, c = base["answers"][0], checkpoint["answers"][0]
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "assets" / "tiny-model")
+    ids = tokenizer(GIVEN, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]  # a finished answer
+    assert b["token_ids"] == c["token_ids"] == ids and c["tokens"][-1] == "<eos>" and not c["truncated"]
+    assert b["text"] == c["text"] == GIVEN
+    under_checkpoint, _ = forward_logprobs(trained_run, "step_000004", PROMPT, ids)
+    under_base, _ = forward_logprobs(trained_run, None, PROMPT, ids)
+    assert c["logprob"] == pytest.approx(under_checkpoint, abs=1e-4)
+    assert c["other_logprob"] == pytest.approx(under_base, abs=1e-4)
+    assert b["logprob"] == pytest.approx(under_base, abs=1e-4)
+    assert b["other_logprob"] == pytest.approx(under_checkpoint, abs=1e-4)
+    ratio = [x - y for x, y in zip(under_checkpoint, under_base)]
+    assert b["log_ratio"] == pytest.approx(ratio, abs=2e-4) and c["log_ratio"] == pytest.approx(ratio, abs=2e-4)
+    assert c["sum_logprob"] == pytest.approx(sum(under_checkpoint), abs=1e-3)
+
+
+def test_a_given_answer_as_long_as_the_limit_has_no_end_token_and_a_held_out_prompt(trained_run):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(ROOT / "assets" / "tiny-model")
+    text = " 1 2 3 4 5 6 7 8"
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    result = cli("try", trained_run, "--held-out", "2", "--completion", text, "--max-new-tokens", n, "--json")
+    assert result.code == 0, result.err
+    report = json.loads(result.out)
+    answer = report["models"][1]["answers"][0]
+    assert len(answer["token_ids"]) == n and answer["truncated"] and "<eos>" not in answer["tokens"]
+    assert report["held_out"] == 2 and report["templated_prompt"].startswith("sort ")
+    mine, _ = forward_logprobs(trained_run, "step_000004", report["templated_prompt"], answer["token_ids"])
+    assert answer["logprob"] == pytest.approx(mine, abs=1e-4)
+    longer = cli("try", trained_run, "--held-out", "2", "--completion", text, "--max-new-tokens", n - 1)
+    assert longer.code == 2 and f"--completion: the answer is {n} tokens, over the {n - 1}" in longer.err
+
+
 @pytest.mark.parametrize("args, words", [
+    (["--prompt", PROMPT, "--completion", ""], "--completion: the answer is empty"),
+    (["--prompt", PROMPT, "--completion", " 1 2", "--samples", "2"], "--completion scores the answer given"),
+    (["--prompt", PROMPT, "--completion", " 1 2", "--greedy"], "leave out --greedy, --samples"),
+    (["--completion", " 1 2"], "give --prompt TEXT"),
+    (["--prompt", PROMPT, "--completion", " 1 2", "--set", "data.environment=calculator"],
+     "--completion: run sort-run's episodes use tools (data.environment calculator)"),
     (["--prompt", "   "], "--prompt: the prompt is empty"),
     (["--held-out", "8"], "--held-out: 8 is out of range; run sort-run holds out 8 prompts (0 to 7)"),
     (["--checkpoint", "step_000003", "--prompt", PROMPT], "has no checkpoint step_000003 (it has: step_000002, "

@@ -1,6 +1,7 @@
 """`rl-engine try RUN [--checkpoint step_N|last] [--prompt TEXT | --held-out I] [--greedy | --samples K
-[--temperature T] [--seed S]] [--max-new-tokens N] [--json] [--progress]`: one prompt answered by the run's
-base model and by one of its checkpoints, side by side, each answer's tokens scored under both models.
+[--temperature T] [--seed S] | --completion TEXT] [--max-new-tokens N] [--json] [--progress]`: one prompt
+answered by the run's base model and by one of its checkpoints, side by side, each answer's tokens scored
+under both models; or, with --completion, one GIVEN answer (an evaluation's sample) scored under both.
 
 The base is what evaluate.py calls it: the run's starting model (the base with the adapters the
 run stands on merged, and a fresh adapter, which changes nothing). Both models are the run's
@@ -16,6 +17,14 @@ an estimate of KL(checkpoint || base). The logprobs are the models' own distribu
 (temperature 1), whatever temperature sampled the answer. Both models sample with the same
 seed. Writes nothing; --json prints one JSON object (its fields in docs/workbench.md's
 "Try a checkpoint"). Exit 0; 2 for bad input (one `error:` line).
+
+--completion TEXT samples nothing: the text is tokenized as DPO's given answers are
+(Policy.encode_answer: the end token added, as a finished answer ends, unless the text is
+`max_new_tokens` tokens or more, as a sampled answer cut at the length limit ends without one),
+and both models score those same tokens. The report keeps its shape (both `models` hold the
+one answer, each side's `logprob` under its own model) with `given: true` and the `completion`.
+A preset with data.environment is refused: a given text cannot tell the tools' tokens from the
+model's.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ class Request:
     samples: int
     temperature: float | None  # None: the preset's
     seed: int
+    completion: str | None = None  # a given answer, scored instead of sampled
     raw_prompt: object = None  # the data's prompt of a held-out one
     answer: object = None  # the held-out prompt's expected answer, when the data has one
 
@@ -87,6 +97,11 @@ def plan_try(args) -> Request:
     if args.prompt is not None and not args.prompt.strip():
         raise TryError("--prompt: the prompt is empty; type some text, or pick a held-out prompt with --held-out I")
     sampled = args.samples is not None or args.temperature is not None or args.seed is not None
+    if args.completion is not None and (args.greedy or sampled):
+        raise TryError("--completion scores the answer given and samples none; leave out --greedy, --samples, "
+                       "--temperature and --seed, or leave out --completion to sample")
+    if args.completion is not None and not args.completion:
+        raise TryError("--completion: the answer is empty; give the text to score (leave it out to sample answers)")
     if args.greedy and sampled:
         raise TryError("--greedy decodes one answer, the most likely token each time; leave out --samples, "
                        "--temperature and --seed, or leave out --greedy to sample")
@@ -103,9 +118,13 @@ def plan_try(args) -> Request:
     if preset.algorithm.trains_score_head:
         raise TryError(f"{run_dir.name} trains a reward model, which scores answers and writes none; its report "
                        "card is `rl-engine reward-report`")
+    if args.completion is not None and preset.data.environment:
+        raise TryError(f"--completion: run {run_dir.name}'s episodes use tools (data.environment "
+                       f"{preset.data.environment}), and a given text cannot tell the tools' tokens from the model's; "
+                       "leave out --completion to sample the episodes")
     checkpoint = checkpoint_of(run_dir.resolve(), args.checkpoint)
     request = Request(run_dir.resolve(), preset, checkpoint, args.prompt, args.held_out, not sampled, samples,
-                      args.temperature, preset.training.seed if args.seed is None else args.seed)
+                      args.temperature, preset.training.seed if args.seed is None else args.seed, args.completion)
     if args.held_out is not None:
         _train, held_out = load_splits(preset.data, preset.training.seed, run_dir.resolve())
         if not 0 <= args.held_out < len(held_out):
@@ -163,6 +182,21 @@ class Models:
         return t.sample_batch([prompt] * k, k, greedy=request.greedy,
                               fields={key: [v] * k for key, v in fields.items()})
 
+    def given(self, prompt: str, request: Request):
+        """The given answer as a one-row rollout after the prompt, tokenized as DPO's given
+        answers are: (the rollout, its text as the rewards would read it). TryError when it
+        is longer than the answer length limit."""
+        policy = self.trainer.policy
+        room = request.preset.algorithm.max_completion_length
+        count = len(self.trainer.tokenizer(request.completion, add_special_tokens=False)["input_ids"])
+        if count > room:
+            raise TryError(f"--completion: the answer is {count} tokens, over the {room} an answer may have "
+                           "(--max-new-tokens, the preset's algorithm.max_completion_length); raise --max-new-tokens")
+        answer = policy.encode_answer(request.completion, room)
+        rollout = policy.id_rows([self.trainer.tokenizer(prompt, add_special_tokens=False)["input_ids"]], [answer])
+        rollout.truncated[0] = answer[-1] not in set(policy.loaded.eos_token_ids)  # cut at the limit: no end token
+        return rollout, policy.decode_completions(rollout)
+
     def logprobs(self, name: str, rollout):
         """`name`'s logprobs of every token of the rollout (temperature 1). (K, T) float32"""
         import torch
@@ -206,35 +240,43 @@ def token_rows(tokenizer, rollout, texts: list[str], own, other, own_is_base: bo
     return out
 
 
-def _check_fits(trainer, prompt: str, request: Request) -> None:
-    """A typed prompt and the answer's length within the model's positions (the trainer
-    checked the data's prompts only)."""
+def _check_fits(trainer, prompt: str, request: Request, given: int | None = None) -> None:
+    """A typed prompt and the answer's length (`given`: a given answer's tokens) within the
+    model's positions (the trainer checked the data's prompts only)."""
     limit = trainer.policy.loaded.context_length
     tokens = len(trainer.tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    room = request.preset.algorithm.max_completion_length
+    room = request.preset.algorithm.max_completion_length if given is None else given
     if limit and tokens + room > limit:
+        if given is not None:
+            raise TryError(f"--completion: the prompt is {tokens} tokens as templated and the answer {given}, over "
+                           f"the {limit} positions the model reads; give a shorter answer")
         raise TryError(f"--prompt: the prompt is {tokens} tokens as templated and an answer up to {room} "
                        f"(--max-new-tokens), over the {limit} positions the model reads; shorten the prompt or "
                        "lower --max-new-tokens")
 
 
 def try_model(request: Request, progress) -> dict:
-    """Both models' answers, each scored under both; the report --json prints."""
+    """Both models' answers, each scored under both (or the given answer, scored under
+    both); the report --json prints."""
     started = time.perf_counter()
     progress("progress 0/4 loading the model")
     models = Models(request)
     t = models.trainer
     prompt, fields = models.prompt(request)
-    _check_fits(t, prompt, request)
+    given = models.given(prompt, request) if request.completion is not None else None
+    _check_fits(t, prompt, request, None if given is None else int(given[0].lengths[0]))
     loaded = time.perf_counter()
     names = [BASE, request.checkpoint.name]
     sampled, seconds = {}, {}
     for number, name in enumerate(names, start=1):
+        if given is not None:  # nothing to sample: both "wrote" the given answer
+            sampled[name], seconds[name] = given, None
+            continue
         progress(f"progress {number}/4 sampling {name}")
         begun = time.perf_counter()
         sampled[name] = models.sample(name, prompt, fields, request)
         seconds[name] = time.perf_counter() - begun
-    progress("progress 3/4 scoring the answers under both models")
+    progress("progress 3/4 scoring the " + ("given answer" if given else "answers") + " under both models")
     scores = {(writer, scorer): models.logprobs(scorer, sampled[writer][0]) for writer in names for scorer in names}
     step = int(request.checkpoint.name.split("_")[-1])
     labels = {BASE: "base (no adapter)", request.checkpoint.name: f"step {step}"}
@@ -248,13 +290,16 @@ def try_model(request: Request, progress) -> dict:
     progress("progress 4/4 done")
     s = t.policy.sampling
     environment = request.preset.data.environment
+    sampling = {"greedy": request.greedy, "samples": request.samples, "temperature": s.temperature,
+                "top_p": s.top_p, "top_k": s.top_k, "seed": request.seed}
+    if given is not None:  # nothing was sampled: no sampling settings to report
+        sampling = {"greedy": False, "samples": 1, "temperature": None, "top_p": None, "top_k": None, "seed": None}
     return {"kind": "try", "version": VERSION, "run": str(request.run_dir), "preset": request.preset.name,
             "checkpoint": request.checkpoint.name, "step": step, "held_out": request.held_out,
             "prompt": request.prompt if request.held_out is None else request.raw_prompt,
             "templated_prompt": prompt, "expected_answer": request.answer,
-            "sampling": {"greedy": request.greedy, "samples": request.samples, "temperature": s.temperature,
-                         "top_p": s.top_p, "top_k": s.top_k, "seed": request.seed,
-                         "max_new_tokens": request.preset.algorithm.max_completion_length},
+            "given": given is not None, "completion": request.completion,
+            "sampling": {**sampling, "max_new_tokens": request.preset.algorithm.max_completion_length},
             "tools": environment, "logprob_temperature": 1.0, "models": out_models,
             "seconds": {"load": loaded - started, "total": time.perf_counter() - started}}
 
@@ -262,6 +307,8 @@ def try_model(request: Request, progress) -> dict:
 def format_report(report: dict) -> str:
     """The answers as text: a block a model, each answer with its sums."""
     lines = [f"prompt: {report['templated_prompt']!r}"]
+    if report.get("given"):
+        lines.append("the answer was given (--completion), not sampled: both models score the same tokens")
     for model in report["models"]:
         lines.append(f"== {model['label']}")
         for answer in model["answers"]:
@@ -305,6 +352,9 @@ def add_try_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--samples", type=int, metavar="K", help="sample K answers a model (default 1)")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature (default: the preset's)")
     p.add_argument("--seed", type=int, metavar="S", help="sampling seed (default: the preset's training.seed)")
+    p.add_argument("--completion", metavar="TEXT",
+                   help="score this answer (e.g. an evaluation's sample) under both models instead of sampling; "
+                        "the end token is added unless it is --max-new-tokens tokens long (cut at the limit)")
     p.add_argument("--max-new-tokens", type=int, metavar="N",
                    help="an answer's length limit (default: the preset's algorithm.max_completion_length)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="change a preset field")
