@@ -148,7 +148,10 @@ def test_bad_input_gets_one_line(tiny_run, pipeline, tmp_path, capsys):  # noqa:
                           ([str(tiny_run), "--models", "base,step_000009"], "has no checkpoint step_000009"),
                           ([str(tmp_path)], "neither a run folder"),
                           ([str(pipeline["runs"] / "rm")], "reward-report"),
-                          ([str(tiny_run), "--n", "0"], "--n: 0 samples")):
+                          ([str(tiny_run), "--n", "0"], "--n: 0 samples"),
+                          ([str(tiny_run), "--k", "1,four"], "--k: '1,four' is not a comma-separated list"),
+                          ([str(tiny_run), "--name", str(tmp_path / "elsewhere")], "is not a folder name"),
+                          ([str(tiny_run), "--name", ".."], "is not a folder name")):
         assert rl_engine(["eval", *argv, "--quiet"]) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert err[-1].startswith("error: ") and message in err[-1] and "Traceback" not in "\n".join(err)

@@ -120,13 +120,22 @@ def plan_evaluation(args) -> Plan:
                         "`rl-engine reward-report`")
     if args.n < 1:
         raise EvalError(f"--n: {args.n} samples a prompt; give at least 1")
-    ks = sorted({int(k) for k in args.k.split(",")}) if args.k else powers_of_two(args.n)
+    try:
+        ks = sorted({int(k) for k in args.k.split(",") if k.strip()}) if args.k else powers_of_two(args.n)
+    except ValueError:
+        raise EvalError(f"--k: {args.k!r} is not a comma-separated list of whole numbers (e.g. 1,4,32)") from None
+    if not ks:
+        raise EvalError("--k: no k given; leave --k out for 1, 2, 4, ... up to --n")
     if ks[0] < 1 or ks[-1] > args.n:
         raise EvalError(f"--k: k must be between 1 and --n {args.n} (pass@k of {ks[-1]} samples needs at least "
                         f"{ks[-1]} a prompt); raise --n or drop it")
     if args.prompts is not None and args.prompts < 1:
         raise EvalError(f"--prompts: {args.prompts}; give at least 1, or leave it out for every held-out prompt")
     models = _models(run_dir.resolve() if run_dir else None, [m.strip() for m in args.models.split(",") if m.strip()])
+    if args.name is not None and (not args.name.strip() or args.name != Path(args.name).name
+                                  or args.name in (".", "..")):
+        raise EvalError(f"--name: {args.name!r} is not a folder name (it goes under the run's {EVALS_DIR}/ folder, "
+                        "so no '/' and not '.' or '..'); give a plain name such as n32-temp1")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = args.name or f"eval-{stamp}"
     out = (run_dir / EVALS_DIR / name) if run_dir else \
