@@ -7,7 +7,10 @@ for the Try tab's tests (tests/test_try_page.py). No torch, no model.
 - then the JSON object on stdout: the base answers " 2 1", the checkpoint " 1 2" (ANSWERS'
   numbers), each token's logprob under the model that wrote it, under the other, and
   log p_checkpoint - log p_base; the prompt echoed as the templated prompt;
-- `--held-out I` past 7 (the run holds out 8): the engine's error line, exit 2.
+- `--held-out I` past 7 (the run holds out 8): the engine's error line, exit 2;
+- `--completion TEXT` (a given answer, scored): no wait; both models hold that one answer, a
+  token a character and the end token, logprob -0.2 (i + 1) under the base and -0.1 (i + 1)
+  under the checkpoint at token i, `given` true; an empty one: the engine's error line, exit 2.
 """
 
 from __future__ import annotations
@@ -36,6 +39,40 @@ def answer(side: str) -> dict:
             "mean_log_ratio": sum(c - b for b, c in zip(base, checkpoint)) / len(tokens)}
 
 
+def given(args, run: Path) -> int:
+    """The report of a given answer scored under both models."""
+    if not args.completion:
+        print("error: --completion: the answer is empty; give the text to score (leave it out to sample answers)",
+              file=sys.stderr)
+        return 2
+    for done, what in ((0, "loading the model"), (3, "scoring the given answer under both models")):
+        print(f"progress {done}/4 {what}", file=sys.stderr, flush=True)
+    tokens = list(args.completion) + ["<eos>"]
+    base = [-0.2 * (i + 1) for i in range(len(tokens))]
+    checkpoint = [-0.1 * (i + 1) for i in range(len(tokens))]
+    ratio = [c - b for b, c in zip(base, checkpoint)]
+
+    def scored(own: list[float], other: list[float]) -> dict:
+        return {"text": args.completion, "token_ids": list(range(len(tokens))), "tokens": tokens, "logprob": own,
+                "other_logprob": other, "log_ratio": ratio, "tool": None, "truncated": False,
+                "sum_logprob": sum(own), "sum_other_logprob": sum(other), "mean_log_ratio": sum(ratio) / len(ratio)}
+
+    step = int(args.checkpoint.split("_")[-1])
+    prompt = HELD_OUT[args.held_out] if args.held_out is not None else args.prompt
+    report = {"kind": "try", "version": 1, "run": str(run), "preset": "grpo-sort", "checkpoint": args.checkpoint,
+              "step": step, "held_out": args.held_out, "prompt": prompt, "templated_prompt": prompt,
+              "expected_answer": None, "given": True, "completion": args.completion,
+              "sampling": {"greedy": False, "samples": 1, "temperature": None, "top_p": None, "top_k": None,
+                           "seed": None, "max_new_tokens": args.max_new_tokens or 16},
+              "tools": None, "logprob_temperature": 1.0,
+              "models": [{"name": "base", "label": "base (no adapter)", "answers": [scored(base, checkpoint)]},
+                         {"name": args.checkpoint, "label": f"step {step}", "answers": [scored(checkpoint, base)]}],
+              "seconds": {"load": 0.0, "total": 0.01}}
+    print("progress 4/4 done", file=sys.stderr, flush=True)
+    print(json.dumps(report))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="stand_in_engine try")
     parser.add_argument("run")
@@ -47,6 +84,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--temperature", type=float)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--completion")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
@@ -55,6 +93,8 @@ def main(argv: list[str]) -> int:
         print(f"error: --held-out: {args.held_out} is out of range; run {run.name} holds out {len(HELD_OUT)} "
               f"prompts (0 to {len(HELD_OUT) - 1})", file=sys.stderr)
         return 2
+    if args.completion is not None:
+        return given(args, run)
     for done, what in enumerate(("loading the model", "sampling base", f"sampling {args.checkpoint}",
                                  "scoring the answers under both models")):
         print(f"progress {done}/4 {what}", file=sys.stderr, flush=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 
 import workbench.runs.evaluate_prompts
 import workbench.runs.evaluate_views
@@ -219,6 +220,72 @@ def test_a_click_on_a_prompt_shows_each_models_samples(qtbot, run_dir):
     assert "sort 9 4 7 =" in section.samples.toPlainText()
 
 
+def click_link(qtbot, browser, href: str) -> None:
+    """A click on the link to `href` in a QTextBrowser, where it is drawn (scrolled to)."""
+    document, found = browser.document(), None
+    cursor = document.find("tokens ▸")
+    while not cursor.isNull():
+        if cursor.charFormat().anchorHref() == href:
+            found = cursor
+            break
+        cursor = document.find("tokens ▸", cursor)
+    assert found is not None, f"no link to {href}"
+    at = QTextCursor(document)
+    at.setPosition(found.selectionStart() + 2)
+    browser.setTextCursor(at)
+    browser.ensureCursorVisible()
+    qtbot.mouseClick(browser.viewport(), Qt.LeftButton, pos=browser.cursorRect(at).center())
+
+
+def test_a_samples_tokens_link_opens_it_as_an_answer_to_score(qtbot, run_dir):
+    write_eval(run_dir)
+    page = open_page(qtbot, run_dir)
+    section = page.view.prompts
+    table = section.table
+    qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=table.visualRect(table.model().index(0, 1)).center())
+    assert section.samples.toPlainText().count("tokens ▸") == 3 * 32
+    with qtbot.waitSignal(page.sig_open_tokens) as opened:
+        click_link(qtbot, section.samples, "tokens:2/0")  # step 400's first sample of prompt 0
+    given = opened.args[0]
+    assert (given.held_out, given.completion, given.checkpoint) == (0, " 1 3", "step_000400")
+    assert given.max_new_tokens == 16 and given.run_dir.resolve() == run_dir.resolve()
+    assert given.source == "sample 0 of step 400 on held-out prompt 0 in eval-20261128-170000"
+    with qtbot.waitSignal(page.sig_open_tokens) as opened:
+        click_link(qtbot, section.samples, "tokens:0/5")  # a base sample: under the evaluation's last checkpoint
+    assert (opened.args[0].completion, opened.args[0].checkpoint) == (" wrong 5", "step_000400")
+
+
+def click_point(qtbot, plot, k: int, value: float) -> None:
+    """A click on a KCurvePlot's point (k, value), where it is drawn."""
+    from PySide6.QtCore import QPointF
+
+    widget = plot.plot
+    scene = widget.getPlotItem().getViewBox().mapViewToScene(QPointF(math.log2(k), value))
+    qtbot.mouseClick(widget.viewport(), Qt.LeftButton, pos=widget.mapFromScene(scene))
+
+
+def test_a_click_on_a_curves_point_lists_that_models_weakest_prompts_first(qtbot, run_dir):
+    write_eval(run_dir)
+    page = open_page(qtbot, run_dir)
+    qtbot.waitExposed(page)
+    section = page.view.prompts
+    section.filter.setCurrentIndex(1)  # a filter left on: the click shows every prompt again
+    with qtbot.waitSignal(section.sig_prompt_shown) as shown:
+        click_point(qtbot, page.view.pass_plot, 1, PASS["step_000200"][0])
+    assert section.second.currentText() == "step 200" and section.first.currentText() == "base"
+    assert section.filter.currentIndex() == 0
+    # step 200's correct samples [10, 1, 0, 0, 0, 2, 0, 1]: its pass@1 per prompt, lowest first (ties by index)
+    assert section.table.shown_indices() == [2, 3, 4, 6, 1, 7, 5, 0]
+    assert shown.args == [2] and "sort 5 5 2 =" in section.samples.toPlainText()
+    assert "ordered by step 200's pass@1 per prompt" in section.order_note.text()
+    assert "8 of 8 below 0.5" in section.order_note.text()
+    with qtbot.waitSignal(section.sig_prompt_shown) as shown:
+        click_point(qtbot, page.view.maj_plot, 1, MAJ["base"][0])  # the base: already the first of the pair
+    assert (section.first.currentText(), section.second.currentText()) == ("base", "step 200")
+    assert section.table.shown_indices() == [1, 2, 4, 6, 7, 5, 3, 0]  # base's [3, 0, 0, 2, 0, 1, 0, 0]
+    assert shown.args == [1] and "its maj@k point at k = 1" in section.order_note.text()
+
+
 def test_the_samples_file_is_indexed_lazily_and_as_it_grows(run_dir):
     folder = write_eval(run_dir, models=("base",))
     reader = SamplesFile(folder / "samples.jsonl")
@@ -386,3 +453,39 @@ def test_the_window_shows_the_tab_for_any_run_on_show(qtbot, tmp_path, monkeypat
     window.open_run(run_dir)
     assert window.tabs.isTabVisible(tab) and window.evaluate.run_dir == run_dir.resolve()
     assert window.evaluate.view.summary.rowCount() == 3
+
+
+def test_a_samples_tokens_link_in_the_window_scores_it_in_the_try_tab(qtbot, tmp_path, monkeypatch):
+    from stand_in_engine import stand_in_command
+    from workbench.main_window import MainWindow
+    from workbench.runs.try_answers import try_command
+    from workbench.settings import Settings
+
+    monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
+    run_dir = fake_run(tmp_path / "runs")
+    write_eval(run_dir)
+    window = MainWindow(Settings(runs_folder=str(tmp_path / "runs")), settings_path=tmp_path / "config" / "s.json")
+    qtbot.addWidget(window)
+    commands = []
+
+    def command_for(*args, **kwargs):
+        commands.append(try_command(*args, **kwargs))
+        return stand_in_command(commands[-1])
+
+    window.try_page.command_for = command_for
+    window.resize(1500, 950)
+    window.show()
+    window.open_run(run_dir)
+    window.tabs.setCurrentWidget(window.evaluate)
+    section = window.evaluate.view.prompts
+    table = section.table
+    qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=table.visualRect(table.model().index(2, 1)).center())
+    with qtbot.waitSignal(window.try_page.sig_finished, timeout=10_000) as finished:
+        click_link(qtbot, section.samples, "tokens:1/0")  # step 200's first sample of prompt 2
+    assert finished.args == ["done", ""] and window.tabs.currentWidget() is window.try_page
+    assert commands[-1][4:] == [str(run_dir.resolve()), "--checkpoint", "step_000200", "--json", "--progress",
+                                "--held-out", "2", "--completion= wrong 0", "--max-new-tokens", "16"]
+    page = window.try_page
+    assert page.checkpoint_panel.view.tokens == list(" wrong 0") + ["<eos>"] == page.base_panel.view.tokens
+    assert "step 200" in page.checkpoint_panel.header.text() and "sort 5 5 2 =" in page.prompt_line.text()
+    assert "sample 0 of step 200 on held-out prompt 2" in page.given_note.text()

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 import workbench.runs.try_answers
 from stand_in_engine import stand_in_command
 from workbench.inspector.colors import DIVERGING_STOPS, SEQUENTIAL_STOPS, relative_luminance
-from workbench.runs.try_answers import try_command
+from workbench.runs.try_answers import GivenAnswer, try_command
 from workbench.runs.try_page import TryPage
 
 PRESET = """name: grpo-sort
@@ -162,3 +162,44 @@ def test_a_reward_model_run_has_nothing_to_try(qtbot, run_dir):
     page = open_page(qtbot, run_dir, [])
     qtbot.keyClicks(page.prompt_edit, "sort 2 1 =")
     assert not page.try_button.isEnabled() and "trains a reward model" in page.message.text()
+
+
+def test_a_given_answer_is_scored_by_both_models_until_sample_instead(qtbot, run_dir):
+    commands = []
+    page = open_page(qtbot, run_dir, commands)
+    (run_dir / "go-on").touch()  # the stand-in's sampling waits for it at 2 of 4
+    given = GivenAnswer(run_dir, 1, " 9 4", "step_000002", "sample 3 of step 2 in eval-1", max_new_tokens=12)
+    with qtbot.waitSignal(page.sig_finished, timeout=10_000) as finished:
+        assert page.start_given(given)
+    assert finished.args == ["done", ""]
+    assert commands[-1][4:] == [str(run_dir), "--checkpoint", "step_000002", "--json", "--progress", "--held-out", "1",
+                                "--completion= 9 4", "--max-new-tokens", "12"]
+    base, checkpoint = page.base_panel, page.checkpoint_panel
+    assert base.view.tokens == checkpoint.view.tokens == [" ", "9", " ", "4", "<eos>"]  # the same answer both sides
+    assert "not sampled" in page.prompt_line.text() and "sort 9 4 =" in page.prompt_line.text()
+    assert page.given_note.isVisible() and "sample 3 of step 2 in eval-1" in page.given_note.text()
+    assert page.try_button.text() == "Score" and not page.prompt_edit.isEnabled()
+    assert not page.held_out_spin.isEnabled() and not page.decoding_box.isEnabled()  # the answer's prompt, unsampled
+    tip = checkpoint.view.tooltip_for(1)
+    assert "log p under step 2: -0.2" in tip and "log p under base (no adapter): -0.4" in tip
+    assert "log p under base (no adapter): -0.4" in base.view.tooltip_for(1)
+    # Another checkpoint picked by keyboard, and Score: the same answer under it
+    page.checkpoint_box.setFocus()
+    qtbot.keyClick(page.checkpoint_box, Qt.Key_Up)
+    with qtbot.waitSignal(page.sig_finished, timeout=10_000):
+        qtbot.mouseClick(page.try_button, Qt.LeftButton)
+    assert commands[-1][5:8] == ["--checkpoint", "step_000004", "--json"] and "--completion= 9 4" in commands[-1]
+    assert "step 4" in page.checkpoint_panel.header.text()
+    qtbot.mouseClick(page.sample_button, Qt.LeftButton)
+    assert not page.given_note.isVisible() and page.try_button.text() == "Try" and page.decoding_box.isEnabled()
+    with qtbot.waitSignal(page.sig_finished, timeout=10_000):
+        qtbot.mouseClick(page.try_button, Qt.LeftButton)
+    assert "--greedy" in commands[-1] and not any(a.startswith("--completion") for a in commands[-1])
+    assert page.base_panel.view.tokens != page.checkpoint_panel.view.tokens  # sampled: each model its own answer
+
+
+def test_a_given_answer_under_a_checkpoint_that_is_gone(qtbot, run_dir):
+    commands = []
+    page = open_page(qtbot, run_dir, commands)
+    assert not page.start_given(GivenAnswer(run_dir, 0, " 1 3", "step_000008", "sample 0 of step 8"))
+    assert commands == [] and "step_000008 is not in this run" in page.message.text()

@@ -120,6 +120,9 @@ class MainWindow(QMainWindow):
         self.tabs.setTabToolTip(self.tabs.indexOf(self.try_page), "Type a prompt: the base and a checkpoint "
                                 "answer side by side, each token coloured by where training changed it")
         self.tabs.setTabVisible(self.tabs.indexOf(self.try_page), False)
+        # An evaluation sample's "tokens ▸": the Try tab scores it token by token.
+        self.evaluate.sig_open_tokens.connect(lambda _given: self.tabs.setCurrentWidget(self.try_page))
+        self.evaluate.sig_open_tokens.connect(self.try_page.start_given)
         self.tabs.setTabToolTip(INSPECTOR, "Every token of a recorded rollout, coloured by its advantage, logprob, "
                                 "KL, entropy or ratio")
         central = QWidget()

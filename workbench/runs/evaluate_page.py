@@ -114,6 +114,8 @@ class EvaluatePage(QWidget):
     """An evaluation is on show (its folder)."""
     sig_run_finished = Signal(str, str)
     """An evaluation run ended: (done | stopped | failed, why it failed or "")."""
+    sig_open_tokens = Signal(object)
+    """A sample's "tokens ▸" was clicked: its GivenAnswer, for the Try tab to score token by token."""
 
     DEFAULT_N = 32
 
@@ -294,6 +296,7 @@ class EvaluatePage(QWidget):
         self.unreadable = QLabel("Run the evaluation again (Resume, or the same --name) to replace this file.")
         self.unreadable.setAlignment(Qt.AlignCenter)
         self.view = EvaluationView()
+        self.view.prompts.sig_open_tokens.connect(self.sig_open_tokens)
         self.overlay_bar = OverlayBar()
         for page in (self.intro, self.unreadable, self.view):
             self.body.addWidget(page)

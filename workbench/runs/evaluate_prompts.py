@@ -1,15 +1,19 @@
 """The "what did RL teach" part of the Evaluate page (evaluate_page.py): per prompt, how
 many of each model's samples are correct and which of two models solves it, filtered by
-that category, and beside it each model's samples of the prompt picked. With other runs'
-evaluations overlaid (evaluation_compare.py), the models of those made on the same
-held-out prompts are offered too; a note says why another is not."""
+that category, and beside it each model's samples of the prompt picked, each with a
+"tokens ▸" link that opens it token by token in the Try tab (`sig_open_tokens`). A click on
+a curve's point (`show_model_at`) picks its model and orders the prompts by that model's
+pass@k there, the lowest first. With other runs' evaluations overlaid
+(evaluation_compare.py), the models of those made on the same held-out prompts are offered
+too; a note says why another is not."""
 
 from __future__ import annotations
 
 import html
+import math
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QUrl, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QFrame, QHBoxLayout, QHeaderView, QLabel, QSplitter, QTableView, QTextBrowser,
@@ -22,6 +26,7 @@ from workbench.runs.evaluations import (
     BOTH, CATEGORIES, FIRST_ONLY, NEITHER, SAMPLES_FILE, SECOND_ONLY, Evaluation, PromptRow, SampleRow, SamplesFile,
     category, category_counts,
 )
+from workbench.runs.try_answers import GivenAnswer
 
 # A prompt's category in colour: what the checkpoint learned in green, what it lost in red.
 CATEGORY_COLOURS = {SECOND_ONLY: "#1e7e34", FIRST_ONLY: "#b00020", BOTH: "#5f6368", NEITHER: "#9e9e9e"}
@@ -163,20 +168,23 @@ class PromptsTable(QTableView):
 # ------------------------------------------------------------------ the samples
 
 
-def samples_html(prompt: PromptRow, blocks: list[tuple[str, str, str | None, list[SampleRow] | None]]) -> str:
+def samples_html(prompt: PromptRow, blocks: list[tuple[str, str, str | None, list[SampleRow] | None]],
+                 linked: set[int] = frozenset()) -> str:
     """A prompt and, per model (its short name, colour, the reference answer, its samples
-    or None when they cannot be read), a table of its samples."""
+    or None when they cannot be read), a table of its samples; the samples of a block in
+    `linked` each with a link `tokens:BLOCK/SAMPLE`, and each block an anchor `model-BLOCK`."""
     parts = [f"<p><b>Prompt {prompt.index}</b><br><span style='font-family:monospace'>"
              f"{_visible(prompt.prompt)}</span></p>"]
     answer = next((block[2] for block in blocks if block[2] is not None), None)
     if answer is not None:
         parts.append(f"<p>Reference answer: <span style='font-family:monospace'>{_visible(answer)}</span></p>")
-    for name, colour, _answer, rows in blocks:
-        parts.append(_model_block(name, colour, rows))
+    for number, (name, colour, _answer, rows) in enumerate(blocks):
+        parts.append(f"<a name='model-{number}'></a>" + _model_block(name, colour, rows, number if number in linked
+                                                                      else None))
     return "".join(parts)
 
 
-def _model_block(name: str, colour: str, rows: list[SampleRow] | None) -> str:
+def _model_block(name: str, colour: str, rows: list[SampleRow] | None, link: int | None = None) -> str:
     if rows is None:
         return (f"<h4 style='color:{colour}'>{html.escape(name)}</h4>"
                 "<p style='color:#5f6368'>No samples of this prompt in samples.jsonl (not sampled yet?)</p>")
@@ -184,13 +192,14 @@ def _model_block(name: str, colour: str, rows: list[SampleRow] | None) -> str:
     scored = any(r.rm_score is not None for r in rows)
     head = ("<tr style='background:#f1f3f4'><th align='right'>#</th><th align='left'>completion</th><th>✓</th>"
             "<th align='left'>vote</th><th align='right'>reward</th>" + ("<th align='right'>rm</th>" if scored else "")
-            + "</tr>")
-    lines = [head] + [_sample_row(i, r, scored) for i, r in enumerate(rows)]
+            + ("<th></th>" if link is not None else "") + "</tr>")
+    lines = [head] + [_sample_row(i, r, scored, None if link is None else f"tokens:{link}/{i}")
+                      for i, r in enumerate(rows)]
     return (f"<h4 style='color:{colour}; margin-bottom:2px'>{html.escape(name)}: {solved} of {len(rows)} correct</h4>"
             f"<table cellspacing='0' cellpadding='2' width='100%'>{''.join(lines)}</table>")
 
 
-def _sample_row(i: int, row: SampleRow, scored: bool) -> str:
+def _sample_row(i: int, row: SampleRow, scored: bool, link: str | None = None) -> str:
     mark = {True: "<span style='color:#1e7e34'>✓</span>", False: "<span style='color:#b00020'>✗</span>",
             None: "–"}[row.correct]
     reward = "—" if row.reward is None else f"{row.reward:.3g}"
@@ -200,6 +209,8 @@ def _sample_row(i: int, row: SampleRow, scored: bool) -> str:
              f"<td align='right'>{reward}</td>"]
     if scored:
         cells.append(f"<td align='right'>{'—' if row.rm_score is None else f'{row.rm_score:.3g}'}</td>")
+    if link is not None:  # an empty completion has no token to show
+        cells.append(f"<td><a href='{link}'>tokens ▸</a></td>" if row.completion else "<td></td>")
     return f"<tr>{''.join(cells)}</tr>"
 
 
@@ -214,7 +225,8 @@ def _visible(text: str, limit: int = 600) -> str:
 
 
 class SamplesPanel(QTextBrowser):
-    """The samples of the prompt picked in the per-prompt table, for each model."""
+    """The samples of the prompt picked in the per-prompt table, for each model (its links
+    are PromptsSection's to follow: anchorClicked)."""
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -250,6 +262,17 @@ def default_pair(evaluation: Evaluation) -> tuple[str, str]:
     return first, (checkpoints or others or [first])[-1]
 
 
+def pass_at(n: int, correct: int, k: int) -> float:
+    """One prompt's unbiased pass@k from `correct` of its `n` samples (1 - C(n-c, k) / C(n, k)),
+    the number a pass@k curve's point is the mean of over the prompts.
+
+    >>> pass_at(32, 0, 4), pass_at(32, 30, 4), round(pass_at(4, 1, 2), 3)
+    (0.0, 1.0, 0.5)
+    """
+    k = min(k, n)
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k) if n > 0 else 0.0
+
+
 def category_labels(first: str, second: str) -> dict[str, str]:
     return {FIRST_ONLY: f"{first} only", SECOND_ONLY: f"{second} only", BOTH: "both", NEITHER: "neither"}
 
@@ -273,6 +296,8 @@ class PromptsSection(QWidget):
     # --- Signals
     sig_prompt_shown = Signal(int)
     """The samples of this prompt (its index) are on show."""
+    sig_open_tokens = Signal(object)
+    """A sample's "tokens ▸" was clicked: the GivenAnswer to score token by token (the Try tab)."""
 
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
@@ -281,12 +306,18 @@ class PromptsSection(QWidget):
         self.rows: list[PromptRow] = []  # its prompts, with every offered model's correct samples (by key)
         self.samples_files: dict[Path, SamplesFile] = {}  # by evaluation folder
         self.colours: dict[str, str] = {}
+        self.shown: list[tuple[ComparedModel, list[SampleRow] | None]] = []  # the samples on show, by block
+        self.shown_row: PromptRow | None = None
         self.first, self.second, self.filter = QComboBox(), QComboBox(), QComboBox()
         for combo, name in ((self.first, "eval-first"), (self.second, "eval-second"), (self.filter, "eval-filter")):
             combo.setObjectName(name)
         self.first.setToolTip("The model compared against (the base, before RL)")
         self.second.setToolTip("The model compared (a checkpoint, after RL)")
         self.filter.setToolTip("Show the prompts solved (a correct sample among N) by one model only, both or neither")
+        self.order_note = QLabel()  # how a curve's point ordered the prompts
+        self.order_note.setObjectName("eval-order-note")
+        self.order_note.setWordWrap(True)
+        self.order_note.hide()
         self.summary = QLabel()
         self.summary.setObjectName("eval-pair-summary")
         self.summary.setWordWrap(True)
@@ -302,6 +333,7 @@ class PromptsSection(QWidget):
         self.second.currentIndexChanged.connect(self._pair_changed)
         self.filter.currentIndexChanged.connect(self._filter_changed)
         self.table.selectionModel().currentRowChanged.connect(self._row_changed)
+        self.samples.anchorClicked.connect(self._link_clicked)
 
     def _layout(self) -> None:
         controls = QHBoxLayout()
@@ -315,6 +347,7 @@ class PromptsSection(QWidget):
         column.addLayout(controls)
         column.addWidget(self.note)
         column.addWidget(self.summary)
+        column.addWidget(self.order_note)
         column.addWidget(self.table, 1)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(left)
@@ -361,7 +394,7 @@ class PromptsSection(QWidget):
     def show_samples(self, row: PromptRow) -> None:
         """Each model's samples of the prompt; with another run's models offered, the two
         compared first (the rest below them)."""
-        blocks, models = [], self.models
+        blocks, models, self.shown, self.shown_row = [], self.models, [], row
         if any(m.position for m in models):
             pair = (self.first.currentData(), self.second.currentData())
             models = sorted(models, key=lambda m: pair.index(m.key) if m.key in pair else 2)
@@ -370,8 +403,58 @@ class PromptsSection(QWidget):
             found = reader.samples(model.model.name, row.index) if reader else None
             answer, rows = found if found is not None else (None, None)
             blocks.append((model.label, self.colours.get(model.key, "#333"), answer, rows))
-        self.samples.setHtml(samples_html(row, blocks))
+            self.shown.append((model, rows))
+        # The Try tab tries the first run's models: an overlaid run's samples get no link.
+        linked = {i for i, (model, _rows) in enumerate(self.shown) if model.position == 0}
+        self.samples.setHtml(samples_html(row, blocks, linked))
         self.sig_prompt_shown.emit(row.index)
+
+    def show_model_at(self, key: str, k: int, what: str = "pass@k") -> bool:
+        """A curve's point (model `key` at k) clicked: that model picked (as the second of
+        the pair, unless it is the first), every prompt listed, ordered by its correct
+        samples, which is by its pass@k at k, the lowest first (those that pull the point
+        down), and the first one's samples shown. False when the model is not offered here."""
+        model = next((m for m in self.models if m.key == key), None)
+        if model is None or self.evaluation is None:
+            return False
+        if key not in (self.first.currentData(), self.second.currentData()):
+            self.second.setCurrentIndex(self.second.findData(key))
+        self.filter.setCurrentIndex(0)
+        column = 2 + [m.key for m in self.models].index(key)
+        self.table.sortByColumn(0, Qt.AscendingOrder)  # ties by index
+        self.table.sortByColumn(column, Qt.AscendingOrder)
+        n = model.evaluation.n
+        values = [pass_at(n, r.correct[key], k) for r in self.rows if key in r.correct] if n else []
+        low = sum(1 for v in values if v < 0.5)
+        self.order_note.setText(
+            f"Prompts ordered by {html.escape(model.label)}'s pass@{k} per prompt, the lowest first (its {what} "
+            f"point at k = {k}): {low} of {len(values)} below 0.5." + (" A prompt it has not sampled yet is first."
+                                                                         if len(values) < len(self.rows) else ""))
+        self.order_note.show()
+        self.table.scrollToTop()
+        self.table.setCurrentIndex(QModelIndex())
+        self.table.setCurrentIndex(self.table.model().index(0, 1))  # its samples shown (_row_changed)
+        block = next((i for i, (m, _rows) in enumerate(self.shown) if m.key == key), None)
+        if block is not None:
+            self.samples.scrollToAnchor(f"model-{block}")
+        return True
+
+    def given_answer(self, block: int, sample: int) -> GivenAnswer | None:
+        """The sample on show (block `block`, row `sample`) as an answer to score: a
+        checkpoint's under that checkpoint, the base's under the evaluation's last checkpoint."""
+        if self.shown_row is None or not 0 <= block < len(self.shown):
+            return None
+        model, rows = self.shown[block]
+        if rows is None or not 0 <= sample < len(rows) or model.position != 0:
+            return None
+        evaluation = model.evaluation
+        checkpoints = [m.name for m in evaluation.models if m.checkpoint is not None]
+        checkpoint = model.model.name if model.model.checkpoint is not None else (checkpoints or [None])[-1]
+        limit = evaluation.sampling.get("max_completion_length")
+        run_dir = evaluation.folder.parent.parent  # RUN/evals/NAME
+        return GivenAnswer(run_dir, self.shown_row.index, rows[sample].completion, checkpoint,
+                           f"sample {sample} of {model.label} on held-out prompt {self.shown_row.index} in "
+                           f"{evaluation.name}", limit if isinstance(limit, int) and limit > 0 else None)
 
     def _pair_changed(self) -> None:
         first, second = self.first.currentData(), self.second.currentData()
@@ -403,3 +486,11 @@ class PromptsSection(QWidget):
     def _row_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid() and self.evaluation is not None:
             self.show_samples(self.table.row_of(current.row()))
+
+    def _link_clicked(self, url: QUrl) -> None:
+        link = url.toString()
+        if link.startswith("tokens:"):
+            block, _, sample = link.removeprefix("tokens:").partition("/")
+            given = self.given_answer(int(block), int(sample)) if block.isdigit() and sample.isdigit() else None
+            if given is not None:
+                self.sig_open_tokens.emit(given)

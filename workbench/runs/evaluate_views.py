@@ -1,7 +1,8 @@
 """An evaluation as the Evaluate page (evaluate_page.py) shows it: what was measured how,
 the curves against k on a log2 axis (pass@k with where the curves cross, maj@k,
 best-of-N as the reward model picks against the oracle), the summary table, and the
-per-prompt section (evaluate_prompts.py). Other runs' evaluations overlaid on it
+per-prompt section (evaluate_prompts.py; a click on a pass@k or maj@k point orders its prompts
+by that model's pass@k there). Other runs' evaluations overlaid on it
 (evaluation_compare.py) add their models to pass@k, maj@k and the summary, each in its
 run's colour as the dashboard colours runs, a line style per model."""
 
@@ -14,7 +15,7 @@ import pyqtgraph as pg
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QFrame, QLabel, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
@@ -67,6 +68,10 @@ class KCurvePlot(QWidget):
     """Curves of a value against k (or N), on a log2 x axis: a curve's x is log2(k), its
     ticks read k. `curves` maps a curve's name to its PlotDataItem."""
 
+    # --- Signals
+    sig_point_clicked = Signal(str, int)
+    """A curve's point was clicked: (the curve's key, its k)."""
+
     def __init__(self, name: str, title: str, bottom: str, left: str, tip: str, parent: QWidget | None = None):
         super().__init__(parent)
         self.title = title
@@ -109,7 +114,12 @@ class KCurvePlot(QWidget):
         item = self.plot.plot([math.log2(k) for k in ks], [points[k] for k in ks], name=name,
                               pen=pg.mkPen(colour, width=2, style=style), symbol=None if len(ks) > 12 else "o",
                               symbolSize=5, symbolBrush=colour, symbolPen=colour)
+        item.sigPointsClicked.connect(lambda _item, points, _event: self._clicked(key, points))
         self.curves[key] = item
+
+    def _clicked(self, key: str, points) -> None:
+        if len(points):
+            self.sig_point_clicked.emit(key, round(2 ** float(points[0].pos().x())))
 
     def add_key(self, name: str, dashed: bool) -> None:
         """A legend entry for a line style (in black: grey is the base's), not for a curve."""
@@ -346,18 +356,22 @@ class EvaluationView(QWidget):
         self.header.setObjectName("eval-header")
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        click = " Click a point: that model's prompts below, the lowest pass@k at that k first."
         self.pass_plot = KCurvePlot("pass-at-k", "pass@k", "k (log scale)", "pass@k",
                                     "The chance that at least one of k samples is correct (unbiased, from N). "
-                                    "Where two models' curves cross, the one below at small k solves more at large k.")
+                                    "Where two models' curves cross, the one below at small k solves more at large k."
+                                    + click)
         self.maj_plot = KCurvePlot("maj-at-k", "maj@k", "k (log scale)", "maj@k",
                                    "The chance that the answer most of k samples give (the task's answer rule) "
-                                   "is correct.")
+                                   "is correct." + click)
         self.best_plot = KCurvePlot("best-of-n", "best-of-N", "N (log scale)", "verifier score of the pick",
                                     "The verifier's score of the sample the reward model scores highest among N "
                                     "(solid), against the verifier's own pick, the oracle (dashed, = pass@N): "
                                     "the gap is what the reward model misses.")
         self.summary = SummaryTable()
         self.prompts = PromptsSection()
+        self.pass_plot.sig_point_clicked.connect(lambda key, k: self.prompts.show_model_at(key, k, "pass@k"))
+        self.maj_plot.sig_point_clicked.connect(lambda key, k: self.prompts.show_model_at(key, k, "maj@k"))
         self.comparison: Comparison | None = None
         plots = QSplitter(Qt.Horizontal)
         for plot in (self.pass_plot, self.maj_plot, self.best_plot):

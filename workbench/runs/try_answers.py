@@ -1,7 +1,8 @@
 """What the Try tab (try_page.py) runs and reads, without Qt: the `rl-engine try` command line,
 its progress lines, its JSON report as answers (each token's logprob under the model that wrote
 it, under the other model, and log p_checkpoint - log p_base), the two quantities the tokens are
-coloured by, and a token's tooltip. The engine's side is engine/commands/try_model.py.
+coloured by, and a token's tooltip; a given answer to score (an evaluation's sample, `--completion`)
+instead of sampling. The engine's side is engine/commands/try_model.py.
 """
 
 from __future__ import annotations
@@ -37,22 +38,42 @@ class TryReportError(ValueError):
     """The engine's output cannot be read as a report (said in the page)."""
 
 
+@dataclass(frozen=True)
+class GivenAnswer:
+    """An answer to score token by token instead of sampling (the Evaluate tab's sample):
+    its held-out prompt, its text, the checkpoint it is scored under beside the base, and
+    where it came from (said above the answers)."""
+
+    run_dir: Path
+    held_out: int
+    completion: str
+    checkpoint: str | None  # None: the Try tab's newest checkpoint
+    source: str  # e.g. "sample 3 of step 400 in eval-20261128-170000"
+    max_new_tokens: int | None = None  # the evaluation's answer length limit
+
+
 def try_command(run_dir: Path, checkpoint: str, prompt: str | None = None, held_out: int | None = None,
                 greedy: bool = True, samples: int = 1, temperature: float | None = None, seed: int | None = None,
-                max_new_tokens: int | None = None, python: str | None = None) -> list[str]:
-    """The engine's command line that tries `checkpoint` of a run on a typed or held-out prompt.
+                max_new_tokens: int | None = None, python: str | None = None,
+                completion: str | None = None) -> list[str]:
+    """The engine's command line that tries `checkpoint` of a run on a typed or held-out prompt
+    (`completion`: scores that answer, samples none).
 
     >>> try_command(Path("/r/run"), "last", prompt="sort 2 1 =", python="py")[3:]
     ['try', '/r/run', '--checkpoint', 'last', '--json', '--progress', '--prompt=sort 2 1 =', '--greedy']
     >>> try_command(Path("/r"), "step_000004", held_out=3, greedy=False, samples=4, temperature=0.7, seed=1,
     ...             max_new_tokens=32, python="py")[9:]
     ['--held-out', '3', '--samples', '4', '--temperature', '0.7', '--seed', '1', '--max-new-tokens', '32']
+    >>> try_command(Path("/r"), "step_000004", held_out=3, completion="-1 2", max_new_tokens=16, python="py")[9:]
+    ['--held-out', '3', '--completion=-1 2', '--max-new-tokens', '16']
     """
     command = [python or sys.executable, "-m", "engine", "try", str(run_dir), "--checkpoint", checkpoint, "--json",
                "--progress"]
     # `--prompt=TEXT`: a prompt that starts with '-' is still the prompt, not an option
     command += ["--held-out", str(int(held_out))] if held_out is not None else [f"--prompt={prompt or ''}"]
-    if greedy:
+    if completion is not None:
+        command.append(f"--completion={completion}")
+    elif greedy:
         command.append("--greedy")
     else:
         command += ["--samples", str(int(samples))]
@@ -174,6 +195,7 @@ class TryReport:
     tools: str | None
     models: list[ModelAnswers] = field(default_factory=list)
     seconds: float | None = None
+    given: bool = False  # the answer was given (--completion), not sampled
 
 
 def load_report(stdout: str) -> TryReport:
@@ -204,6 +226,7 @@ def load_report(stdout: str) -> TryReport:
             raise TryReportError("a model has no answers")
         out.models.append(ModelAnswers(str(model.get("name")), str(model.get("label") or model.get("name")),
                                        [Answer.of(a) for a in answers]))
+    out.given = raw.get("given") is True
     seconds = raw.get("seconds")
     out.seconds = seconds.get("total") if isinstance(seconds, dict) else None
     return out

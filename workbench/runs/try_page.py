@@ -7,6 +7,9 @@ Evaluate tab runs `rl-engine eval`): its `progress DONE/4 WHAT` lines move a bar
 kills it (it writes nothing), and its `error:` line is shown when it fails. The answers are
 read by try_answers.py and drawn with the inspector's token text and colour maps (one scale
 over both sides, so a colour means one number left and right).
+
+`start_given` scores a given answer instead (the Evaluate tab's sample: `--completion`):
+both sides show the same tokens, each under its own model, until *Sample instead*.
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from workbench.runs.engine_job import EngineJob
 from workbench.runs.evaluations import failure_text, last_line, run_checkpoints
 from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.try_answers import (
-    QUANTITIES, Answer, TryReport, TryReportError, load_report, progress_of, run_defaults, shared_scale,
-    token_tooltip, try_command,
+    QUANTITIES, Answer, GivenAnswer, TryReport, TryReportError, load_report, progress_of, run_defaults,
+    shared_scale, token_tooltip, try_command,
 )
 
 INTRO = ("Type a prompt (or tick <i>held-out</i> and pick one of the run's held-out prompts), then <b>Try</b>: the "
@@ -136,6 +139,8 @@ class TryPage(QWidget):
         self.run_dir: Path | None = None
         self.job: TryJob | None = None
         self.report: TryReport | None = None
+        self.given: GivenAnswer | None = None  # an answer to score instead of sampling
+        self.held_out_count = 0  # the run's held-out prompts, as its preset says
         self._build()
 
     # --- Public API
@@ -148,11 +153,12 @@ class TryPage(QWidget):
             self.job.cancel()  # its answers would be another run's
         self.run_dir = None if run_dir is None else Path(run_dir)
         if not same:
+            self.given = None
             defaults = run_defaults(self.run_dir) if self.run_dir else run_defaults(Path("/nowhere"))
             self.temperature_spin.setValue(defaults.temperature)
             self.max_tokens_spin.setValue(max(1, defaults.max_new_tokens))
+            self.held_out_count = defaults.held_out
             self.held_out_spin.setRange(0, max(0, defaults.held_out - 1))
-            self.held_out_box.setEnabled(defaults.held_out > 0)
             self.held_out_box.setChecked(False)
             self.tools_note.setText(
                 f"This run's episodes use tools ({html.escape(defaults.tools)}): the answers run the same episode "
@@ -163,7 +169,37 @@ class TryPage(QWidget):
             self._show_answers()
             self._show_message("")
         self._fill_checkpoints()
-        self._update_buttons()
+        self._show_given()
+
+    def start_given(self, given: GivenAnswer) -> bool:
+        """Score `given` (its held-out prompt, its text) under the base and its checkpoint
+        (False, nothing started: a try is running, or the checkpoint is not in the run)."""
+        if self.running:
+            self._show_message("A try is running: cancel it, then open the sample's tokens again.")
+            return False
+        if self.run_dir is None or Path(given.run_dir).resolve() != self.run_dir.resolve():
+            self.set_run(given.run_dir)
+        checkpoint = self.checkpoint_box.findData(given.checkpoint) if given.checkpoint else 0
+        if checkpoint < 0 or self.checkpoint_box.count() == 0:
+            self._show_message(f"{given.checkpoint or 'A checkpoint'} is not in this run's complete checkpoints "
+                               "any more: nothing to score the sample under.")
+            return False
+        self.checkpoint_box.setCurrentIndex(checkpoint)
+        self.held_out_spin.setMaximum(max(self.held_out_spin.maximum(), given.held_out))  # the evaluation had it
+        self.held_out_spin.setValue(given.held_out)
+        self.held_out_box.setChecked(True)
+        if given.max_new_tokens:
+            self.max_tokens_spin.setValue(given.max_new_tokens)
+        self.given = given
+        self._show_given()
+        return self.start()
+
+    def sample_instead(self) -> None:
+        """Drop the given answer: Try samples again."""
+        self.given = None
+        self.held_out_spin.setMaximum(max(0, self.held_out_count - 1))
+        self.held_out_box.setChecked(self.held_out_box.isChecked() and self.held_out_count > 0)
+        self._show_given()
 
     def start(self) -> bool:
         """Try the checkpoint picked on the prompt typed or held out (False, nothing started:
@@ -176,11 +212,12 @@ class TryPage(QWidget):
             self._show_message("Type a prompt first, or tick held-out and pick one of the run's held-out prompts.")
             return False
         greedy = self.decoding_box.currentData() == "greedy"
+        extra = {"completion": self.given.completion} if self.given is not None else {}  # only when given
         command = self.command_for(
             self.run_dir, self.checkpoint_box.currentData(), prompt=None if held_out is not None else prompt,
             held_out=held_out, greedy=greedy, samples=self.samples_spin.value(),
             temperature=None if greedy else self.temperature_spin.value(),
-            seed=None if greedy else self.seed_spin.value(), max_new_tokens=self.max_tokens_spin.value())
+            seed=None if greedy else self.seed_spin.value(), max_new_tokens=self.max_tokens_spin.value(), **extra)
         self.job = TryJob(command, self.run_dir, self)
         self.job.sig_progress.connect(self._progressed)
         self.job.sig_finished.connect(self._job_finished)
@@ -270,6 +307,16 @@ class TryPage(QWidget):
         self.tools_note.setObjectName("try-tools-note")
         self.tools_note.setWordWrap(True)
         self.tools_note.setStyleSheet("QLabel { color: #5c4400; background: #fff8e1; padding: 3px 6px; }")
+        self.given_note = QLabel()
+        self.given_note.setObjectName("try-given-note")
+        self.given_note.setWordWrap(True)
+        self.given_note.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.sample_button = QPushButton("Sample instead")
+        self.sample_button.setObjectName("try-sample-instead")
+        self.sample_button.setToolTip("Drop the given answer: Try samples the prompt again")
+        given_row = QHBoxLayout()
+        given_row.addWidget(self.given_note, 1)
+        given_row.addWidget(self.sample_button)
         self.message = QLabel()
         self.message.setObjectName("try-message")
         self.message.setWordWrap(True)
@@ -301,6 +348,7 @@ class TryPage(QWidget):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(first)
         layout.addLayout(second)
+        layout.addLayout(given_row)
         for widget in (self.intro, self.tools_note, self.message):
             layout.addWidget(widget)
         layout.addLayout(third)
@@ -309,6 +357,7 @@ class TryPage(QWidget):
         self.try_button.clicked.connect(self.start)
         self.prompt_edit.returnPressed.connect(self.start)
         self.cancel_button.clicked.connect(self.cancel)
+        self.sample_button.clicked.connect(self.sample_instead)
         self.prompt_edit.textChanged.connect(lambda _text: self._update_buttons())
         self.held_out_box.toggled.connect(lambda _on: self._update_buttons())
         self.decoding_box.currentIndexChanged.connect(lambda _i: self._update_buttons())
@@ -316,6 +365,7 @@ class TryPage(QWidget):
         self.answer_spin.valueChanged.connect(lambda _v: self._show_answers())
         self._set_busy(False)
         self._show_message("")
+        self._show_given()
         self._show_answers()
 
     def _fill_checkpoints(self) -> None:
@@ -375,6 +425,7 @@ class TryPage(QWidget):
         self.answer_spin.setVisible(count > 1)
         s = report.sampling
         how = "greedy" if s.get("greedy") else f"sampled at temperature {s.get('temperature')}, seed {s.get('seed')}"
+        how = "the answer given, scored by both models (not sampled)" if report.given else how
         where = f"held-out prompt #{report.held_out}" if report.held_out is not None else "typed prompt"
         expected = f" · expected: {html.escape(report.expected)}" if report.expected else ""
         self.prompt_line.setText(f"<span style='color:#5f6368'>{where} · {how}{expected}</span><br>"
@@ -406,14 +457,28 @@ class TryPage(QWidget):
         busy = self.running if busy is None else busy
         ready = self.run_dir is not None and self.checkpoint_box.count() > 0
         held_out = self.held_out_box.isChecked()
+        given = self.given is not None  # the answer's prompt is fixed, and nothing is sampled
         self.try_button.setEnabled(ready and not busy and (held_out or bool(self.prompt_edit.text().strip())))
-        self.prompt_edit.setEnabled(not held_out and not busy)
-        self.held_out_spin.setEnabled(held_out and not busy)
+        self.try_button.setText("Score" if given else "Try")
+        self.prompt_edit.setEnabled(not held_out and not busy and not given)
+        self.held_out_box.setEnabled(self.held_out_count > 0 and not given)
+        self.held_out_spin.setEnabled(held_out and not busy and not given)
         sampled = self.decoding_box.currentData() == "sampled"
         for widget in (self.samples_spin, self.temperature_spin, self.seed_spin):
-            widget.setEnabled(sampled and not busy)
-        for widget in (self.checkpoint_box, self.decoding_box, self.max_tokens_spin):
+            widget.setEnabled(sampled and not busy and not given)
+        self.decoding_box.setEnabled(ready and not busy and not given)
+        self.sample_button.setEnabled(not busy)
+        for widget in (self.checkpoint_box, self.max_tokens_spin):
             widget.setEnabled(ready and not busy)
+
+    def _show_given(self) -> None:
+        given = self.given
+        self.given_note.setText("" if given is None else
+                                f"Scoring a given answer, {html.escape(given.source)}: <code>"
+                                f"{html.escape(given.completion)}</code>")
+        for widget in (self.given_note, self.sample_button):
+            widget.setVisible(given is not None)
+        self._update_buttons()
 
     def _show_message(self, text: str, colour: str = "#b00020") -> None:
         self.message.setText(f"<span style='color:{colour}'>{html.escape(text)}</span>" if text else "")
