@@ -14,7 +14,9 @@ from conftest import ROOT
 from engine.cli import main as rl_engine
 from engine.model.score import encode_texts, last_token_positions
 from engine.reward_report import preflight
-from engine.reward_report.card import calibration, card_numbers, length_baseline, margin_histogram, verdict_lines
+from engine.reward_report.card import (
+    calibration, card_numbers, ece_interval, length_baseline, margin_histogram, verdict_lines, wilson_interval,
+)
 from engine.reward_report.compute import build_report, report_path
 from engine.run import rundir
 from test_rlhf_pipeline import pipeline  # noqa: F401  (the fixture: a two-step SFT and reward-model run)
@@ -78,6 +80,42 @@ def test_verdicts_say_near_chance_and_no_better_than_length():
     assert lines["Length-matched pairs"]["status"] == "worrying" and lines["Length-matched pairs"]["try"]
     failed = preflight.check("head", "The score head is saved and loads", "bad", "not saved", "train it")
     assert verdict_lines(by_length, 4, [failed])[-1]["status"] == "bad"
+
+
+def test_how_sure_the_pairs_make_the_accuracy_and_the_ece():
+    """Wilson's interval by hand: 0 of 4 at z = 2: centre (0 + 4/8) / (1 + 4/4) = 1/4,
+    half-width (2 / 2) · √(0 + 4/64) = 1/4, so [0, 1/2]; 4 of 4 mirrors it. The ECE's
+    bootstrap: pairs that all have the same margin ln 3 give the same ECE in every
+    resample (each entry predicted 0.75 and won, or 0.25 and lost: 0.25), so the interval is
+    that point; a mixed set's interval holds its ECE and is reproducible (seeded), and ten
+    times the pairs narrow it."""
+    assert wilson_interval(0, 4, z=2.0) == (0.0, pytest.approx(0.5))
+    assert wilson_interval(4, 4, z=2.0) == (pytest.approx(0.5), 1.0)
+    assert wilson_interval(0, 0) is None
+    assert ece_interval([math.log(3)] * 20) == (pytest.approx(0.25), pytest.approx(0.25))
+    mixed = [math.log(3), -0.4, 1.2, 0.1, 2.5, -1.0, 0.7, 3.0, -0.2, 0.9] * 2
+    low, high = ece_interval(mixed)
+    assert low <= calibration(mixed)["ece"] <= high and low < high
+    assert ece_interval(mixed) == (low, high)
+    low10, high10 = ece_interval(mixed * 10)
+    assert high10 - low10 < (high - low) / 2
+    assert ece_interval([0.5]) is None
+
+
+def test_the_card_says_when_too_few_pairs_leave_the_calibration_unsure():
+    """Twenty pairs: the accuracy line carries its 90% interval, and an ECE whose interval
+    reaches past the 0.05 or 0.15 threshold says the pairs are too few to be sure."""
+    margins = [math.log(3), -0.4, 1.2, 0.1, 2.5, -1.0, 0.7, 3.0, -0.2, 0.9] * 2
+    card = card_numbers(margins, [0.0] * 20, [3] * 20, [3] * 20)
+    low, high = card["accuracy_interval"]
+    assert low < card["accuracy"] == 0.7 < high
+    lines = {line["title"]: line for line in verdict_lines(card, 20, [])}
+    assert f"(90% interval {low:.1%}-{high:.1%})" in lines["Accuracy"]["saw"]
+    cal_low, cal_high = card["calibration"]["ece_interval"]
+    assert cal_low < 0.15 <= cal_high or cal_low < 0.05 <= cal_high
+    assert "too few pairs to be sure" in lines["Calibration"]["saw"]
+    sure = card_numbers([math.log(3)] * 200, [0.0] * 200, [3] * 200, [3] * 200)
+    assert "too few pairs" not in {line["title"]: line for line in verdict_lines(sure, 200, [])}["Calibration"]["saw"]
 
 
 # ------------------------------------------------------------------ the preflight

@@ -15,9 +15,11 @@ equals top-label calibration (confidence against accuracy) folded in two.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 
-__all__ = ["margin_histogram", "calibration", "length_baseline", "card_numbers", "verdict_lines", "STATUSES"]
+__all__ = ["margin_histogram", "calibration", "ece_interval", "wilson_interval", "length_baseline", "card_numbers",
+           "verdict_lines", "STATUSES"]
 
 STATUSES = ("good", "worrying", "bad")
 MARGIN_BINS = 20
@@ -35,6 +37,12 @@ GOOD_ECE, POOR_ECE = 0.05, 0.15
 LENGTH_CORRELATION = 0.3
 # Within length-matched pairs the accuracy should hold; this much lower says length carried it.
 MATCHED_DROP = 0.1
+# How sure a few hundred pairs make the numbers: a 90% interval for the accuracy (Wilson's)
+# and for the ECE (a seeded bootstrap over the pairs). At 200 pairs the ECE's middle bins
+# hold a few dozen entries, and a few pairs crossing a bin edge move it threefold.
+INTERVAL_LEVEL = 0.9
+Z_90 = 1.6448536269514722  # the standard normal's 95th percentile
+BOOTSTRAP_RESAMPLES = 200
 
 
 def _sigmoid(x: float) -> float:
@@ -86,6 +94,38 @@ def calibration(margins: list[float], bins: int = CALIBRATION_BINS) -> dict:
                                  for b, (n, s, o) in enumerate(rows)]}
 
 
+def wilson_interval(successes: int, n: int, z: float = Z_90) -> tuple[float, float] | None:
+    """Wilson's score interval for a proportion (90% by default): better than the normal
+    approximation near 0 and 1 and with few trials.
+
+    e.g. 8 of 10 at z = 2: centre (0.8 + 4/20) / (1 + 4/10) = 5/7 = 0.714286, half-width
+    (2 / 1.4) · √(0.8 · 0.2 / 10 + 4 / 400) = 1.428571 · √0.026 = 0.230350.
+
+    >>> [round(x, 4) for x in wilson_interval(8, 10, z=2.0)]
+    [0.4839, 0.9446]
+    """
+    if n <= 0:
+        return None
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def ece_interval(margins: list[float], resamples: int = BOOTSTRAP_RESAMPLES, level: float = INTERVAL_LEVEL,
+                 seed: int = 0) -> tuple[float, float] | None:
+    """A bootstrap interval for the expected calibration error: the pairs drawn again with
+    replacement `resamples` times (seeded, so a report is reproducible), the ECE of each,
+    and the (1 - level) / 2 and (1 + level) / 2 quantiles of those."""
+    if len(margins) < 2:
+        return None
+    draw = random.Random(seed)
+    values = sorted(calibration([margins[draw.randrange(len(margins))] for _ in margins])["ece"]
+                    for _ in range(resamples))
+    tail = (1 - level) / 2
+    return values[int(tail * (resamples - 1))], values[math.ceil((1 - tail) * (resamples - 1))]
+
+
 def _correlation(xs: list[float], ys: list[float]) -> float | None:
     if len(xs) < 2:
         return None
@@ -135,8 +175,11 @@ def card_numbers(chosen_rewards: list[float], rejected_rewards: list[float], cho
         chosen_rewards, rejected_rewards = [chosen_rewards[i] for i in kept], [rejected_rewards[i] for i in kept]
         chosen_lengths, rejected_lengths = [chosen_lengths[i] for i in kept], [rejected_lengths[i] for i in kept]
     margins = [c - r for c, r in zip(chosen_rewards, rejected_rewards)]
-    return {"accuracy": sum(m > 0 for m in margins) / len(margins) if margins else None,
-            "margin": margin_histogram(margins), "calibration": calibration(margins),
+    right = sum(m > 0 for m in margins)
+    return {"accuracy": right / len(margins) if margins else None,
+            "accuracy_interval": wilson_interval(right, len(margins)),
+            "margin": margin_histogram(margins),
+            "calibration": {**calibration(margins), "ece_interval": ece_interval(margins)},
             "length": length_baseline(chosen_lengths, rejected_lengths, chosen_rewards, rejected_rewards)}
 
 
@@ -146,7 +189,8 @@ def _line(topic: str, title: str, status: str, saw: str, try_: str | None = None
 
 def _accuracy_line(card: dict, pairs: int) -> dict:
     accuracy, longer = card["accuracy"], card["length"]["longer_accuracy"]
-    saw = f"{accuracy:.1%} of {pairs} pairs have the chosen answer scored above the rejected one"
+    saw = f"{accuracy:.1%} of {pairs} pairs have the chosen answer scored above the rejected one" + \
+        _interval_text(card.get("accuracy_interval"), ".1%")
     if accuracy < POOR_ACCURACY:
         return _line("accuracy", "Accuracy", "bad", saw + f": near a coin's 50 % (under {POOR_ACCURACY:.0%})",
                      "check the pairs' labels (chosen and rejected swapped?), train longer or with a larger "
@@ -168,15 +212,27 @@ def _calibration_line(card: dict) -> dict:
     over = sum(b["count"] * (b["predicted"] - b["observed"]) for b in confident)
     direction = "overconfident (σ(margin) above the observed win rate)" if over > 0 else \
         "underconfident (σ(margin) below the observed win rate)"
-    saw = f"expected calibration error {ece:.3f}"
+    interval = cal.get("ece_interval")
+    saw = f"expected calibration error {ece:.3f}" + _interval_text(interval, ".3f")
+    # An interval reaching past a threshold: the pairs are too few to tell which side it is on.
+    unsure = "; too few pairs to be sure of it, read the diagram's counts" if interval and (
+        interval[0] < GOOD_ECE <= interval[1] or interval[0] < POOR_ECE <= interval[1]) else ""
     if ece < GOOD_ECE:
         return _line("calibration", "Calibration", "good", saw + ": σ(margin) reads as the chance that the chosen "
-                     "answer wins")
+                     "answer wins" + unsure)
     status = "worrying" if ece < POOR_ECE else "bad"
+    direction += unsure
     advice = ("fewer steps or a smaller learning rate (it learned its pairs too well), or more pairs; scale the "
               "rewards down before comparing two answers" if over > 0 else
               "train longer: the margins are still small (an RL run normalising advantages is not hurt by it)")
     return _line("calibration", "Calibration", status, f"{saw}, {direction}", advice)
+
+
+def _interval_text(interval, spec: str) -> str:
+    """' (90% interval LOW-HIGH)', or nothing without one (an old report, too few pairs)."""
+    if not interval or len(interval) != 2:
+        return ""
+    return f" (90% interval {format(interval[0], spec)}-{format(interval[1], spec)})"
 
 
 def _length_lines(card: dict) -> list[dict]:

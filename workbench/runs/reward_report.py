@@ -106,6 +106,7 @@ class CalibrationBin:
 class Calibration:
     ece: float | None
     bins: list[CalibrationBin]
+    ece_interval: tuple[float, float] | None = None  # a 90% bootstrap interval over the pairs (newer reports)
 
 
 @dataclass
@@ -221,7 +222,9 @@ def _margin(value: dict) -> Margin:
 def _calibration(value: dict) -> Calibration:
     bins = [CalibrationBin(float(b["low"]), float(b["high"]), int(b.get("count") or 0),
                            _fraction(b.get("predicted")), _fraction(b.get("observed"))) for b in value["bins"]]
-    return Calibration(_number(value.get("ece")), bins)
+    interval = value.get("ece_interval")
+    low, high = (_number(x) for x in interval) if isinstance(interval, list) and len(interval) == 2 else (None, None)
+    return Calibration(_number(value.get("ece")), bins, (low, high) if low is not None and high is not None else None)
 
 
 def _length(value: dict) -> LengthCheck:
