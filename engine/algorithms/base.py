@@ -27,7 +27,7 @@ from engine.run.lineage import pin_run_references
 from engine.alarms import AlarmWatcher
 from engine.algorithms.checkpoints import CheckpointParts, Progress, load_checkpoint, save_checkpoint
 from engine.algorithms.declaration import Declares
-from engine.algorithms.context_fit import check_prompts_fit
+from engine.algorithms.context_fit import fit_trainer
 from engine.algorithms.episodes import EpisodeRunner
 from engine.algorithms.evaluation import MIN_EVAL_BATCH, accuracy_function, evaluate_generations
 from engine.algorithms.step_metrics import timing_metrics
@@ -119,8 +119,8 @@ class Trainer(TrainingStep, Declares):
         self.reward_components = build_reward_components(preset.rewards, device=self.device, base_dir=preset_dir)
         self.reward_components += self.episodes.reward_components() if self.episodes else []  # get_reward(), as TRL adds it
         self.stop.check_setup()
-        check_prompts_fit(self.tokenizer, self.train_examples + self.eval_examples, train + held_out, preset,
-                          preset_dir, loaded.context_length, getattr(self.episodes, "tools_tokens", 0))
+        # the prompts against the context; a default max_completion_length cut to fit (notes say so)
+        self.setup_notes = fit_trainer(self, train + held_out, preset_dir, loaded.context_length)
 
         self.setup_modules()
         # training.fsdp with several processes: the decoder layers sharded (FSDP2), before

@@ -249,10 +249,11 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
             if world.is_main:
                 write_ranks(run_dir, world.processes)
         if resume_from is None and launched_rank() == 0:
+            from engine.algorithms.context_fit import unset_fitted_fields
             from engine.foundation.io import save_preset
 
-            try:
-                save_preset(preset, run_dir / rundir.PRESET_FILE)  # what the run is, even if set-up is stopped
+            try:  # what the run is, even if set-up is stopped; a default the set-up fits left unset
+                save_preset(preset, run_dir / rundir.PRESET_FILE, leave_out=unset_fitted_fields(preset))
             except OSError as exc:
                 raise naming_the_file(exc, run_dir / rundir.PRESET_FILE) from exc
         from engine.hub.access import go_offline_if_unreachable, hub_ids_of
@@ -263,6 +264,9 @@ def train(preset, run_dir: Path, resume_from: Path | None, preset_dir: Path | No
 
             quiet_progress_bars()
         trainer = build_trainer(preset, run_dir, stop=stop, preset_dir=preset_dir, world=world)
+        if launched_rank() == 0:
+            for note in trainer.setup_notes:  # a default max_completion_length cut to the context
+                print(f"note: {note}", file=sys.stderr)
         start = trainer.step
         if resume_from is not None:
             start = json.loads((resume_from / rundir.CHECKPOINT_STATE).read_text())["step"]

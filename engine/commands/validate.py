@@ -11,6 +11,7 @@ the machine lacks the files): it is a note saying how to fetch it.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from engine.distributed.launch import world_size_problems
@@ -49,17 +50,18 @@ def _unavailable(preset, base_dir: Path) -> list[tuple[str, str]]:
     return notes
 
 
-def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
-    """Load the data and the tokenizer, template the prompts; (summary, longest prompt in
-    tokens, the first prompt as the model sees it). ValueError naming the reward when
-    one reads a data column the data lacks (engine/rewards/input_checks.py)."""
+def _prompt_report(preset, base_dir: Path):
+    """Load the data and the tokenizer, template the prompts; (summary, the first prompt as
+    the model sees it, the context fit: the longest prompt in tokens and the preset with a
+    default max_completion_length cut to fit, engine/algorithms/context_fit.py). ValueError
+    naming the reward when one reads a data column the data lacks (engine/rewards/input_checks.py)."""
     from transformers import AutoConfig
 
     from engine.model.chat import chat_format, template_examples
     from engine.data import load_splits
     from engine.data.demonstrations import load_demonstration_splits
     from engine.rewards.input_checks import reward_field_problems
-    from engine.algorithms.context_fit import check_prompts_fit
+    from engine.algorithms.context_fit import fit_episodes, fit_prompts
     from engine.model.loading import context_length, load_tokenizer, resolve_model_path, tokenizer_chat_template
 
     # rows as the algorithm reads them: a demonstration's prompt ends before its answer
@@ -85,12 +87,13 @@ def _prompt_report(preset, base_dir: Path) -> tuple[str, int, str]:
         examples = template_examples(train + held_out, fmt, tokenizer, pairs=pairs)
         if demonstrations:  # a plain-text row has no prompt (all of its text is trained on): not templated, as SFT's
             examples = [e if e.prompt == "" else t for e, t in zip(train + held_out, examples)]
-    longest = check_prompts_fit(tokenizer, examples, train + held_out, preset, base_dir, context_length(config),
-                                getattr(runner, "tools_tokens", 0))
+    fit = fit_prompts(tokenizer, examples, train + held_out, preset, base_dir, context_length(config),
+                      getattr(runner, "tools_tokens", 0))
     if runner is not None:  # the first rows reset as the run would: their first observations must fit too
-        longest = max(longest, runner.check_first_rows(train))
+        fit_episodes(runner, fit.preset)
+        fit = replace(fit, longest=max(fit.longest, runner.check_first_rows(train)))
     summary = f"{len(train)} train / {len(held_out)} held-out prompts, chat template: {fmt.source}"
-    return summary, longest, examples[0].prompt
+    return summary, examples[0].prompt, fit
 
 
 def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
@@ -141,7 +144,7 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
     sigints = sigint_count()
     try:
         with ctrl_c_counted():  # a Ctrl-C told from a KeyboardInterrupt of an environment's reset
-            summary, longest, first = _prompt_report(preset, base_dir)
+            summary, first, fit = _prompt_report(preset, base_dir)
     except KeyboardInterrupt:  # a Ctrl-C, or one the preset's own code raised (an environment's reset)
         if sigint_count() != sigints:
             print(f"{preset_path}: validation interrupted (Ctrl-C)", file=sys.stderr)
@@ -155,6 +158,9 @@ def validate(preset_path: str, overrides: list[str], processes: int = 1) -> int:
         return 2
     if preset.model.name_or_path != BUILTIN_MODEL:
         print(f"first prompt as the model sees it:\n{first}")
+    if fit.note:  # a default max_completion_length cut to the model's context, as the run cuts it
+        print(f"note: {fit.note}")
+    preset, longest = fit.preset, fit.longest
     line, too_big = _memory_report(preset, longest, processes)
     if too_big:
         print(f"error: {preset_path} is invalid:\n  - {line}", file=sys.stderr)

@@ -87,16 +87,25 @@ def preset_to_dict(preset: Preset) -> dict:
     return preset.model_dump(mode="json")
 
 
-def preset_to_yaml(preset: Preset) -> str:
-    return yaml.safe_dump(preset_to_dict(preset), sort_keys=False, allow_unicode=True)
+def preset_to_yaml(preset: Preset, leave_out: tuple[str, ...] = ()) -> str:
+    """The preset as YAML, without the fields `leave_out` names (dotted: "training.max_steps")."""
+    data = preset_to_dict(preset)
+    for dotted in leave_out:
+        section, _, field = dotted.rpartition(".")
+        node = data.get(section) if section else data
+        if isinstance(node, dict):
+            node.pop(field, None)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
-def save_preset(preset: Preset, path: str | Path) -> None:
-    """Write the preset as YAML, atomically (write a temp file, then rename)."""
+def save_preset(preset: Preset, path: str | Path, leave_out: tuple[str, ...] = ()) -> None:
+    """Write the preset as YAML, atomically (write a temp file, then rename); `leave_out`:
+    fields not written, so that the file read back leaves them unset (a run's preset saved
+    before its set-up fits a default: engine/algorithms/context_fit.py)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text(preset_to_yaml(preset), encoding="utf-8")
+        tmp.write_text(preset_to_yaml(preset, leave_out), encoding="utf-8")
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind

@@ -121,10 +121,11 @@ class GRPOTrainer(Trainer):
         self.greedy_baseline = wants_greedy_baseline(estimator)
         # Process supervision (an estimator declaring step_rewards, engine/rl/process.py)
         self.reads_steps = bool(getattr(estimator.declares, "step_rewards", False))
-        self.section_options = preset.algorithm.model_dump()  # the options an estimator may name
-        # grpo_loss's options: the section's fields and the clip range, as validate's dry run gives them
-        self.loss_options = {**surrogate_options(preset.algorithm), "base_dir": preset_dir}
         super().__init__(preset, run_dir, stop, preset_dir, world)
+        # from the section as set up (a default max_completion_length cut to the context: context_fit.py)
+        self.section_options = self.algo.model_dump()  # the options an estimator may name
+        # grpo_loss's options: the section's fields and the clip range, as validate's dry run gives them
+        self.loss_options = {**surrogate_options(self.algo), "base_dir": preset_dir}
 
     def declaration(self) -> dict:
         """GRPO's plots; with a greedy baseline, its mean reward beside the reward."""
