@@ -311,6 +311,104 @@ def test_merged_lora_leaves_dora_and_tensor_subclass_weights_to_peft(folders):
         assert torch.equal(logits_of(dora, ids), expected)
 
 
+class _Tiny(nn.Module):
+    """One linear layer with a bias: its merged weight is worked out by hand below."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.proj = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.proj(x)
+
+
+def test_merged_lora_keeps_its_weights_in_place_and_follows_the_lora_weights():
+    # issue: a captured decode step replays the same storage, so the merged weight must
+    # stay where it is from one rollout to the next while its values follow an update
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import LoraLayer
+
+    import engine.model.merged_lora as merged_module
+
+    with peft_reading_deprecated_alias():
+        model = get_peft_model(_Tiny(), LoraConfig(r=2, lora_alpha=6, target_modules=["proj"]))
+    (name,) = [n for n, m in model.named_modules() if isinstance(m, LoraLayer)]
+    layer = model.get_submodule(name)
+    with torch.no_grad():
+        layer.lora_B["default"].weight.normal_(0, 0.5)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    keys = set(model.state_dict())
+
+    def by_hand():  # W + (alpha / r) B A, from the tensors themselves
+        a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+        return (layer.base_layer.weight + 3.0 * b @ a).detach()
+
+    def inside(x=x):
+        with merged_lora(model) as merged:
+            assert merged == 1
+            stand_in = model.get_submodule(name)
+            assert type(stand_in) is nn.Linear and not stand_in.weight.requires_grad
+            return stand_in, stand_in.weight.data_ptr(), stand_in.weight.detach().clone(), model(x).detach()
+
+    first, ptr, weight, out = inside()
+    assert torch.allclose(weight, by_hand(), atol=1e-6)
+    assert torch.allclose(out, model(x).detach(), atol=1e-6)  # the adapter's own path, outside
+    again, same_ptr, _, _ = inside()
+    assert again is first and same_ptr == ptr
+
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model(x).pow(2).sum().backward()
+    optimizer.step()
+    moved, moved_ptr, moved_weight, moved_out = inside()
+    assert moved is first and moved_ptr == ptr  # the same storage ...
+    assert not torch.allclose(moved_weight, weight, atol=1e-3)  # ... holding the updated merge
+    assert torch.allclose(moved_weight, by_hand(), atol=1e-6)
+    assert torch.allclose(moved_out, model(x).detach(), atol=1e-6)
+
+    # nothing left in the model: its LoRA layer back, its state as before, gradients on the adapter
+    assert model.get_submodule(name) is layer and set(model.state_dict()) == keys
+    assert all(p.data_ptr() != ptr for p in model.parameters())
+    assert all(p.requires_grad for n, p in model.named_parameters() if "lora_" in n)
+    assert merged_module._KEPT[layer].stand_in is first  # kept outside the model, for the next rollout
+
+    model.double()  # another dtype: a new merged weight of that dtype, the right values
+    stand_in, new_ptr, new_weight, new_out = inside(x.double())
+    assert new_weight.dtype == torch.float64 and stand_in is not first
+    assert torch.allclose(new_weight, by_hand(), atol=1e-12)
+    assert torch.allclose(new_out, model(x.double()).detach(), atol=1e-12)
+    with merged_lora(model, limit_bytes=0) as merged:  # a layer left out lets its kept copy go
+        assert merged == 0
+    assert layer not in merged_module._KEPT
+
+
+def test_merged_lora_storage_is_stable_across_rollouts_of_a_model(folders):
+    loaded = adapted(folders, "llama")
+    model = loaded.model
+    ids = token_ids(loaded)
+    layers = lora_layers(model)
+
+    held = []  # every merged weight seen, held so that no storage is freed and handed out again
+
+    def pointers_and_logits():
+        with merged_lora(model) as merged:
+            assert merged == len(layers)
+            held.extend(model.get_submodule(name).weight for name in layers)
+            ptrs = {name: model.get_submodule(name).weight.data_ptr() for name in layers}
+            return ptrs, logits_of(model, ids)
+
+    before, inside = pointers_and_logits()
+    assert torch.allclose(inside, logits_of(model, ids), atol=1e-5)
+    with torch.no_grad():  # an update of every LoRA weight
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.add_(0.05 * torch.randn_like(p))
+    after, inside = pointers_and_logits()
+    assert after == before
+    assert torch.allclose(inside, logits_of(model, ids), atol=1e-5)
+    assert all(model.get_submodule(name) is layer for name, layer in layers.items())
+
+
 # ------------------------------------------------------------------ 3. fuse_activations
 def test_fuse_activations_swaps_gelu_new_for_its_fused_kernel():
     torch.manual_seed(0)
