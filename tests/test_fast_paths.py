@@ -345,7 +345,7 @@ def test_merged_lora_keeps_its_weights_in_place_and_follows_the_lora_weights():
         return (layer.base_layer.weight + 3.0 * b @ a).detach()
 
     def inside(x=x):
-        with merged_lora(model) as merged:
+        with merged_lora(model, keep=True) as merged:
             assert merged == 1
             stand_in = model.get_submodule(name)
             assert type(stand_in) is nn.Linear and not stand_in.weight.requires_grad
@@ -377,8 +377,13 @@ def test_merged_lora_keeps_its_weights_in_place_and_follows_the_lora_weights():
     assert new_weight.dtype == torch.float64 and stand_in is not first
     assert torch.allclose(new_weight, by_hand(), atol=1e-12)
     assert torch.allclose(new_out, model(x.double()).detach(), atol=1e-12)
-    with merged_lora(model, limit_bytes=0) as merged:  # a layer left out lets its kept copy go
+    with merged_lora(model, limit_bytes=0, keep=True) as merged:  # a layer left out lets its kept copy go
         assert merged == 0
+    assert layer not in merged_module._KEPT
+    inside(x.double())
+    assert layer in merged_module._KEPT
+    with merged_lora(model) as merged:  # not kept (no captured decode): let go on exit, memory back for the update
+        assert merged == 1 and model.get_submodule(name) is not layer
     assert layer not in merged_module._KEPT
 
 
@@ -391,7 +396,7 @@ def test_merged_lora_storage_is_stable_across_rollouts_of_a_model(folders):
     held = []  # every merged weight seen, held so that no storage is freed and handed out again
 
     def pointers_and_logits():
-        with merged_lora(model) as merged:
+        with merged_lora(model, keep=True) as merged:
             assert merged == len(layers)
             held.extend(model.get_submodule(name).weight for name in layers)
             ptrs = {name: model.get_submodule(name).weight.data_ptr() for name in layers}
@@ -619,3 +624,32 @@ def test_preallocated_layer_reset_and_repeat_act_on_its_buffers():
     assert torch.equal(ours.update(more, more)[1], theirs.update(more, more)[1])
     ours.offload(), ours.prefetch()
     assert ours.get_seq_length() == 4 and torch.equal(ours.keys, theirs.keys)
+
+
+def test_the_policy_keeps_merged_weights_only_for_a_captured_decode(folders, monkeypatch):
+    """Kept merged weights stay allocated through the update, so a rollout keeps them only
+    when its decode is captured (a CUDA graph replays their storage); on this CPU `auto`
+    decodes plainly and they are let go when sampling ends. The path the policy asks for is
+    the one the sampler takes (decode_path with the same arguments)."""
+    import engine.algorithms.policy as policy_module
+    import engine.model.merged_lora as merged_module
+    from engine.algorithms.policy import Policy, Sampling
+
+    loaded = adapted(folders, "llama")
+    policy = Policy(loaded, Sampling(max_tokens=4), group_size=1)
+    asked = []
+    real = policy_module.merged_lora
+
+    def recording(model, **options):
+        asked.append(options.get("keep"))
+        return real(model, **options)
+
+    monkeypatch.setattr(policy_module, "merged_lora", recording)
+    policy.generate(["ab", "cd"], torch.Generator().manual_seed(0))
+    assert asked == [False] and not any(m in merged_module._KEPT for m in lora_layers(loaded.model).values())
+    monkeypatch.setattr(policy_module, "decode_path", lambda setting, device, tokens, sharded: "captured")
+    kept = merged_module._KEPT.get
+    with monkeypatch.context() as m:  # the capture itself needs CUDA: here only what the policy keeps
+        m.setattr(policy_module, "sample", lambda *a, **k: None)
+        policy.generate(["ab"], torch.Generator().manual_seed(0))
+    assert asked == [False, True] and all(kept(layer) for layer in lora_layers(loaded.model).values())

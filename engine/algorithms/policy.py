@@ -20,6 +20,7 @@ from engine.model.forward import completion_logits
 from engine.model.loading import LoadedModel, reference_mode
 from engine.model.merged_lora import merged_lora
 from engine.model.rollout import Rollout, sample
+from engine.model.static_decode import decode_path
 from engine.model.token_logits import TokenLogits
 
 __all__ = ["Policy", "Sampling", "set_update_mode"]
@@ -142,7 +143,12 @@ class Policy:
         """Left-padded prompt rows sampled with the preset's settings, dropout off."""
         set_update_mode(self.model, False)
         s = self.sampling
-        with merged_lora(self.model):  # the adapter folded into its weights while decoding
+        # The adapter folded into its weights while decoding; a captured decode step replays
+        # the merged weights' storage, so it keeps them between rollouts (memory held through
+        # the update), any other path lets them go.
+        captured = decode_path(self.loaded.decode, self.device, max_new_tokens,
+                               self.finished_everywhere is not None) == "captured"
+        with merged_lora(self.model, keep=captured):
             return sample(
                 self.model, ids, mask,
                 max_new_tokens=max_new_tokens,

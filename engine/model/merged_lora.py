@@ -8,15 +8,17 @@ of its base layer whose weight is W + scaling * B A (what vLLM serves and peft's
 computes), and swapped back after.
 
 The base weights are never written: the merged weights live in tensors of their own, so
-nothing drifts (an in-place merge and unmerge would round differently each step). Those
-tensors, and the copies of the base layers holding them, are kept between rollouts (one
-per LoRA layer, for its adapter, weight shape, dtype and device: `_KEPT`, which lets them
-go with the layer) and written in place each time, W then + s·BA, with the current LoRA
-weights: a decode step recorded as a CUDA graph (engine/model/static_decode.py,
+nothing drifts (an in-place merge and unmerge would round differently each step). With
+`keep=True` those tensors, and the copies of the base layers holding them, are kept between
+rollouts (one per LoRA layer, for its adapter, weight shape, dtype and device: `_KEPT`,
+which lets them go with the layer) and written in place each time, W then + s·BA, with the
+current LoRA weights: a decode step recorded as a CUDA graph (engine/model/static_decode.py,
 `model.decode: captured`) reads the same storage every rollout, so it is replayed, not
-recorded again. What the copies cost is bounded: layers are merged only while their copies
-total at most MERGE_LIMIT_BYTES (a layer left out drops its kept copy); the others sample
-through peft as before. Layers that cannot be merged this way (quantised or sharded
+recorded again. Kept copies stay allocated through the update, so only a captured decode
+keeps them (the policy asks for it then); otherwise they go when sampling ends, as the
+update's peak memory wants. What the copies cost is bounded: layers are merged only while
+their copies total at most MERGE_LIMIT_BYTES (a layer left out drops its kept copy); the
+others sample through peft as before. Layers that cannot be merged this way (quantised or sharded
 weights, DoRA and other variants, a LoRA bias, several adapters) always sample through peft.
 """
 
@@ -99,11 +101,12 @@ def _merged_copy(module, adapter: str):
 
 
 @contextmanager
-def merged_lora(model, limit_bytes: int = MERGE_LIMIT_BYTES):
+def merged_lora(model, limit_bytes: int = MERGE_LIMIT_BYTES, keep: bool = False):
     """Inside, `model`'s mergeable LoRA layers are plain layers with merged weights (no
-    gradients flow); on exit the adapter's layers are back, untouched. The merged copies
-    are kept for the next call (the same tensors, their values then those of the LoRA
-    weights of that call); a layer not merged this time lets its kept copy go."""
+    gradients flow); on exit the adapter's layers are back, untouched. With `keep`, the
+    merged copies are kept for the next call (the same tensors, their values then those of
+    the LoRA weights of that call); without, they are let go on exit. A layer not merged
+    this time lets its kept copy go."""
     swapped = []
     budget = limit_bytes
     try:
@@ -126,3 +129,5 @@ def merged_lora(model, limit_bytes: int = MERGE_LIMIT_BYTES):
     finally:
         for parent, child, module in reversed(swapped):
             setattr(parent, child, module)
+            if not keep:
+                _KEPT.pop(module, None)
