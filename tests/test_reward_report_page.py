@@ -127,7 +127,7 @@ def test_the_card_shows_its_verdicts_checks_plots_and_length(qtbot, run_dir):
                                                        "bins": report(run_dir)["calibration"]["bins"]}))
     assert page.show_report(run_dir / REPORTS_DIR / HELD_OUT_FILE)
     calibration = page.calibration_plot
-    assert "ECE 0.041 (90%: 0.028-0.09)" in calibration.plot.plotItem.titleLabel.text
+    assert "ECE 0.041 (90%: 0.028-0.090)" in calibration.plot.plotItem.titleLabel.text
     spots = calibration.points.points()
     assert [(s.pos().x(), s.pos().y()) for s in spots] == [(0.06, 0.0), (0.95, 0.9)]
     assert spots[0].data() == "σ(r_a − r_b) in 0–0.1: 12 pairs\npredicted 0.06, observed 0"

@@ -186,7 +186,7 @@ class CalibrationPlot(QWidget):
             self.points.setData([b.predicted for b in filled], [b.observed for b in filled],
                                 data=[bin_tip(b) for b in filled])
         interval = calibration.ece_interval
-        sure = f" (90%: {number(interval[0])}-{number(interval[1])})" if interval else ""
+        sure = f" (90%: {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
         self.plot.setTitle(f"Calibration: ECE {number(calibration.ece)}{sure}", color="#333", size="10pt")
         self.plot.setToolTip("Each bin: how often answer a was the chosen one (bar and point) against the "
                              "probability the model gave it (point's x); on the dashed diagonal it is calibrated.\n\n"
