@@ -1,13 +1,16 @@
 """Screenshots of a reward model's report card and of an evaluation (issues 39 and 40): the
-Report card tab of a reward-model run, the Evaluate tab of a run with an evaluation, and
-the Try tab scoring one of the evaluation's samples token by token (its "tokens ▸" link,
-which runs `rl-engine try --completion`, so this takes a few seconds).
+Report card tab of a reward-model run and one of its recorded pairs in the inspector (the
+chosen and rejected answers side by side, coloured by the reward of each prefix), the
+Evaluate tab of a run with an evaluation, and the Try tab scoring one of the evaluation's
+samples token by token (its "tokens ▸" link, which runs `rl-engine try --completion`, so
+this takes a few seconds).
 
     xvfb-run -a -s "-screen 0 1600x1000x24" .venv/bin/python bench/evaluation_screenshots.py \\
         --report runs/readme-rm-sort-2009 --eval runs/readme-sft-sort-2009 --name readme-bon OUT_FOLDER
 
 Reads the runs only (the report card must have been computed: `rl-engine reward-report RUN`);
-writes OUT_FOLDER/reward-report-card.png, evaluate.png and evaluate-try.png.
+writes OUT_FOLDER/reward-report-card.png, inspector-rm-pair.png, evaluate.png and
+evaluate-try.png.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.camera import Camera  # noqa: E402
+from bench.camera import Camera, open_inspector  # noqa: E402
 
 SIZE = (1600, 1000)
 
@@ -32,6 +35,7 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="a reward-model run with a computed report card")
     parser.add_argument("--eval", type=Path, help="a run with an evaluation (rl-engine eval)")
     parser.add_argument("--name", help="the evaluation's name (default: the newest)")
+    parser.add_argument("--pair", type=int, default=0, help="the recorded pair of the report run's last step")
     args = parser.parse_args()
     os.environ.setdefault("RL_WORKBENCH_CONFIG_DIR", tempfile.mkdtemp(prefix="wb-eval-shot-"))
     from PySide6.QtCore import QUrl
@@ -53,6 +57,10 @@ def main() -> None:
                           "the report card")
         camera.shot(window.report_card, "reward-report-card.png")
         window.close()
+        steps = sorted(int(p.stem.split("_")[1]) for p in (args.report / "trajectories").glob("step_*.jsonl"))
+        _, view = open_inspector(args.report.resolve(), steps[-1], args.pair)
+        view.quantity_box.setCurrentIndex(max(0, view.quantity_box.findData("score")))
+        camera.shot(view, "inspector-rm-pair.png")
     if args.eval:
         window = MainWindow(Settings(runs_folder=str(args.eval.resolve().parent)))
         window.resize(*SIZE)
