@@ -16,7 +16,6 @@ With several runs on show, the other runs' evaluations are drawn over the first'
 
 from __future__ import annotations
 
-import html
 import os
 import signal
 import sys
@@ -25,18 +24,19 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QScrollArea,
-    QSpinBox, QStackedWidget, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox,
+    QStackedWidget, QVBoxLayout, QWidget,
 )
 
 from workbench.runs.evaluate_overlays import OverlayBar
 from workbench.runs.evaluate_views import EvaluationView
 from workbench.runs.evaluation_compare import Comparison
 from workbench.runs.evaluations import (
-    EVAL_FILE, EVALS_DIR, Evaluation, EvaluationError, eval_command, failure_text, last_line, list_evaluations,
-    load_evaluation, new_eval_name, progress_count, run_checkpoints, written_folder,
+    EVAL_FILE, EVALS_DIR, Evaluation, EvaluationError, eval_command, list_evaluations, load_evaluation,
+    new_eval_name, progress_count, run_checkpoints, written_folder,
 )
 from workbench.runs.engine_job import EngineJob
+from workbench.runs.job_page import JobPage
 
 STOPPED_CODE = 130  # the engine's exit after Ctrl-C or SIGINT, what it did kept
 INTRO = ("<h3>Evaluate like a researcher</h3>"
@@ -79,7 +79,7 @@ class EvalJob(EngineJob):
     # --- EngineJob
 
     def stderr_read(self) -> None:
-        line = last_line(self.stderr)
+        line = self.last_line
         count = progress_count(line)
         if count is not None:
             self.sig_progress.emit(*count)
@@ -90,24 +90,17 @@ class EvalJob(EngineJob):
         folder = written_folder(self.stdout) or self.folder
         kept = (folder / EVAL_FILE).is_file()
         if not crashed and code == 0:
-            self._end("done", "" if kept else f"the engine ended without writing {folder / EVAL_FILE}",
-                      folder if kept else None)
+            self.finish("done", "" if kept else f"the engine ended without writing {folder / EVAL_FILE}",
+                        folder if kept else None)
         elif self.stopping or code == STOPPED_CODE:
-            self._end("stopped", "", folder if kept else None)
+            self.finish("stopped", "", folder if kept else None)
         else:
-            self._end("failed", failure_text(self.stderr, None if crashed else code), folder if kept else None)
-
-    def start_failed(self, why: str) -> None:
-        self._end("failed", why, None)
-
-    def _end(self, outcome: str, message: str, folder: Path | None) -> None:
-        if not self.finished:
-            self.finished = True
-            self.sig_finished.emit(outcome, message, folder)
+            self.finish("failed", self.why_failed(code, crashed), folder if kept else None)
 
 
-class EvaluatePage(QWidget):
-    """The evaluations of one run (`set_run`), and the form that starts another."""
+class EvaluatePage(JobPage):
+    """The evaluations of one run (`set_run`), and the form that starts another (job_page.py's
+    JobPage runs the EvalJob)."""
 
     # --- Signals
     sig_evaluation_shown = Signal(object)
@@ -124,10 +117,8 @@ class EvaluatePage(QWidget):
         self.command_for = command_for  # (run_dir, models, n, reward_model, name) -> argv; tests give a stand-in
         # Replaced in tests: asks for a reward model's folder (None: the user cancelled).
         self.ask_reward_model: Callable[[], Path | None] = self._ask_reward_model
-        self.run_dir: Path | None = None
         self.folder: Path | None = None  # the evaluation on show
         self.evaluation: Evaluation | None = None  # and as read
-        self.job: EvalJob | None = None
         self.stopped: EvalJob | None = None  # the last job stopped: Resume runs its command again
         self._seen_write = 0.0  # when the running evaluation's eval.json was last shown
         self.model_boxes: dict[str, QCheckBox] = {}
@@ -227,10 +218,6 @@ class EvaluatePage(QWidget):
             self.stop_button.setToolTip("The engine has been asked to stop; kill it without waiting")
             self.progress_line.setText("stopping: the engine keeps what it has done…")
 
-    @property
-    def running(self) -> bool:
-        return self.job is not None and not self.job.finished
-
     # --- The page
 
     def _build(self) -> None:
@@ -259,12 +246,8 @@ class EvaluatePage(QWidget):
         self.run_button = QPushButton("Run evaluation")
         self.run_button.setObjectName("run-eval")
         self.run_button.setToolTip("rl-engine eval RUN --models … --n N, in the background")
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(180)
-        self.progress.setFormat("%v/%m")
-        self.progress_line = QLabel()
-        self.progress_line.setStyleSheet("color:#5f6368")
         self.stop_button = QPushButton("Stop")
+        self._build_job_widgets("eval", self.stop_button, 180)
         self.resume_button = QPushButton("Resume")
         self.resume_button.setToolTip("Run the stopped evaluation again: what it had done is kept, the rest sampled")
         self.picker = QComboBox()
@@ -283,10 +266,6 @@ class EvaluatePage(QWidget):
         second.addSpacing(16)
         second.addWidget(QLabel("Evaluation:"))
         second.addWidget(self.picker)
-        self.message = QLabel()
-        self.message.setObjectName("eval-message")
-        self.message.setWordWrap(True)
-        self.message.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.body = QStackedWidget()
         self.intro = QLabel(INTRO)
         self.intro.setObjectName("eval-intro")
@@ -369,19 +348,12 @@ class EvaluatePage(QWidget):
             self.reward_model.setText(str(path))
 
     def _run(self, command: list[str], folder: Path) -> bool:
-        self.job = EvalJob(command, self.run_dir, folder, self)
-        self.job.sig_progress.connect(self._progressed)
-        self.job.sig_line.connect(self.progress_line.setText)
-        self.job.sig_finished.connect(self._job_finished)
+        job = EvalJob(command, self.run_dir, folder, self)
+        job.sig_line.connect(self.progress_line.setText)
         self.stopped, self._seen_write = None, 0.0
-        self._show_message("")
-        self.progress.setRange(0, 0)  # busy until a line counts
-        self.progress_line.setText("starting the engine…")
         self.stop_button.setText("Stop")
         self.stop_button.setToolTip("Stop as Ctrl-C does: the engine keeps the prompts it has done; Resume carries on")
-        self._set_busy(True)
-        self.job.start()
-        return True
+        return self._start_job(job)
 
     def _progressed(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
@@ -402,15 +374,12 @@ class EvaluatePage(QWidget):
             self.refresh_evaluations(select=folder)
 
     def _job_finished(self, outcome: str, message: str, folder) -> None:
-        job, self.job = self.job, None  # one job at a time: this one
-        self._set_busy(False)
-        if job is not None and job.run_dir == self.run_dir:  # the page may show another run by now
+        job = self._job_ended()
+        if job is not None:
             self.stopped = job if outcome == "stopped" else None
             if folder is not None:
                 self.refresh_evaluations(select=Path(folder))
             self._say_outcome(outcome, message, job)
-        if job is not None:
-            job.deleteLater()
         self._update_buttons()
         self.sig_run_finished.emit(outcome, message)
 
@@ -423,11 +392,6 @@ class EvaluatePage(QWidget):
         elif message:
             self._show_message(f"The evaluation ended oddly: {message}")
 
-    def _set_busy(self, busy: bool) -> None:
-        for widget in (self.progress, self.progress_line, self.stop_button):
-            widget.setVisible(busy)
-        self._update_buttons(busy)
-
     def _update_buttons(self, busy: bool | None = None) -> None:
         busy = self.running if busy is None else busy
         self.run_button.setEnabled(self.run_dir is not None and not busy and bool(self.chosen_models()))
@@ -435,18 +399,12 @@ class EvaluatePage(QWidget):
         for widget in [self.n_spin, self.reward_model, self.browse_button, *self.model_boxes.values()]:
             widget.setEnabled(self.run_dir is not None and not busy)
 
-    def _show_message(self, text: str, colour: str = "#b00020") -> None:
-        self.message.setText(f"<span style='color:{colour}'>{html.escape(text)}</span>" if text else "")
-        self.message.setVisible(bool(text))
-
     def _ask_reward_model(self) -> Path | None:
         start = str(self.run_dir.parent) if self.run_dir else ""
         path = QFileDialog.getExistingDirectory(self, "A reward-model run or checkpoint", start)
         return Path(path) if path else None
 
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if self.run_dir is not None and not self.running:
-            self._fill_models(keep=True)  # checkpoints saved since
-            self.refresh_evaluations()  # an evaluation run from a terminal since
-            self.overlay_bar.refresh()  # or of another run on show
+    def _catch_up(self) -> None:
+        self._fill_models(keep=True)  # checkpoints saved since
+        self.refresh_evaluations()  # an evaluation run from a terminal since
+        self.overlay_bar.refresh()  # or of another run on show

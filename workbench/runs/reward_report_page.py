@@ -18,14 +18,15 @@ from typing import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QScrollArea, QSplitter,
-    QStackedWidget, QVBoxLayout, QWidget,
+    QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSplitter, QStackedWidget, QVBoxLayout,
+    QWidget,
 )
 
 from workbench.runs.engine_job import EngineJob
+from workbench.runs.job_page import JobPage
 from workbench.runs.reward_report import (
-    ReportError, RewardReport, created_text, failure_text, last_line, list_reports, load_report, percent,
-    progress_count, report_path, reward_report_command, source_text, written_file,
+    ReportError, RewardReport, created_text, list_reports, load_report, percent, progress_count, report_path,
+    reward_report_command, source_text, written_file,
 )
 from workbench.runs.reward_report_views import CalibrationPlot, FindingsList, MarginPlot, PairsTable, length_html
 
@@ -46,50 +47,37 @@ class ReportJob(EngineJob):
     sig_progress = Signal(str)
     """The process's last progress line (its stderr), as it comes."""
     sig_finished = Signal(bool, str, object)
-    """(ok, why it failed or "", the report file written or None)."""
+    """(ok, why it failed or "", the report file written or None). *Cancel* kills it
+    (EngineJob.cancel): the engine writes the report only at the end."""
+
+    FAILED = False
 
     def __init__(self, command: list[str], run_dir: Path, expected: Path, parent: QObject | None = None):
         super().__init__(command, run_dir, parent)
         self.expected = Path(expected)
-        self.cancelled = False
-
-    # --- Public API
-
-    def cancel(self) -> None:
-        if not self.finished:
-            self.cancelled = True
-            self.process.kill()
 
     # --- EngineJob
 
     def stderr_read(self) -> None:
-        line = last_line(self.stderr)
+        line = self.last_line
         if line and not line.startswith("error: "):
             self.sig_progress.emit(line)
 
     def process_ended(self, code: int, crashed: bool) -> None:
         if self.cancelled:
-            self._end(False, "cancelled", None)
+            self.finish(False, "cancelled", None)
         elif not crashed and code == 0:
             written = written_file(self.stdout) or self.expected
             if written.is_file():
-                self._end(True, "", written)
+                self.finish(True, "", written)
             else:
-                self._end(False, f"the engine ended without writing a report (no {written})", None)
+                self.finish(False, f"the engine ended without writing a report (no {written})", None)
         else:
-            self._end(False, failure_text(self.stderr, None if crashed else code), None)
-
-    def start_failed(self, why: str) -> None:
-        self._end(False, why, None)
-
-    def _end(self, ok: bool, message: str, written: Path | None) -> None:
-        if not self.finished:
-            self.finished = True
-            self.sig_finished.emit(ok, message, written)
+            self.finish(False, self.why_failed(code, crashed), None)
 
 
-class RewardReportPage(QWidget):
-    """The report cards of one reward-model run (`set_run`)."""
+class RewardReportPage(JobPage):
+    """The report cards of one reward-model run (`set_run`); job_page.py's JobPage runs the ReportJob."""
 
     # --- Signals
     sig_report_shown = Signal(object)
@@ -103,9 +91,7 @@ class RewardReportPage(QWidget):
         self.command_for = command_for
         # Replaced in tests: asks for a preference file (None: the user cancelled).
         self.ask_pairs_file: Callable[[], Path | None] = self._ask_pairs_file
-        self.run_dir: Path | None = None
         self.report: RewardReport | None = None
-        self.job: ReportJob | None = None
         self._build()
 
     # --- Public API
@@ -164,27 +150,11 @@ class RewardReportPage(QWidget):
         if self.run_dir is None or self.running:
             return False
         command = self.command_for(self.run_dir, pairs)
-        self.job = ReportJob(command, self.run_dir, report_path(self.run_dir, pairs), self)
-        self.job.sig_progress.connect(self._progressed)
-        self.job.sig_finished.connect(self._job_finished)
-        self._show_message("")
-        self.progress.setRange(0, 0)  # busy until a line counts
-        self.progress_line.setText("starting the engine…")
-        self._set_busy(True)
-        self.job.start()
-        return True
+        return self._start_job(ReportJob(command, self.run_dir, report_path(self.run_dir, pairs), self))
 
     def compute_on_file(self) -> bool:
         path = self.ask_pairs_file()
         return self.compute(Path(path)) if path else False
-
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-
-    @property
-    def running(self) -> bool:
-        return self.job is not None and not self.job.finished
 
     # --- The page
 
@@ -201,13 +171,10 @@ class RewardReportPage(QWidget):
         self.file_button.setObjectName("compute-report-file")
         self.file_button.setToolTip("Score the pairs of a preference file (.jsonl, .json, .csv, .parquet: prompt, "
                                     "chosen, rejected) with the run's last checkpoint")
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(160)
-        self.progress.setTextVisible(False)
-        self.progress_line = QLabel()
-        self.progress_line.setObjectName("report-progress")
-        self.progress_line.setStyleSheet("color:#5f6368")
         self.cancel_button = QPushButton("Cancel")
+        self._build_job_widgets("report", self.cancel_button, 160)
+        self.progress.setTextVisible(False)
+        self.progress_line.setObjectName("report-progress")
         top = QHBoxLayout()
         self.picker_label = QLabel("Report card:")
         top.addWidget(self.picker_label)
@@ -218,10 +185,6 @@ class RewardReportPage(QWidget):
         top.addWidget(self.progress_line)
         top.addWidget(self.cancel_button)
         top.addStretch(1)
-        self.message = QLabel()
-        self.message.setObjectName("report-message")
-        self.message.setWordWrap(True)
-        self.message.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.body = QStackedWidget()
         self.intro = self._build_intro()
         self.unreadable = QLabel("Compute the report card again to replace this file.")
@@ -326,23 +289,15 @@ class RewardReportPage(QWidget):
             self.progress.setValue(count[0])
 
     def _job_finished(self, ok: bool, message: str, written) -> None:
-        job, self.job = self.job, None  # one job at a time: this one
-        self._set_busy(False)
-        if job is not None and job.run_dir == self.run_dir:  # the page may show another run by now
+        job = self._job_ended()
+        if job is not None:
             if ok:
                 self.refresh_reports(select=Path(written))
             elif job.cancelled:
                 self._show_message("Cancelled; no report card was written.", "#5f6368")
             else:
                 self._show_message(f"The report card could not be computed: {message}")
-        if job is not None:
-            job.deleteLater()
         self.sig_compute_finished.emit(ok, message)
-
-    def _set_busy(self, busy: bool) -> None:
-        for widget in (self.progress, self.progress_line, self.cancel_button):
-            widget.setVisible(busy)
-        self._update_buttons(busy)
 
     def _update_buttons(self, busy: bool | None = None) -> None:
         busy = self.running if busy is None else busy
@@ -350,19 +305,13 @@ class RewardReportPage(QWidget):
             button.setEnabled(self.run_dir is not None and not busy)
         self.compute_button.setText("Compute again" if self.picker.count() else "Compute report card")
 
-    def _show_message(self, text: str, colour: str = "#b00020") -> None:
-        self.message.setText(f"<span style='color:{colour}'>{html.escape(text)}</span>" if text else "")
-        self.message.setVisible(bool(text))
-
     def _ask_pairs_file(self) -> Path | None:
         start = str(self.run_dir) if self.run_dir else ""
         path, _ = QFileDialog.getOpenFileName(self, "Score a preference file", start, PAIRS_FILTER)
         return Path(path) if path else None
 
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if self.run_dir is not None and not self.running:
-            self.refresh_reports()  # a report written from a terminal since
+    def _catch_up(self) -> None:
+        self.refresh_reports()  # a report written from a terminal since
 
 
 def header_html(report: RewardReport) -> str:

@@ -19,17 +19,18 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton, QSpinBox,
-    QSplitter, QVBoxLayout, QWidget,
+    QCheckBox, QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QSplitter,
+    QVBoxLayout, QWidget,
 )
 
 from workbench.inspector.text import TokenTextView
 from workbench.inspector.text_paint import token_colours
 from workbench.inspector.widgets import Legend
 from workbench.runs.engine_job import EngineJob
-from workbench.runs.evaluations import failure_text, last_line, run_checkpoints
+from workbench.runs.evaluations import run_checkpoints
+from workbench.runs.job_page import JobPage
 from workbench.runs.lineage import is_reward_model_run
 from workbench.runs.try_answers import (
     QUANTITIES, Answer, GivenAnswer, TryReport, TryReportError, load_report, progress_of, run_defaults,
@@ -49,41 +50,24 @@ class TryJob(EngineJob):
     sig_progress = Signal(int, int, str)
     """(done, total, what) from the `progress DONE/TOTAL WHAT` lines."""
     sig_finished = Signal(str, str, object)
-    """(outcome: done | cancelled | failed, why it failed or "", the TryReport or None)."""
-
-    def __init__(self, command: list[str], run_dir: Path, parent: QObject | None = None):
-        super().__init__(command, run_dir, parent)
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        """Kill it: it writes nothing, so nothing is lost."""
-        if not self.finished:
-            self.cancelled = True
-            self.process.kill()
+    """(outcome: done | cancelled | failed, why it failed or "", the TryReport or None).
+    *Cancel* kills it (EngineJob.cancel): it writes nothing, so nothing is lost."""
 
     def stderr_read(self) -> None:
-        count = progress_of(last_line(self.stderr))
+        count = progress_of(self.last_line)
         if count is not None:
             self.sig_progress.emit(*count)
 
     def process_ended(self, code: int, crashed: bool) -> None:
         if self.cancelled:
-            self._end("cancelled", "", None)
+            self.finish("cancelled", "", None)
         elif crashed or code != 0:
-            self._end("failed", failure_text(self.stderr, None if crashed else code), None)
+            self.finish("failed", self.why_failed(code, crashed), None)
         else:
             try:
-                self._end("done", "", load_report(self.stdout))
+                self.finish("done", "", load_report(self.stdout))
             except TryReportError as error:
-                self._end("failed", str(error), None)
-
-    def start_failed(self, why: str) -> None:
-        self._end("failed", why, None)
-
-    def _end(self, outcome: str, message: str, report: TryReport | None) -> None:
-        if not self.finished:
-            self.finished = True
-            self.sig_finished.emit(outcome, message, report)
+                self.finish("failed", str(error), None)
 
 
 class AnswerPanel(QWidget):
@@ -126,8 +110,8 @@ class AnswerPanel(QWidget):
         return token_tooltip(self.answer, i, *self.labels)
 
 
-class TryPage(QWidget):
-    """Try a checkpoint of one run (`set_run`)."""
+class TryPage(JobPage):
+    """Try a checkpoint of one run (`set_run`); job_page.py's JobPage runs the TryJob."""
 
     # --- Signals
     sig_finished = Signal(str, str)
@@ -136,8 +120,6 @@ class TryPage(QWidget):
     def __init__(self, command_for: Callable[..., list[str]] = try_command, parent: QWidget | None = None):
         super().__init__(parent)
         self.command_for = command_for  # try_command's arguments -> argv; tests give a stand-in
-        self.run_dir: Path | None = None
-        self.job: TryJob | None = None
         self.report: TryReport | None = None
         self.given: GivenAnswer | None = None  # an answer to score instead of sampling
         self.held_out_count = 0  # the run's held-out prompts, as its preset says
@@ -218,23 +200,7 @@ class TryPage(QWidget):
             held_out=held_out, greedy=greedy, samples=self.samples_spin.value(),
             temperature=None if greedy else self.temperature_spin.value(),
             seed=None if greedy else self.seed_spin.value(), max_new_tokens=self.max_tokens_spin.value(), **extra)
-        self.job = TryJob(command, self.run_dir, self)
-        self.job.sig_progress.connect(self._progressed)
-        self.job.sig_finished.connect(self._job_finished)
-        self._show_message("")
-        self.progress.setRange(0, 0)  # busy until a line counts
-        self.progress_line.setText("starting the engine…")
-        self._set_busy(True)
-        self.job.start()
-        return True
-
-    def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-
-    @property
-    def running(self) -> bool:
-        return self.job is not None and not self.job.finished
+        return self._start_job(TryJob(command, self.run_dir, self))
 
     @property
     def quantity(self) -> str:
@@ -282,13 +248,9 @@ class TryPage(QWidget):
         self.try_button.setObjectName("try-run")
         self.try_button.setToolTip("rl-engine try RUN --checkpoint … in the background")
         self.try_button.setDefault(True)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(140)
-        self.progress.setFormat("%v/%m")
-        self.progress_line = QLabel()
-        self.progress_line.setStyleSheet("color:#5f6368")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setObjectName("try-cancel")
+        self._build_job_widgets("try", self.cancel_button, 140)
         first = QHBoxLayout()
         for widget in (QLabel("<b>Try</b> the base and"), self.checkpoint_box, QLabel("on"), self.prompt_edit,
                        self.held_out_box, self.held_out_spin):
@@ -317,10 +279,6 @@ class TryPage(QWidget):
         given_row = QHBoxLayout()
         given_row.addWidget(self.given_note, 1)
         given_row.addWidget(self.sample_button)
-        self.message = QLabel()
-        self.message.setObjectName("try-message")
-        self.message.setWordWrap(True)
-        self.message.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.quantity_box = QComboBox()
         self.quantity_box.setObjectName("try-quantity")
         self.quantity_box.addItem("log-ratio (checkpoint − base)", "log_ratio")
@@ -394,9 +352,7 @@ class TryPage(QWidget):
         self.progress_line.setText(what)
 
     def _job_finished(self, outcome: str, message: str, report) -> None:
-        job, self.job = self.job, None
-        self._set_busy(False)
-        if job is not None and job.run_dir == self.run_dir:  # the page may show another run by now
+        if self._job_ended() is not None:
             if outcome == "done":
                 self.report = report
                 self.answer_spin.setValue(1)
@@ -405,8 +361,6 @@ class TryPage(QWidget):
                 self._show_message(f"Try failed: {message}")
             else:
                 self._show_message("Cancelled.", "#5f6368")
-        if job is not None:
-            job.deleteLater()
         self.sig_finished.emit(outcome, message)
 
     def _show_answers(self) -> None:
@@ -448,11 +402,6 @@ class TryPage(QWidget):
         self.legend.set_scale(key, scale, q.meaning, q.label,
                               tool=any(a.tool is not None and bool(np.any(a.tool)) for a in answers))
 
-    def _set_busy(self, busy: bool) -> None:
-        for widget in (self.progress, self.progress_line, self.cancel_button):
-            widget.setVisible(busy)
-        self._update_buttons(busy)
-
     def _update_buttons(self, busy: bool | None = None) -> None:
         busy = self.running if busy is None else busy
         ready = self.run_dir is not None and self.checkpoint_box.count() > 0
@@ -480,12 +429,6 @@ class TryPage(QWidget):
             widget.setVisible(given is not None)
         self._update_buttons()
 
-    def _show_message(self, text: str, colour: str = "#b00020") -> None:
-        self.message.setText(f"<span style='color:{colour}'>{html.escape(text)}</span>" if text else "")
-        self.message.setVisible(bool(text))
-
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if self.run_dir is not None and not self.running:
-            self._fill_checkpoints()  # checkpoints saved since
-            self._update_buttons()
+    def _catch_up(self) -> None:
+        self._fill_checkpoints()  # checkpoints saved since
+        self._update_buttons()
