@@ -236,6 +236,12 @@ def _as_declared(spec: PlotSpec, entry: dict | None) -> PlotSpec:
     return replace(spec, title=title or spec.title, help=help_ or spec.help)
 
 
+def _listed(entry: dict) -> set[tuple[str, str]]:
+    """The (source, metric) curves a declared plot entry lists."""
+    return ({(METRICS, str(m)) for m in entry.get("metrics") or []}
+            | {(EVAL, str(m)) for m in entry.get("eval") or []})
+
+
 def choose_plots(names: dict[str, set[str]], declared) -> Layout:
     """The plots for one run (or the union over runs being compared): the catalogue's,
     in its order, then declared plots it does not know; and the metrics left for the
@@ -257,11 +263,21 @@ def choose_plots(names: dict[str, set[str]], declared) -> Layout:
     # without being declared: the engine's help for the same key and title.
     specs = [spec if spec.help else replace(spec, help=common_plot_help(spec.key, spec.title)) for spec in specs]
     layout = Layout()
+    listed = {key: _listed(entry) for key, entry in first.items()}
+    every_listed = set().union(*listed.values())
     claimed: set[tuple[str, str]] = set()
     for spec in specs:
         if not spec.applies(names, keys):
             continue
-        curves = spec.resolve(names)
+        own = listed.get(spec.key, set())
+        # Each metric is drawn once: a curve the catalogue adds is left to the declared
+        # plot that lists it (SFT's "sft_entropy" draws `entropy`, so the catalogue's
+        # Entropy plot goes), and a curve an earlier plot draws is not drawn again (runs
+        # compared whose algorithms declare one metric under two keys).
+        curves = [c for c in spec.resolve(names) if (c.source, c.metric) not in claimed
+                  and ((c.source, c.metric) in own or (c.source, c.metric) not in every_listed)]
+        if not curves:
+            continue
         layout.plots.append((spec, curves))
         for curve in curves:
             claimed.add((curve.source, curve.metric))
