@@ -182,3 +182,64 @@ def test_the_about_box_names_the_versions_and_what_torch_says_of_the_gpu(qtbot):
     assert package_version("torch") in text and PySide6.__version__ in text and "checking" in about.gpu
     qtbot.waitUntil(lambda: "Test GPU" in about.text.text(), timeout=10_000)
     assert about.gpu == "yes: 1 CUDA GPU (Test GPU), torch built for CUDA 12.4; runs with device auto use it"
+
+
+def _stage_run(runs: Path, name: str, preset: str, checkpoint: bool) -> Path:
+    """A run of `preset` in the runs folder, with a complete checkpoint or none yet."""
+    run_dir = write_run(runs, name, steps=3)
+    data = yaml.safe_load((run_dir / "preset.yaml").read_text(encoding="utf-8"))
+    (run_dir / "preset.yaml").write_text(yaml.safe_dump(dict(data, name=preset)), encoding="utf-8")
+    if checkpoint:
+        (run_dir / "checkpoints" / "step_000003").mkdir(parents=True)
+        (run_dir / "checkpoints" / "step_000003" / "state.json").write_text("{}", encoding="utf-8")
+    return run_dir
+
+
+def test_run_on_a_later_pipeline_stage_says_which_stage_runs_first_and_offers_it(  # noqa: F811
+        make_window, stand_in, qtbot, tmp_path):
+    """ppo-sort-rm names run:sft-sort and run:rm-sort: with neither in the runs folder its
+    card's Run launches nothing (the engine would refuse it after launch) and asks, naming
+    both stages in order; Cancel leaves it, Open sft-sort loads that preset, Run sft-sort
+    starts it. rm-sort, once an sft-sort run has a checkpoint, runs without a question."""
+    window = make_window()
+    runs = tmp_path / "runs"
+    asked: list[tuple[str, str, list[str]]] = []
+    answers: list[str] = []
+    window.ask = lambda title, text, choices: asked.append((title, text, choices)) or answers.pop(0)
+    launched: list[Path] = []
+    window.run_launched.connect(launched.append)
+    window.start.show_page()
+    cards = window.start.page.cards
+
+    answers.append("Cancel")
+    qtbot.mouseClick(cards["ppo-sort-rm"].run_button, Qt.LeftButton)
+    title, text, choices = asked[-1]
+    assert title == "Run sft-sort first" and choices == ["Run sft-sort", "Open sft-sort", "Cancel"]
+    assert "model.start_from: run:sft-sort" in text and "rewards.0.options.model: run:rm-sort" in text
+    assert "sft-sort → rm-sort → ppo-sort-rm" in text and str(runs) in text
+    assert "ppo-sort-rm needs a run of sft-sort first" in window.run_message.text()
+    assert not launched and not any(runs.glob("ppo-sort-rm-*"))  # nothing launched, no failed run folder
+
+    answers.append("Open sft-sort")
+    qtbot.mouseClick(cards["grpo-sort-rm"].run_button, Qt.LeftButton)
+    assert asked[-1][0] == "Run sft-sort first" and window.tabs.currentIndex() == SETUP
+    assert window.doc.get("name") == "sft-sort" and not launched
+
+    # An sft-sort run still without a checkpoint: named, and still the stage to wait for.
+    waiting = _stage_run(runs, "sft-sort-20260101-000000", "sft-sort", checkpoint=False)
+    answers.append("Cancel")
+    qtbot.mouseClick(cards["rm-sort"].run_button, Qt.LeftButton)
+    assert f"{waiting.name} has no complete checkpoint yet" in asked[-1][1]
+
+    answers.append("Run sft-sort")
+    with qtbot.waitSignal(window.run_launched, timeout=30_000) as started:
+        qtbot.mouseClick(cards["rm-sort"].run_button, Qt.LeftButton)
+    assert started.args[0].name.startswith("sft-sort-")
+    window.run_control.engine.popen.kill()
+    qtbot.waitUntil(lambda: window.run_control.act_run.isEnabled(), timeout=30_000)
+
+    _stage_run(runs, "sft-sort-20260102-000000", "sft-sort", checkpoint=True)
+    count = len(asked)
+    with qtbot.waitSignal(window.run_launched, timeout=30_000) as started:
+        qtbot.mouseClick(cards["rm-sort"].run_button, Qt.LeftButton)
+    assert started.args[0].name.startswith("rm-sort-") and len(asked) == count  # no question

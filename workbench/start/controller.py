@@ -6,6 +6,9 @@
   Help ▸ Start page too), so the windows that never show it do not build it;
 - a card's Open is the Bundled menu's (an untitled copy in Set-up); its Run is Open and
   then the toolbar's Run action, so it is refused, checked and launched exactly as that;
+  a pipeline's later stage (a preset naming `run:NAME`) whose earlier runs the runs folder
+  does not hold yet is not launched: the window says which stage runs first and offers
+  to run it or open it (workbench/window/pipeline.py finds them, as the engine would);
 - recent runs (the runs folder, newest first) open as the Runs list opens them (with a
   copy of their preset in Set-up), recent presets as File ▸ Open Recent opens them;
 - Help ▸ Start page, Documentation (F1), Keyboard shortcuts, About RL Workbench.
@@ -22,6 +25,8 @@ from workbench.settings import bundled_presets
 from workbench.start.catalog import load_catalog
 from workbench.start.page import RECENT_RUNS, StartPage
 from workbench.window.hooks import make_action
+from workbench.window.names import CANCEL
+from workbench.window.pipeline import needed_runs, read_preset, stages_first
 
 START_TAB = "Start"
 
@@ -103,8 +108,42 @@ class StartController:
             self.window.run_message.show_message(f"A run is in progress{name}; stop it before starting another.",
                                                  "refused")
             return
+        if not self._earlier_stages_ran(path):
+            return
         if self.open_preset(path):
             run.trigger()
+
+    def _earlier_stages_ran(self, path: Path) -> bool:
+        """Whether the preset's earlier pipeline stages have runs to stand on; if not, the
+        user is told which stage runs first and may run it (its card's Run) or open it
+        (its card's Open) instead. False when the preset is not launched."""
+        preset, folder = read_preset(path), self.window.settings.runs_path
+        presets = {p.stem: p for p in bundled_presets()}
+        first = stages_first(preset, presets, folder)
+        if not first:
+            return True
+        stage = first[0]
+        lines = []
+        for need in needed_runs(preset, folder):
+            waiting = (f"; {need.waiting[-1].name} has no complete checkpoint yet (one is saved every "
+                       "training.save_steps steps and when a run ends)") if need.waiting else ""
+            lines.append(f"• it {need.role} the newest {need.preset} run ({need.field}: run:{need.preset}): "
+                         f"there is none with a checkpoint{waiting}")
+        order = " → ".join([*first, path.stem])
+        text = (f"{path.stem} stands on earlier runs of its pipeline, and the runs folder ({folder}) does not "
+                f"hold them yet:\n" + "\n".join(lines) + f"\n\nRun the stages in order: {order}.")
+        run_it, open_it = f"Run {stage}", f"Open {stage}"
+        choices = [run_it, open_it, CANCEL] if stage in presets else [CANCEL]
+        if stage not in presets:
+            text += f"\n{stage} is not a bundled preset: open it and run it first."
+        self.window.run_message.show_message(f"{path.stem} needs a run of {stage} first: it was not launched",
+                                             "refused")
+        answer = self.window.ask(f"Run {stage} first", text, choices)
+        if answer == run_it:
+            self.run_preset(presets[stage])
+        elif answer == open_it:
+            self.open_preset(presets[stage])
+        return False
 
     # ---------------------------------------------------------------- help
 

@@ -2,15 +2,26 @@
 this run" (the set-up form's preset starts from the run's adapter, `model.start_from`, on
 the run's base model) and "Use as reward model" (a reward-model run added to the form's
 rewards). `PipelineController`, owned by MainWindow: it edits the set-up form as a user
-would, and launches nothing."""
+would, and launches nothing.
+
+And, without Qt, which earlier stages a preset needs that the runs folder does not hold
+yet (`needed_runs`, `stages_first`): a preset naming `run:NAME` (model.start_from, a
+reward model's options.model) stands on the newest run of preset NAME with a complete
+checkpoint, as the engine resolves it (engine/run/lineage.py), so the start page can say
+which stage must run first before launching one the engine would refuse."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from engine.foundation.errors import PresetError
+from engine.foundation.io import read_preset_dict
+from engine.foundation.run_files import RUN_PREFIX, run_preset
 from engine.model.config import BUILTIN_MODEL, ModelConfig
 from engine.rewards import REWARD_MODEL as REWARD_MODEL_KIND
+from engine.run import rundir
 from workbench.runs.lineage import has_complete_checkpoint, is_reward_model_run
 from workbench.setup.model_picker import type_into
 from workbench.window.hooks import WindowHooks
@@ -141,3 +152,101 @@ def _same_folder(text: str, run_dir: Path) -> bool:
         return Path(text).expanduser().resolve() == run_dir
     except (OSError, RuntimeError):
         return False
+
+
+# ------------------------------------------------------ the stages a preset needs first
+
+
+@dataclass(frozen=True)
+class NeededRun:
+    """A `run:NAME` reference of a preset with no run of NAME to stand on yet."""
+
+    field: str  # model.start_from, rewards.N.options.model
+    preset: str  # NAME
+    waiting: tuple[Path, ...] = ()  # runs of NAME without a complete checkpoint yet, newest last
+
+    @property
+    def role(self) -> str:
+        """
+        >>> NeededRun("model.start_from", "sft-sort").role, NeededRun("rewards.0.options.model", "rm").role
+        ('starts from', 'is scored by')
+        """
+        return "starts from" if self.field == START_FROM else "is scored by"
+
+
+def run_references(preset: dict) -> list[tuple[str, str]]:
+    """(field, NAME) of each `run:NAME` the preset names, its start first, as the engine
+    reads them (engine/run/lineage.py: model.start_from, a reward_model's options.model).
+
+    >>> run_references({"model": {"start_from": "run:sft"}, "rewards": [
+    ...     {"name": "exact_match"}, {"name": "reward_model", "options": {"model": "run:rm"}}]})
+    [('model.start_from', 'sft'), ('rewards.1.options.model', 'rm')]
+    """
+    found = []
+    model = preset.get("model") if isinstance(preset, dict) else None
+    start = model.get("start_from") if isinstance(model, dict) else None
+    if isinstance(start, str) and start.startswith(RUN_PREFIX):
+        found.append((START_FROM, start[len(RUN_PREFIX):].strip()))
+    rewards = preset.get("rewards") if isinstance(preset, dict) else None
+    for index, reward in enumerate(rewards if isinstance(rewards, list) else []):
+        options = reward.get("options") if isinstance(reward, dict) else None
+        model = options.get("model") if isinstance(options, dict) and reward.get("name") == REWARD_MODEL_KIND else None
+        if isinstance(model, str) and model.startswith(RUN_PREFIX):
+            found.append((f"rewards.{index}.options.model", model[len(RUN_PREFIX):].strip()))
+    return found
+
+
+def runs_of_preset(name: str, runs_folder: Path) -> tuple[list[Path], list[Path]]:
+    """(the runs of preset `name` with a complete checkpoint, those without one yet) in
+    `runs_folder`, each oldest first (the engine's `run:NAME` takes the newest
+    checkpoint)."""
+    ready, waiting = [], []
+    try:
+        folders = [p for p in Path(runs_folder).iterdir() if p.is_dir()]
+    except OSError:
+        return [], []
+    for run in folders:
+        if not (run / rundir.PRESET_FILE).is_file() or run_preset(run).get("name") != name:
+            continue
+        checkpoints = rundir.complete_checkpoints(run)
+        if checkpoints:
+            ready.append(((checkpoints[-1] / rundir.CHECKPOINT_STATE).stat().st_mtime, run))
+        else:
+            waiting.append(((run / rundir.PRESET_FILE).stat().st_mtime, run))
+    return [r for _, r in sorted(ready)], [r for _, r in sorted(waiting)]
+
+
+def needed_runs(preset: dict, runs_folder: Path) -> list[NeededRun]:
+    """The preset's `run:NAME` references that the runs folder cannot resolve yet."""
+    needed = []
+    for field, name in run_references(preset):
+        ready, waiting = runs_of_preset(name, runs_folder)
+        if not ready:
+            needed.append(NeededRun(field, name, tuple(waiting)))
+    return needed
+
+
+def read_preset(path: Path) -> dict:
+    try:
+        data = read_preset_dict(path)
+    except PresetError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stages_first(preset: dict, presets: dict[str, Path], runs_folder: Path) -> list[str]:
+    """The presets to run, in order, before `preset` can: each NAME it needs (and, first,
+    what NAME's own preset needs, `presets` giving the file of each known one), earliest
+    first. A NAME with no file in `presets` is listed as it is (its runs are the user's)."""
+    order: list[str] = []
+
+    def visit(data: dict, seen: tuple[str, ...]) -> None:
+        for need in needed_runs(data, runs_folder):
+            if need.preset in order or need.preset in seen:
+                continue
+            if need.preset in presets:
+                visit(read_preset(presets[need.preset]), (*seen, need.preset))
+            order.append(need.preset)
+
+    visit(preset, ())
+    return order
