@@ -31,6 +31,8 @@ class OptionsEditor(FieldEditor):
         self._value: dict = {}
         self._shown_defaults: dict | None = None
         self._rows: dict[str, QWidget] = {}
+        self._captions: dict[str, QLabel] = {}
+        self._marked: tuple[set[str], str] = (set(), "")  # options changed from the preset's, their style
         self.form = QFormLayout(self)
         self.form.setContentsMargins(0, 0, 0, 0)
         self.form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
@@ -39,6 +41,7 @@ class OptionsEditor(FieldEditor):
         while self.form.rowCount():
             self.form.removeRow(0)  # deletes the row's widgets at once
         self._rows.clear()
+        self._captions.clear()
         defaults = self._defaults()
         self._shown_defaults = defaults
         keys = list(defaults) + [k for k in self._value if k not in defaults]
@@ -51,9 +54,21 @@ class OptionsEditor(FieldEditor):
             default = defaults.get(key, _UNKNOWN)
             widget = self._option_widget(key, default)
             label = QLabel(key if default is not _UNKNOWN else f"{key} (unknown)")
-            label.setStyleSheet(NOTE_STYLE)
             self.form.addRow(label, widget)
-            self._rows[key] = widget
+            self._rows[key], self._captions[key] = widget, label
+        self._show_marks()
+
+    def mark_changed(self, keys: set[str], style: str) -> None:
+        """Show the captions of options `keys` in `style` (changed from the preset's; the
+        rewards editor's marks), the others as notes."""
+        if self._marked != (keys, style):
+            self._marked = (set(keys), style)
+            self._show_marks()
+
+    def _show_marks(self) -> None:
+        keys, style = self._marked
+        for key, caption in self._captions.items():
+            caption.setStyleSheet(style if key in keys else NOTE_STYLE)
 
     def _option_widget(self, key: str, default: Any) -> QWidget:
         current = self._value.get(key, _UNSET)

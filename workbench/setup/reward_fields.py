@@ -10,8 +10,8 @@ from typing import Any
 
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QWidget
 
-from engine.rewards.custom import find_reward_file, inspect_reward_file
-from engine.rewards import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, REWARDS, reward_kind
+from engine.rewards.custom import find_reward_file, function_options, inspect_reward_file
+from engine.rewards import PRM_STEP_DELIMITER_DEFAULT, PROCESS_REWARD_MODEL, REWARDS, reward_kind, reward_options
 from workbench.setup import schema
 from workbench.setup.editors import FieldEditor, PathEditor, TextEditor
 
@@ -34,6 +34,20 @@ def reward_row_kind(name: Any) -> str:
         return reward_kind(name)
     except ValueError:
         return "custom" if (":" in name or name.strip().endswith(".py")) else "registry"
+
+
+def option_defaults(name: Any, base_dir: Path | None) -> dict:
+    """A reward entry's options and their defaults: a registry reward's, a reward model's
+    (its `model` too), a function's keyword parameters; {} for a half-typed entry."""
+    kind = reward_row_kind(name)
+    try:
+        if kind == "custom":
+            return function_options(name, base_dir) if isinstance(name, str) else {}
+        if kind == "registry":
+            return reward_options(name) if name in REWARDS else {}
+        return reward_options(kind)
+    except Exception:  # a reward's own factory, read from the engine: nothing to compare with
+        return {}
 
 
 def split_function_name(name: Any) -> tuple[str, str]:

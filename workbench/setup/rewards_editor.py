@@ -1,9 +1,17 @@
 """The rewards section of the set-up form: one row per reward component (a registry
 reward, a reward model, a process reward model, or a Python file and function) with its
 label, weight, step delimiter and options, and the Add component chooser.
+
+As a changed field of the form is marked (workbench/setup/section_form.py), a component
+that is not the preset's as opened or last saved is marked (workbench/setup/reward_changes.py):
+the captions of what differs in blue (an added component framed in blue) and a Reset that
+puts that component back as the preset had it (an added one: removes it); under the rows,
+what changed (removed components too) and *Reset rewards*, the preset's rewards back.
 """
 
 from __future__ import annotations
+
+import copy
 
 from pathlib import Path
 from typing import Any, Callable
@@ -23,17 +31,20 @@ from PySide6.QtWidgets import (
 )
 
 from engine.preset.schema import Preset
-from engine.rewards import PROCESS_REWARD_MODEL, REWARD_MODEL, REWARDS, component_label, reward_options
+from engine.rewards import PROCESS_REWARD_MODEL, REWARD_MODEL, REWARDS, component_label
 from engine.rewards.custom import function_options
 from engine.rewards import PRM_HEADS
 from workbench.setup import schema
 from workbench.setup.document import PresetDocument
 from workbench.setup.editors import NOTE_STYLE, ChoiceEditor, FieldRow, NumberEditor, PathEditor, TextEditor
 from workbench.setup.model_picker import type_into
+from workbench.setup.reward_changes import compare, describe, entry_name, summary
+from workbench.setup.section_form import CHANGED_STYLE, reset_button
 from workbench.setup.options_editor import TEXT, OptionsEditor
 from workbench.setup.reward_run_picker import RewardRunButton
 from workbench.setup.reward_fields import FunctionEditor, RewardFileEditor, StepDelimiterEditor, \
-    delimiter_placeholder, functions_in, relative_to_preset, reward_help, reward_row_kind, split_function_name
+    delimiter_placeholder, functions_in, option_defaults, relative_to_preset, reward_help, reward_row_kind, \
+    split_function_name
 from workbench.setup.unknown_keys import UnknownKeysBanner
 
 
@@ -51,6 +62,7 @@ MODEL_KINDS = {REWARD_MODEL: REWARD_MODEL_HELP, PROCESS_REWARD_MODEL: PROCESS_RE
 # Options whose box the options editor must read as something the default does not say:
 # a token is text even when it reads as YAML ("-" a list, "1" a number); head is a choice.
 PRM_OPTION_KINDS = {"good_token": TEXT, "bad_token": TEXT, "step_tag": TEXT, "head": PRM_HEADS}
+CHANGED_COLOUR = CHANGED_STYLE.partition(":")[2].strip(" ;")  # the set-up form's colour of a changed field
 CUSTOM_HELP = ("Your own reward: a function reward(prompts, completions, **fields) -> list of floats in a Python "
                "file (a relative path is found next to the preset). Its keyword parameters with defaults are its "
                "options.")
@@ -75,6 +87,8 @@ class RewardRow(QFrame):
                  for name in ("name", "label", "weight", "options", "step_delimiter")}
         self.weight = NumberEditor(specs["weight"], self)
         self.weight.line.setMaximumWidth(70)
+        # "0.25" whole beside the Reset each row keeps room for
+        self.weight.line.setMinimumWidth(self.weight.line.fontMetrics().horizontalAdvance("0.000") + 12)
         self.label = TextEditor(specs["label"], self)
         self.label.line.setMaximumWidth(130)
         self.options = OptionsEditor(specs["options"], self._option_defaults, self,
@@ -82,6 +96,11 @@ class RewardRow(QFrame):
         self.delimiter = StepDelimiterEditor(specs["step_delimiter"], self)
         self.remove = QPushButton("Remove", self)
         self.remove.setToolTip("Remove this reward component")
+        self.title: QLabel | None = None  # a reward model's or a function's kind
+        self.added = False  # not in the preset as opened or last saved: framed in the changed colour
+        self.setStyleSheet(f"RewardRow[added=\"true\"] {{ border: 1px solid {CHANGED_COLOUR}; }}")
+        self.reset = reset_button(self, f"rewards.{index}")
+        self.reset.clicked.connect(lambda: editor.reset_item(self.index))
         self.problems = FieldRow(self.options, self)
         self.field_rows: dict[str, FieldRow] = {"": self.problems}
         self.name: ChoiceEditor | None = None
@@ -106,7 +125,7 @@ class RewardRow(QFrame):
             self.name.edited.connect(lambda value: editor.set_item(self.index, {"name": value, "options": {}}))
         elif kind in MODEL_KINDS:
             help_text = MODEL_KINDS[kind]
-            title = QLabel(f"<b>{kind.replace('_', ' ')}</b>", self)
+            title = self.title = QLabel(f"<b>{kind.replace('_', ' ')}</b>", self)
             title.setToolTip(help_text)
             top.addWidget(title, 2)
             model_spec = schema.FieldSpec(f"{prefix}options.model", "model", schema.TEXT, help_text)
@@ -122,7 +141,7 @@ class RewardRow(QFrame):
             layout.addWidget(self.field_rows["options.model"])
             self.model.edited.connect(self._model_edited)
         else:
-            title = QLabel("<b>Python function</b>", self)
+            title = self.title = QLabel("<b>Python function</b>", self)
             title.setToolTip(CUSTOM_HELP)
             top.addWidget(title, 2)
             file_spec = schema.FieldSpec(specs["name"].path, "file", schema.TEXT, CUSTOM_HELP)
@@ -138,15 +157,17 @@ class RewardRow(QFrame):
             layout.addWidget(self.field_rows["name"])
             self.file.edited.connect(self._file_edited)
             self.function.edited.connect(lambda _value: self._source_edited())
-        top.addWidget(QLabel("label"))
+        self.captions = {key: QLabel(key, self) for key in ("label", "weight")}
+        top.addWidget(self.captions["label"])
         top.addWidget(self.label)
-        top.addWidget(QLabel("weight"))
+        top.addWidget(self.captions["weight"])
         top.addWidget(self.weight)
+        top.addWidget(self.reset)
         top.addWidget(self.remove)
         delimiter = QWidget(self)
         line = QHBoxLayout(delimiter)
         line.setContentsMargins(0, 0, 0, 0)
-        caption = QLabel("Step delimiter", delimiter)
+        caption = self.captions["step_delimiter"] = QLabel("Step delimiter", delimiter)
         caption.setToolTip(self.delimiter.toolTip())
         line.addWidget(caption)
         line.addWidget(self.delimiter, 1)
@@ -188,11 +209,9 @@ class RewardRow(QFrame):
 
     def _option_defaults(self) -> dict:
         name = self._item.get("name") if self._item else None
-        if self.kind == "registry":
-            return reward_options(name) if name in REWARDS else {}
-        if self.kind in MODEL_KINDS:
-            return {k: v for k, v in reward_options(self.kind).items() if k != "model"}
-        return function_options(name, self.editor.doc.base_dir) if isinstance(name, str) else {}
+        defaults = option_defaults(name, self.editor.doc.base_dir)
+        # A model's `model` has its own field; the options box holds the rest.
+        return {k: v for k, v in defaults.items() if k != "model"} if self.kind in MODEL_KINDS else defaults
 
     # ------------------------------------------------------------- showing
 
@@ -224,6 +243,25 @@ class RewardRow(QFrame):
         self.delimiter.line.setPlaceholderText(delimiter_placeholder(name))
         self.options.set_value(options)
 
+    def show_changes(self, added: bool, fields: list[str], why: str) -> None:
+        """Mark the component as added, or the `fields` that differ from the preset's
+        entry ("weight", "options.tol"); `why` says how, in the marks' tooltips."""
+        changed = added or bool(fields)
+        if added != self.added:
+            self.added = added
+            self.setProperty("added", added)
+            self.setToolTip(why if added else "")
+            self.style().unpolish(self)
+            self.style().polish(self)
+        self.reset.setVisible(changed)
+        self.reset.setToolTip("Not in the preset: Reset removes it" if added
+                              else f"Put back the preset's component:\n{why}")
+        for key, caption in self.captions.items():
+            caption.setStyleSheet(CHANGED_STYLE if key in fields else "")
+        if self.title is not None:
+            self.title.setStyleSheet(CHANGED_STYLE if {"name", "options.model"} & set(fields) else "")
+        self.options.mark_changed({f.partition(".")[2] for f in fields if f.startswith("options.")}, CHANGED_STYLE)
+
 
 def _reward_model():
     return schema.field_spec(Preset, "rewards").model
@@ -248,6 +286,18 @@ class RewardsEditor(QGroupBox):
         self.items: list[RewardRow] = []
         self.list_row = FieldRow(QLabel("total reward = Σ weight × component", self), self)
         self.list_row.editor.setStyleSheet(NOTE_STYLE)
+        self.changes = QLabel(self)  # what differs from the preset's rewards, over the rows
+        self.changes.setObjectName("rewards-changes")
+        self.changes.setWordWrap(True)
+        self.changes.setStyleSheet(CHANGED_STYLE)
+        self.reset_all = QPushButton("Reset rewards", self)
+        self.reset_all.setObjectName("reset:rewards")
+        self.reset_all.clicked.connect(lambda: self.doc.reset("rewards"))
+        changes = QHBoxLayout()  # under the rows, so that no row moves when it comes
+        changes.addWidget(self.changes, 1)
+        changes.addWidget(self.reset_all, 0, Qt.AlignTop)
+        self.changes.hide()
+        self.reset_all.hide()
         self.rows_box = QVBoxLayout()
         self.rows_box.setSpacing(4)
         self.adder = QComboBox(self)
@@ -262,6 +312,7 @@ class RewardsEditor(QGroupBox):
         layout.addWidget(self.list_row)
         layout.addLayout(self.rows_box)
         layout.addLayout(add)
+        layout.addLayout(changes)
         self.add_button.clicked.connect(self._add)
 
     def _items(self) -> list:
@@ -291,6 +342,44 @@ class RewardsEditor(QGroupBox):
         for choice, help_text in ADD_HELP.items():
             self.adder.addItem(choice)
             self.adder.setItemData(self.adder.count() - 1, help_text, Qt.ToolTipRole)
+        self.show_changed()
+
+    # ------------------------------------------------- against the preset's
+
+    def _preset_items(self) -> list:
+        value = self.doc.preset_value("rewards")
+        return list(value) if isinstance(value, list) else []
+
+    def show_changed(self) -> None:
+        """Mark each component that is not the preset's as it was, and say over the rows
+        what changed, with Reset rewards."""
+        items, preset = self._items(), self._preset_items()
+        changes = compare(items, preset, lambda name: option_defaults(name, self.doc.base_dir))
+        for index, row in enumerate(self.items):
+            j = changes.pairs[index] if index < len(changes.pairs) else None
+            fields = changes.differences.get(index, [])
+            why = ("Not in the preset as opened or last saved" if j is None
+                   else describe(items[index], preset[j], fields))
+            row.show_changes(j is None, fields, why)
+        text = summary(changes, items, preset)
+        self.changes.setText(text)
+        self.changes.setVisible(bool(text))
+        self.reset_all.setVisible(bool(text))
+        self.reset_all.setToolTip("Put back the preset's rewards: " + (", ".join(
+            f"{entry_name(item)} (weight {schema.format_value(item.get('weight', 1.0))})"
+            for item in preset if isinstance(item, dict)) or "none"))
+
+    def reset_item(self, index: int) -> None:
+        """Put component `index` back as the preset had it; one the preset did not have is removed."""
+        items, preset = self._items(), self._preset_items()
+        if not 0 <= index < len(items):
+            return
+        j = compare(items, preset).pairs[index]
+        if j is None:
+            del items[index]
+        else:
+            items[index] = copy.deepcopy(preset[j])
+        self.doc.set("rewards", items)
 
     def set_item(self, index: int, changes: dict) -> None:
         items = [dict(i) if isinstance(i, dict) else i for i in self._items()]
