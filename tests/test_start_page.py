@@ -78,7 +78,7 @@ def test_a_catalog_with_a_wrong_field_says_which(tmp_path):
 
 @pytest.mark.parametrize("name", ["workbench.start.catalog", "workbench.start.controller",
                                   "workbench.start.help_browser", "workbench.start.about",
-                                  "workbench.start.shortcuts"])
+                                  "workbench.start.shortcuts", "workbench.window.pipeline"])
 def test_docstring_examples_hold(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
