@@ -243,3 +243,21 @@ def test_run_on_a_later_pipeline_stage_says_which_stage_runs_first_and_offers_it
     with qtbot.waitSignal(window.run_launched, timeout=30_000) as started:
         qtbot.mouseClick(cards["rm-sort"].run_button, Qt.LeftButton)
     assert started.args[0].name.startswith("rm-sort-") and len(asked) == count  # no question
+
+
+def test_the_toolbars_run_on_a_later_stage_refuses_with_the_stage_to_run_first(  # noqa: F811
+        make_window, stand_in, qtbot, tmp_path):
+    """ppo-sort-rm opened in Set-up with an empty runs folder: the toolbar's Run launches
+    nothing (no failed run folder) and says, on the field, which run is missing and the
+    order of the stages."""
+    window = make_window()
+    runs = tmp_path / "runs"
+    launched: list[Path] = []
+    window.run_launched.connect(launched.append)
+    window.start.open_preset(ROOT / "presets" / "ppo-sort-rm.yaml")
+    assert window.doc.get("name") == "ppo-sort-rm"
+    window.run_control.act_run.trigger()
+    message = window.run_message.text()
+    assert "model.start_from" in message and "run:sft-sort: no sft-sort run with a complete checkpoint" in message
+    assert "sft-sort → rm-sort → ppo-sort-rm" in message
+    assert not launched and not any(runs.glob("ppo-sort-rm-*")) and window.tabs.currentIndex() == SETUP

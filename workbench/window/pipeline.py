@@ -226,6 +226,22 @@ def needed_runs(preset: dict, runs_folder: Path) -> list[NeededRun]:
     return needed
 
 
+def unresolved_problems(preset: dict, presets: dict[str, Path], runs_folder: Path) -> list[tuple[str, str]]:
+    """(field, message) for each `run:NAME` the runs folder cannot resolve yet, as the
+    toolbar's Run refuses them (the start page's cards ask instead): which run is missing,
+    and the stages to run in order (stages_first)."""
+    needed = needed_runs(preset, runs_folder)
+    if not needed:
+        return []
+    order = " → ".join([*stages_first(preset, presets, runs_folder), str(preset.get("name") or "this preset")])
+    problems = []
+    for need in needed:
+        waiting = f" ({need.waiting[-1].name} has no complete checkpoint yet)" if need.waiting else ""
+        problems.append((need.field, f"run:{need.preset}: no {need.preset} run with a complete checkpoint in "
+                                     f"{runs_folder}{waiting}; run the stages in order: {order}"))
+    return problems
+
+
 def read_preset(path: Path) -> dict:
     try:
         data = read_preset_dict(path)

@@ -26,7 +26,9 @@ from workbench.runs.launcher import AttachedEngine, EngineHandle, EngineProcess,
 from workbench.runs.status import last_checkpoint, resume_problem
 from workbench.runs.rundata import RunData
 from workbench.window.hooks import WindowHooks, make_action
+from workbench.settings import bundled_presets
 from workbench.window.names import CANCEL, LEAVE_RUNNING, SETUP, STOP_RUN, DefaultChoice
+from workbench.window.pipeline import unresolved_problems
 
 KILL = "Kill"
 
@@ -117,6 +119,15 @@ class RunControl:
             return None
         preset, _ = self.doc.validate()
         folder = self.settings.runs_path
+        # A later RLHF stage before its earlier runs exist: the engine would start, refuse
+        # it and leave a failed run folder behind.
+        unresolved = unresolved_problems(preset.model_dump(mode="json"), {p.stem: p for p in bundled_presets()},
+                                         folder)
+        if unresolved:
+            self.window.show_message(problems_text(unresolved), "problems")
+            self.window.show_tab(SETUP)
+            self.setup.focus_field(unresolved[0][0])
+            return None
         run_dir: Path | None = None
         try:
             folder.mkdir(parents=True, exist_ok=True)
