@@ -1,10 +1,14 @@
 """Several processes (engine/distributed): the row shares and the rollout join, the
 checks that refuse a preset for N processes, the launcher's stop line, and, end to end
-on this CPU with gloo and 2 processes under torchrun: the same update as one process
-and a short run of each bundled preset (one launch per mode, DDP and FSDP2, steps every
-preset in turn: tests/distributed_step.py; the one-process reference in this process),
-a run through `rl-engine run --nproc-per-node 2` per mode, a stop, a kill -9 of a rank,
-of rank 0 and of the launcher, and resumes that continue exactly.
+on this CPU with gloo and 2 processes under torchrun: in one launch (DDP, then FSDP2 in
+the same process group: tests/distributed_step.py; the one-process reference in this
+process, while the launch runs) the same update as one process, a short run of each
+bundled preset, and a resume that continues exactly; through `rl-engine ... --nproc-per-node
+2`: a stop (a clean run folder), a kill -9 of rank 1 in a sharded run and its resume
+(exactly the launch's uninterrupted run, whole adapter tensors), of rank 0 and of the
+launcher. Each launch costs ~18 CPU-seconds before its first step (four interpreters
+importing torch, transformers and peft): what a check needs is merged into the launches
+here rather than given one of its own (docs/development.md, the suite's budget).
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +36,7 @@ from engine.distributed.world import World
 from engine.preset.schema import load_preset
 from engine.model.rollout import Rollout
 
-DEADLINE = 300.0
+DEADLINE = 300.0  # the CLI's runs start together with the launch: on 2 cores a run waits its turn
 TIMING = ("timing/", "throughput/", "step_time", "eval_time")
 
 
@@ -170,12 +173,6 @@ def test_a_stop_line_reaches_torchrun_as_sigterm(tmp_path, monkeypatch, capsys):
 # Each launch and run takes one thread a process (as torchrun sets it).
 ENV = subprocess_env(OMP_NUM_THREADS="1")
 
-
-def torchrun(args: list[str], nproc: int = 2) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                           *args], env=ENV, capture_output=True, text=True, timeout=DEADLINE)
-
-
 STEP_SCRIPT = str(ROOT / "tests" / "distributed_step.py")
 # Each process runs two micro-batches (gradient accumulation under DDP's no_sync).
 STEPS = {
@@ -185,16 +182,47 @@ STEPS = {
     "dpo-sort.yaml": ["training.batch_size=8", "training.micro_batch_size=2", "algorithm.rpo_alpha=0.5",
                       "data.num_train=64"],  # DPO scores every training pair's reference first
 }
-QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8", "data.num_train=64"]
-# The bundled presets run to step 2 in each mode's launch (FSDP2: sampling of different
-# lengths on each process and evaluation keep the processes in step, since every pass
-# gathers sharded weights).
+# 16 rows a step (GRPO: 2 prompts, one a process), not the presets' 32 to 128, and the 32
+# prompts (pairs) two steps use: what is checked is that each trains in 2 processes.
+QUICK = ["training.max_steps=2", "training.eval_steps=0", "data.num_eval=8", "data.num_train=32",
+         "training.batch_size=16"]
+# The bundled presets run to step 2 in each mode (FSDP2: sampling of different lengths on
+# each process and evaluation keep the processes in step, since every pass gathers
+# sharded weights).
 RUNS = {"ddp": ["grpo-sort.yaml", "grpo-arithmetic.yaml", "ppo-sort.yaml", "dpo-sort.yaml"],
         "fsdp2": ["grpo-sort.yaml", "dpo-sort.yaml"]}
+# grpo-sort as small_run_preset makes it (the CLI tests' preset), a checkpoint every 2 steps.
+SMALL = ["model.device=cpu", "algorithm.num_generations=4", "data.num_eval=8", "data.num_train=64",
+         "training.batch_size=16", "training.eval_steps=0", "training.save_steps=2"]
+# FSDP2 with PPO (value head under DDP, layers sharded), 4 steps, a checkpoint at 2 and 4.
+SHARDED = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
+           "data.num_train=64", "training.save_steps=2", "training.lr_scheduler_type=constant",
+           "training.micro_batch_size=4", "training.max_steps=4"]
 
 
 def fsdp_set(mode: str) -> str:
     return f"training.fsdp={str(mode == 'fsdp2').lower()}"
+
+
+def launch_jobs() -> list[dict]:
+    """The launch's jobs, in order (tests/distributed_step.py): for each mode, STEPS's step
+    of each preset and RUNS's runs; DDP's run of SMALL to step 4 and its resume from step 2;
+    FSDP2's run of SHARDED (the uninterrupted run the CLI's killed run resumes to)."""
+    def preset(name):
+        return str(ROOT / "presets" / name)
+
+    jobs = []
+    for mode in ("ddp", "fsdp2"):
+        jobs += [{"kind": "step", "name": f"{mode}/step-{name}", "preset": preset(name),
+                  "sets": STEPS[name] + [fsdp_set(mode)]} for name in sorted(STEPS)]
+        jobs += [{"kind": "run", "name": f"{mode}/run-{name}", "preset": preset(name),
+                  "sets": QUICK + [fsdp_set(mode)]} for name in RUNS[mode]]
+    small = SMALL + ["training.max_steps=4", fsdp_set("ddp")]
+    jobs += [{"kind": "run", "name": "ddp/straight", "preset": preset("grpo-sort.yaml"), "sets": small},
+             {"kind": "resume", "name": "ddp/resumed", "from": "ddp/straight", "step": 2,
+              "preset": preset("grpo-sort.yaml"), "sets": small},
+             {"kind": "run", "name": "fsdp2/sharded", "preset": preset("ppo-sort.yaml"), "sets": SHARDED}]
+    return jobs
 
 
 @pytest.fixture(scope="module")
@@ -220,74 +248,6 @@ def one_process(tmp_path_factory):
     return reference
 
 
-@pytest.fixture(scope="module")
-def launches(tmp_path_factory):
-    """One torchrun launch of 2 processes, made the first time a test asks for it: for each
-    mode (ddp, then fsdp2: training.fsdp is read per trainer, so one process group serves
-    both), STEPS's step of each preset, then RUNS's presets each run to step 2
-    (tests/distributed_step.py). `launches(mode)` is the folder with that mode's results."""
-    made: dict[str, Path | str] = {}
-
-    def launch(mode: str) -> Path:
-        if not made:
-            root = tmp_path_factory.mktemp("launch")
-            jobs = []
-            for each in ("ddp", "fsdp2"):
-                (root / each).mkdir()
-                jobs += [{"kind": "step", "name": f"{each}/step-{preset}", "preset": str(ROOT / "presets" / preset),
-                          "sets": STEPS[preset] + [fsdp_set(each)]} for preset in sorted(STEPS)]
-                jobs += [{"kind": "run", "name": f"{each}/run-{preset}", "preset": str(ROOT / "presets" / preset),
-                          "sets": QUICK + [fsdp_set(each)]} for preset in RUNS[each]]
-            (root / "jobs.json").write_text(json.dumps(jobs))
-            done = torchrun([STEP_SCRIPT, str(root), str(root / "jobs.json")])
-            for each in ("ddp", "fsdp2"):
-                made[each] = root / each if done.returncode == 0 else f"the launch failed: {done.stderr[-3000:]}"
-        if isinstance(made[mode], str):
-            pytest.fail(made[mode])
-        return made[mode]
-
-    return launch
-
-
-@pytest.mark.parametrize("preset", sorted(STEPS))
-@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
-def test_two_processes_take_the_same_update_as_one(mode, preset, launches, one_process):
-    """The same rollout (GRPO, PPO) or pairs (DPO) through a 1-process and a 2-process
-    step: the LoRA (and value head) gradients and the weights after it agree to 1e-5,
-    with the base model whole on each process (DDP) or its layers sharded (FSDP2)."""
-    out = launches(mode)
-    single = one_process(preset)
-    assert single["grads"] and any(float(g.abs().max()) > 1e-4 for g in single["grads"].values())
-    for rank in (0, 1):
-        shared = torch.load(out / f"step-{preset}_rank{rank}.pt")
-        assert shared["sharded"] is (mode == "fsdp2")
-        for kind in ("grads", "weights"):
-            assert shared[kind].keys() == single[kind].keys()
-            for name, value in single[kind].items():
-                torch.testing.assert_close(shared[kind][name], value, atol=1e-5, rtol=0, msg=f"{kind} {name}")
-        for key, value in single["metrics"].items():
-            if isinstance(value, float) and not key.startswith(TIMING):
-                assert shared["metrics"][key] == pytest.approx(value, abs=1e-5), key
-
-
-@pytest.mark.parametrize("mode,preset", [(mode, preset) for mode in RUNS for preset in RUNS[mode]])
-def test_each_bundled_preset_trains_in_two_processes(mode, preset, launches):
-    """Trainer.run of each bundled preset in 2 processes, to step 2: one run_started with
-    the world, a metrics event a step, evaluations, samples, trajectories, a checkpoint
-    of whole adapter tensors, run_finished done. (The CLI's own part of a run in several
-    processes, its logs and ranks, is test_a_run_in_two_processes_through_the_cli.)"""
-    run_dir = launches(mode) / f"run-{preset}"
-    events = rundir.read_events(run_dir)
-    started = [e for e in events if e["type"] == "run_started"]
-    assert len(started) == 1 and started[0]["world_size"] == 2 and started[0]["backend"] == "gloo"
-    assert [e["step"] for e in events if e["type"] == "metrics"] == [1, 2]
-    assert [e["step"] for e in events if e["type"] == "eval"] == [0, 2]
-    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done", events[-1]
-    assert (run_dir / "checkpoints" / "step_000002" / "adapter_model.safetensors").exists()
-    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
-    assert [e for e in events if e["type"] == "samples"]
-
-
 def engine(args: list[str], cwd: Path) -> subprocess.Popen:
     return start_engine(args, ENV, cwd)
 
@@ -309,6 +269,18 @@ def assert_clean_run_dir(run_dir: Path, steps: int, world_size: int = 2) -> list
     return events
 
 
+def assert_cli_outputs(run_dir: Path, err: str, status: str, step: int) -> None:
+    """What the CLI's part of a run in 2 processes leaves: each rank's log, ranks.json,
+    the checkpoint of its last step, samples and trajectories, and one line saying how the
+    run ended (rank 0 alone reports)."""
+    assert (run_dir / "engine.log").exists() and (run_dir / "engine.rank1.log").exists()
+    assert [p["rank"] for p in json.loads((run_dir / "ranks.json").read_text())] == [0, 1]
+    assert (run_dir / "checkpoints" / f"step_{step:06d}" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert [e for e in events_of(run_dir) if e["type"] == "samples"]
+    assert err.count(f"run {status} at step {step}") == 1, err[-3000:]
+
+
 def small_run_preset(folder: Path, **training) -> Path:
     data = yaml.safe_load((ROOT / "presets" / "grpo-sort.yaml").read_text())
     data["model"]["device"] = "cpu"
@@ -320,83 +292,218 @@ def small_run_preset(folder: Path, **training) -> Path:
     return path
 
 
-# FSDP2 with PPO (value head under DDP, layers sharded), 4 steps, a checkpoint at 2 and 4.
-SHARDED = ["training.fsdp=true", "training.batch_size=16", "training.eval_steps=0", "data.num_eval=8",
-           "data.num_train=64",
-           "training.save_steps=2", "training.lr_scheduler_type=constant", "training.micro_batch_size=4",
-           "training.max_steps=4"]
-
-
-@pytest.fixture(scope="module")
-def cli_runs(tmp_path_factory):
-    """`rl-engine run --nproc-per-node 2` to the end, once a module per mode, made the first
-    time a test asks: ddp, grpo-sort (small_run_preset) for 6 steps; fsdp2, ppo-sort
-    (SHARDED) for 4. Each is (run folder, preset, stderr, steps); read them, never write:
-    the uninterrupted runs the resume tests compare with."""
-    made: dict[str, tuple | str] = {}
-
-    def run(mode: str) -> tuple[Path, Path, str, int]:
-        if mode not in made:
-            folder = tmp_path_factory.mktemp(f"cli-{mode}")
-            if mode == "ddp":
-                preset, sets, steps = small_run_preset(folder, max_steps=6), [], 6
-            else:
-                preset, sets, steps = ROOT / "presets" / "ppo-sort.yaml", SHARDED, 4
-            run_dir = folder / "run"
-            proc = engine(["run", str(preset), "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)],
-                           "--nproc-per-node", "2"], folder)
-            _, err = proc.communicate(timeout=DEADLINE)
-            made[mode] = (run_dir, preset, err, steps) if proc.returncode == 0 else \
-                f"the {mode} run failed ({proc.returncode}): {err[-3000:]}"
-        if isinstance(made[mode], str):
-            pytest.fail(made[mode])
-        return made[mode]
-
-    return run
-
-
-def test_a_run_in_two_processes_through_the_cli_ddp(cli_runs):
-    assert_run_through_the_cli(*cli_runs("ddp"))
-
-
-def test_a_run_in_two_processes_through_the_cli_fsdp2(cli_runs):
-    assert_run_through_the_cli(*cli_runs("fsdp2"))
-
-
-def assert_run_through_the_cli(run_dir: Path, preset: Path, err: str, steps: int) -> None:
-    """The launcher, torchrun and the workers of `rl-engine run --nproc-per-node 2`: a
-    clean run folder (each rank's log, no rank's failure), the last checkpoint, samples
-    and trajectories, and one line that the run is done (rank 0 alone reports)."""
-    events = assert_clean_run_dir(run_dir, steps)
-    assert events[-1]["status"] == "done"
-    assert (run_dir / "checkpoints" / f"step_{steps:06d}" / "adapter_model.safetensors").exists()
-    assert [p["rank"] for p in json.loads((run_dir / "ranks.json").read_text())] == [0, 1]
-    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
-    assert [e for e in events if e["type"] == "samples"]
-    assert err.count(f"run done at step {steps}") == 1
-
-
 def metric_steps(run_dir: Path) -> int:
     return sum(1 for e in events_of(run_dir) if e["type"] == "metrics") if (run_dir / "events.jsonl").exists() else 0
 
 
-def test_sigterm_to_the_launcher_stops_every_process_after_the_step(tmp_path):
-    preset = small_run_preset(tmp_path, max_steps=500)
-    run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
-    assert wait_for(lambda: metric_steps(run_dir) >= 2)
+def gone(pid: int) -> bool:
+    """Whether process `pid` has exited (a zombie, not yet reaped, counts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# The CLI's runs that a test stops or kills: each a function of a fresh folder and the list
+# it adds its processes to, run in a thread of cli_runs, returning what the test checks.
+
+def run_killed_at_rank_1(folder: Path, started: list) -> dict:
+    """FSDP2 with PPO (SHARDED) through `rl-engine run --nproc-per-node 2`, rank 1 killed
+    (kill -9) once the checkpoint of step 2 is written; then `rl-engine resume` without
+    --nproc-per-node (a real process, refused before anything starts) and with 2. What the
+    killed run left is read before the resume appends to it."""
+    run_dir = folder / "killed"
+    sets = [a for s in SHARDED for a in ("--set", s)]
+    proc = engine(["run", str(ROOT / "presets" / "ppo-sort.yaml"), "--run-dir", str(run_dir), *sets,
+                   "--nproc-per-node", "2"], folder)
+    started.append(proc)
+    assert wait_for(lambda: (run_dir / "checkpoints" / "step_000002").is_dir(), timeout=DEADLINE)
+    os.kill(json.loads((run_dir / "ranks.json").read_text())[1]["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, err = proc.communicate(timeout=DEADLINE)
+    killed = {"code": proc.returncode, "err": err, "exit_s": time.monotonic() - killed_at,
+              "final": events_of(run_dir)[-1], "partial": list((run_dir / "checkpoints").glob("*.tmp"))}
+    refused = engine(["resume", str(run_dir)], folder)
+    started.append(refused)
+    _, refused_err = refused.communicate(timeout=DEADLINE)
+    resumed = engine(["resume", str(run_dir), "--nproc-per-node", "2"], folder)
+    started.append(resumed)
+    _, resumed_err = resumed.communicate(timeout=DEADLINE)
+    return {"run_dir": run_dir, "killed": killed, "refused": (refused.returncode, refused_err),
+            "resumed": (resumed.returncode, resumed_err)}
+
+
+def run_stopped_by_sigterm(folder: Path, started: list) -> dict:
+    """small_run_preset (DDP) through `rl-engine run --nproc-per-node 2`, SIGTERM to the
+    launcher after step 2; which workers were still running when the launcher had exited."""
+    preset = small_run_preset(folder, max_steps=500)
+    run_dir = folder / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], folder)
+    started.append(proc)
+    assert wait_for(lambda: metric_steps(run_dir) >= 2, timeout=DEADLINE)
     ranks = json.loads((run_dir / "ranks.json").read_text())
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=DEADLINE)
-    assert proc.returncode == 0, err[-3000:]
-    events = events_of(run_dir)
-    final = events[-1]
-    assert final["type"] == "run_finished" and final["status"] == "stopped" and final["reason"] == "SIGTERM"
-    assert final["checkpoint"] == f"checkpoints/step_{final['step']:06d}"
-    assert (run_dir / final["checkpoint"] / rundir.CHECKPOINT_STATE).exists()
-    assert "Traceback" not in err
-    for entry in ranks:  # every worker has exited
-        assert not Path(f"/proc/{entry['pid']}").exists() or "Z" in Path(f"/proc/{entry['pid']}/stat").read_text().split(")")[-1][:3]
+    _, err = proc.communicate(timeout=DEADLINE)
+    running = [entry for entry in ranks if not gone(entry["pid"])]
+    return {"run_dir": run_dir, "code": proc.returncode, "err": err, "running": running}
+
+
+def run_killed_at_rank_0(folder: Path, started: list) -> dict:
+    """small_run_preset through the CLI, rank 0 killed (kill -9) after its first step."""
+    preset = small_run_preset(folder, max_steps=500)
+    run_dir = folder / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], folder)
+    started.append(proc)
+    assert wait_for(lambda: metric_steps(run_dir) >= 1, timeout=DEADLINE)
+    os.kill(json.loads((run_dir / "ranks.json").read_text())[0]["pid"], signal.SIGKILL)
+    _, err = proc.communicate(timeout=DEADLINE)
+    return {"run_dir": run_dir, "code": proc.returncode, "err": err}
+
+
+def run_with_launcher_killed(folder: Path, started: list) -> dict:
+    """small_run_preset through the CLI, the launcher killed (SIGKILL, the window's Kill)
+    after the first step; whether every worker had exited within 30 s."""
+    preset = small_run_preset(folder, max_steps=500)
+    run_dir = folder / "run"
+    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], folder)
+    started.append(proc)
+    assert wait_for(lambda: metric_steps(run_dir) >= 1, timeout=DEADLINE)
+    pids = [e["pid"] for e in json.loads((run_dir / "ranks.json").read_text())]
+    proc.kill()
+    proc.communicate(timeout=DEADLINE)
+    return {"pids": pids, "all_gone": wait_for(lambda: all(gone(pid) for pid in pids), timeout=30)}
+
+
+CLI_RUNS = {"rank1": run_killed_at_rank_1, "sigterm": run_stopped_by_sigterm, "rank0": run_killed_at_rank_0,
+            "launcher": run_with_launcher_killed}
+# Two threads run them, each one run after another, beside the launch: at most three
+# launches at a time (the longest, rank1's two, beside the other three).
+CLI_CHAINS = (("rank1",), ("sigterm", "rank0", "launcher"))
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """CLI_RUNS in CLI_CHAINS's threads, started when the first test asking for one is set
+    up (the launch's first test: `launches` asks), so that each run's ~18 CPU-seconds of
+    imports before its first step, mostly one process at a time, overlap the launch's and
+    each other's. `cli_runs(name)` waits for that run and gives what it returned, or
+    raises what it raised (a failed wait_for, an assertion)."""
+    started: list[subprocess.Popen] = []
+    outcomes: dict[str, dict] = {}
+    ended = {name: threading.Event() for name in CLI_RUNS}
+    folders = {name: tmp_path_factory.mktemp(name) for name in CLI_RUNS}
+    closing = threading.Event()
+
+    def work(chain):
+        for name in chain:
+            if closing.is_set():  # the module is done (a test run stopped early): start no more
+                outcomes[name] = {"error": RuntimeError("not started: the module was torn down")}
+                ended[name].set()
+                continue
+            try:
+                outcomes[name] = {"value": CLI_RUNS[name](folders[name], started)}
+            except BaseException as exc:  # re-raised in the test that asks for it
+                outcomes[name] = {"error": exc}
+            ended[name].set()
+
+    threads = [threading.Thread(target=work, args=(chain,), name=f"cli-runs-{i}", daemon=True)
+               for i, chain in enumerate(CLI_CHAINS)]
+    for thread in threads:
+        thread.start()
+    wait_s = len(CLI_RUNS) * 2 * DEADLINE
+
+    def outcome(name: str) -> dict:
+        if not ended[name].wait(wait_s):
+            pytest.fail(f"the {name} run did not end")
+        if "error" in outcomes[name]:
+            raise outcomes[name]["error"]
+        return outcomes[name]["value"]
+
+    yield outcome
+    closing.set()
+    for proc in started:  # a run a failed check left running: its workers exit as orphans
+        if proc.poll() is None:
+            proc.kill()
+    for thread in threads:
+        thread.join(wait_s)
+    for proc in started:
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory, cli_runs):
+    """One torchrun launch of 2 processes, started when the first test asking for it is
+    set up, with the CLI's runs (cli_runs: their imports overlap its jobs) and so that the
+    one-process reference is made in this process while it runs: for each mode (ddp, then
+    fsdp2: training.fsdp is read per trainer, so one process group serves both)
+    launch_jobs()'s jobs. `launches(mode)` waits for it and is the folder with that mode's
+    results."""
+    root = tmp_path_factory.mktemp("launch")
+    for mode in ("ddp", "fsdp2"):
+        (root / mode).mkdir()
+    (root / "jobs.json").write_text(json.dumps(launch_jobs()))
+    with open(root / "launch.log", "w") as log:  # a file, not a pipe nobody reads while it runs
+        proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                 "--nproc-per-node=2", STEP_SCRIPT, str(root), str(root / "jobs.json")],
+                                env=ENV, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    outcome: list[str] = []
+
+    def launch(mode: str) -> Path:
+        if not outcome:
+            try:
+                proc.wait(timeout=DEADLINE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            tail = (root / "launch.log").read_text(errors="replace")[-3000:]
+            outcome.append("" if proc.returncode == 0 else f"the launch failed ({proc.returncode}): {tail}")
+        if outcome[0]:
+            pytest.fail(outcome[0])
+        return root / mode
+
+    yield launch
+    if proc.poll() is None:  # a test run that stopped early
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("preset", sorted(STEPS))
+@pytest.mark.parametrize("mode", ["ddp", "fsdp2"])
+def test_two_processes_take_the_same_update_as_one(mode, preset, launches, one_process):
+    """The same rollout (GRPO, PPO) or pairs (DPO) through a 1-process and a 2-process
+    step: the LoRA (and value head) gradients and the weights after it agree to 1e-5,
+    with the base model whole on each process (DDP) or its layers sharded (FSDP2)."""
+    single = one_process(preset)  # first: made here while the launch runs
+    out = launches(mode)
+    assert single["grads"] and any(float(g.abs().max()) > 1e-4 for g in single["grads"].values())
+    for rank in (0, 1):
+        shared = torch.load(out / f"step-{preset}_rank{rank}.pt")
+        assert shared["sharded"] is (mode == "fsdp2")
+        for kind in ("grads", "weights"):
+            assert shared[kind].keys() == single[kind].keys()
+            for name, value in single[kind].items():
+                torch.testing.assert_close(shared[kind][name], value, atol=1e-5, rtol=0, msg=f"{kind} {name}")
+        for key, value in single["metrics"].items():
+            if isinstance(value, float) and not key.startswith(TIMING):
+                assert shared["metrics"][key] == pytest.approx(value, abs=1e-5), key
+
+
+@pytest.mark.parametrize("mode,preset", [(mode, preset) for mode in RUNS for preset in RUNS[mode]])
+def test_each_bundled_preset_trains_in_two_processes(mode, preset, launches):
+    """Trainer.run of each bundled preset in 2 processes, to step 2: one run_started with
+    the world, a metrics event a step, evaluations, samples, trajectories, a checkpoint
+    of whole adapter tensors, run_finished done. (The CLI's own part of a run in several
+    processes, its logs and ranks, is in the stop and the killed-rank tests.)"""
+    run_dir = launches(mode) / f"run-{preset}"
+    events = rundir.read_events(run_dir)
+    started = [e for e in events if e["type"] == "run_started"]
+    assert len(started) == 1 and started[0]["world_size"] == 2 and started[0]["backend"] == "gloo"
+    assert [e["step"] for e in events if e["type"] == "metrics"] == [1, 2]
+    assert [e["step"] for e in events if e["type"] == "eval"] == [0, 2]
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done", events[-1]
+    assert (run_dir / "checkpoints" / "step_000002" / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert [e for e in events if e["type"] == "samples"]
 
 
 def comparable(events: list[dict]) -> dict[int, dict]:
@@ -404,117 +511,104 @@ def comparable(events: list[dict]) -> dict[int, dict]:
             for e in events if e["type"] == "metrics"}
 
 
-def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(tmp_path, cli_runs):
-    whole, preset, _, _ = cli_runs("ddp")  # the same preset, uninterrupted
-    uninterrupted = comparable(events_of(whole))
-    assert sorted(uninterrupted) == [1, 2, 3, 4, 5, 6]
-
-    run_dir = tmp_path / "killed"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
-    assert wait_for(lambda: (run_dir / "checkpoints" / "step_000002").is_dir())
-    rank1 = json.loads((run_dir / "ranks.json").read_text())[1]["pid"]
-    os.kill(rank1, signal.SIGKILL)
-    killed_at = time.monotonic()
-    out, err = proc.communicate(timeout=DEADLINE)
-    assert time.monotonic() - killed_at < 30  # the others exit within seconds
-    final = events_of(run_dir)[-1]
-    # docs/run-directory.md: a run that failed exits 1 and its last event is run_failed, with
-    # `rank` naming the rank that ended it. Exit 1 after run_finished is an inconsistent state.
-    assert (proc.returncode, final["type"]) == (1, "run_failed"), (proc.returncode, final, err[-3000:])
-    assert final["rank"] == 1 and "rank 1" in final["message"], final
-    assert not list((run_dir / "checkpoints").glob("*.tmp"))
-
-    # A different number of processes is refused, naming the one to use (before anything
-    # starts: in this process).
-    refused = cli("resume", run_dir, cwd=tmp_path)
-    assert refused.code == 2 and "--nproc-per-node 2" in refused.err
-
-    resumed = engine(["resume", str(run_dir), "--nproc-per-node", "2"], tmp_path)
-    _, err = resumed.communicate(timeout=DEADLINE)
-    assert resumed.returncode == 0, err[-3000:]
-    events = events_of(run_dir)
-    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done"
-    resumed_from = [e for e in events if e["type"] == "run_resumed"][-1]["step"]
-    after = {step: m for step, m in comparable(events[events.index(
-        [e for e in events if e["type"] == "run_resumed"][-1]):]).items()}
-    assert sorted(after) == list(range(resumed_from + 1, 7))
+def assert_continues_exactly(events: list[dict], uninterrupted: dict[int, dict], last: int) -> None:
+    """The metrics after the last run_resumed in `events` are the uninterrupted run's, step
+    by step to `last`: the same keys, values equal to 1e-6."""
+    resumed = [i for i, e in enumerate(events) if e["type"] == "run_resumed"][-1]
+    after = comparable(events[resumed:])
+    assert sorted(after) == list(range(events[resumed]["step"] + 1, last + 1))
     for step, metrics in after.items():
         assert metrics.keys() == uninterrupted[step].keys()
         for key, value in metrics.items():
             assert value == pytest.approx(uninterrupted[step][key], abs=1e-6), (step, key)
 
 
-def test_a_killed_rank_0_is_named_by_the_launcher(tmp_path):
-    preset = small_run_preset(tmp_path, max_steps=500)
-    run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
-    assert wait_for(lambda: metric_steps(run_dir) >= 1)
-    os.kill(json.loads((run_dir / "ranks.json").read_text())[0]["pid"], signal.SIGKILL)
-    _, err = proc.communicate(timeout=DEADLINE)
-    assert proc.returncode == 1
-    final = events_of(run_dir)[-1]
-    assert final["type"] == "run_failed" and final["rank"] == 0 and "rank 0" in final["message"]
-    assert "rank 0" in err
+def test_a_resumed_run_continues_exactly_in_two_processes(launches):
+    """DDP: the run's state at step 2 (a copy of the 4-step run, cut there) resumed to 4 by
+    the same 2 processes equals the 4 straight steps. (FSDP2's resume, through the CLI after
+    a killed rank, is test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly.)"""
+    out = launches("ddp")
+    uninterrupted = comparable(rundir.read_events(out / "straight"))
+    assert sorted(uninterrupted) == [1, 2, 3, 4]
+    events = rundir.read_events(out / "resumed")
+    assert [e["step"] for e in events if e["type"] == "run_resumed"] == [2]
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done", events[-1]
+    assert_continues_exactly(events, uninterrupted, 4)
 
 
-def cut_after_checkpoint(run_dir: Path, step: int) -> None:
-    """`run_dir` as a run killed right after its checkpoint of `step`: later checkpoints
-    and the events after that checkpoint's event gone."""
-    for later in rundir.complete_checkpoints(run_dir):
-        if int(later.name.split("_")[1]) > step:
-            shutil.rmtree(later)
-    lines = (run_dir / rundir.EVENTS_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
-    (end,) = [i for i, line in enumerate(lines)
-              if json.loads(line)["type"] == "checkpoint" and json.loads(line)["step"] == step]
-    (run_dir / rundir.EVENTS_FILE).write_text("".join(lines[:end + 1]), encoding="utf-8")
-
-
-def test_a_sharded_run_checkpoints_whole_adapters_and_resumes_exactly(tmp_path, cli_runs, one_process):
-    """FSDP2 with PPO (value head under DDP, layers sharded): the run's state at step 2
-    (a copy of the 4-step run, cut there) resumed to 4 equals the 4 straight steps; the
-    checkpoint is an ordinary adapter of whole tensors, the shapes one process saves."""
+def test_a_killed_rank_fails_the_run_by_name_and_resume_continues_exactly(cli_runs, launches, one_process):
+    """FSDP2 with PPO through the CLI (SHARDED: value head under DDP, layers sharded), rank 1
+    killed after the checkpoint of step 2 (run_killed_at_rank_1): the run fails naming rank
+    1 and the other process exits within seconds; a resume in another number of processes
+    is refused; `rl-engine resume --nproc-per-node 2` ends the run as the launch's
+    uninterrupted run of the same preset (steps 3 and 4 equal), with the CLI's outputs, and
+    its checkpoint is an ordinary adapter of whole tensors, the shapes one process saves."""
     from peft.utils import load_peft_weights
     from safetensors import safe_open
 
-    straight, _, _, _ = cli_runs("fsdp2")
-    split = tmp_path / "split"
-    shutil.copytree(straight, split)
-    cut_after_checkpoint(split, 2)
-    proc = engine(["resume", str(split), "--nproc-per-node", "2"], tmp_path)
-    _, err = proc.communicate(timeout=DEADLINE)
-    assert proc.returncode == 0, err[-3000:]
-    events = events_of(split)
+    outcome = cli_runs("rank1")
+    run_dir, killed = outcome["run_dir"], outcome["killed"]
+    assert killed["exit_s"] < 30  # the others exit within seconds
+    final = killed["final"]
+    # docs/run-directory.md: a run that failed exits 1 and its last event is run_failed, with
+    # `rank` naming the rank that ended it. Exit 1 after run_finished is an inconsistent state.
+    assert (killed["code"], final["type"]) == (1, "run_failed"), (killed["code"], final, killed["err"][-3000:])
+    assert final["rank"] == 1 and "rank 1" in final["message"], final
+    assert not killed["partial"]  # no checkpoint left half-written
+
+    # A different number of processes is refused, naming the one to use, before anything starts.
+    code, err = outcome["refused"]
+    assert code == 2 and "--nproc-per-node 2" in err, err
+
+    code, err = outcome["resumed"]
+    assert code == 0, err[-3000:]
+    events = events_of(run_dir)
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "done"
     assert [e["step"] for e in events if e["type"] == "run_resumed"] == [2]
-    a, b = comparable(events_of(straight)), comparable(events)
-    for step in (3, 4):
-        for key, value in a[step].items():
-            assert b[step][key] == pytest.approx(value, abs=1e-6), (step, key)
+    uninterrupted = comparable(events_of(launches("fsdp2") / "sharded"))  # the same preset, in the launch
+    assert sorted(uninterrupted) == [1, 2, 3, 4]
+    assert_continues_exactly(events, uninterrupted, 4)
+    assert_cli_outputs(run_dir, err, "done", 4)
     # Whole tensors: the adapter of a sharded run has the shapes of a 1-process run's.
     whole = one_process("ppo-sort.yaml")["adapter_shapes"]
-    sharded = load_peft_weights(str(split / "checkpoints" / "step_000004"), device="cpu")
+    sharded = load_peft_weights(str(run_dir / "checkpoints" / "step_000004"), device="cpu")
     assert sharded.keys() == whole.keys() and all(tuple(sharded[k].shape) == whole[k] for k in whole)
-    with safe_open(str(split / "checkpoints" / "step_000004" / "adapter_model.safetensors"), "pt") as f:
+    with safe_open(str(run_dir / "checkpoints" / "step_000004" / "adapter_model.safetensors"), "pt") as f:
         assert set(f.keys()) == set(whole)
 
 
-def test_killing_the_launcher_leaves_no_process_behind(tmp_path):
-    """The window's Kill is SIGKILL to the launcher: torchrun dies with it and the
-    workers, orphaned, exit too."""
-    preset = small_run_preset(tmp_path, max_steps=500)
-    run_dir = tmp_path / "run"
-    proc = engine(["run", str(preset), "--run-dir", str(run_dir), "--nproc-per-node", "2"], tmp_path)
-    assert wait_for(lambda: metric_steps(run_dir) >= 1)
-    pids = [e["pid"] for e in json.loads((run_dir / "ranks.json").read_text())]
-    proc.kill()
-    proc.communicate(timeout=DEADLINE)
+def test_sigterm_to_the_launcher_stops_every_process_after_the_step(cli_runs):
+    """`rl-engine run --nproc-per-node 2` (DDP) stopped by SIGTERM to the launcher
+    (run_stopped_by_sigterm): every process stops after the step, rank 0 checkpoints it,
+    exit 0; and the CLI's part of a run in several processes: a clean run folder (each
+    rank's log, no rank's failure), ranks.json, samples, trajectories, one line that the
+    run stopped."""
+    stopped = cli_runs("sigterm")
+    run_dir, err = stopped["run_dir"], stopped["err"]
+    assert stopped["code"] == 0, err[-3000:]
+    final = events_of(run_dir)[-1]
+    assert final["type"] == "run_finished" and final["status"] == "stopped" and final["reason"] == "SIGTERM"
+    assert final["checkpoint"] == f"checkpoints/step_{final['step']:06d}"
+    assert (run_dir / final["checkpoint"] / rundir.CHECKPOINT_STATE).exists()
+    assert "Traceback" not in err
+    assert stopped["running"] == []  # every worker had exited when the launcher did
+    assert_clean_run_dir(run_dir, final["step"])
+    assert_cli_outputs(run_dir, err, "stopped", final["step"])
 
-    def gone(pid):
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z"
-        except OSError:
-            return True
 
-    assert wait_for(lambda: all(gone(pid) for pid in pids), timeout=30)
+def test_a_killed_rank_0_is_named_by_the_launcher(cli_runs):
+    killed = cli_runs("rank0")
+    assert killed["code"] == 1
+    final = events_of(killed["run_dir"])[-1]
+    assert final["type"] == "run_failed" and final["rank"] == 0 and "rank 0" in final["message"]
+    assert "rank 0" in killed["err"]
+
+
+def test_killing_the_launcher_leaves_no_process_behind(cli_runs):
+    """The window's Kill is SIGKILL to the launcher (run_with_launcher_killed): torchrun
+    dies with it and the workers, orphaned, exit too."""
+    killed = cli_runs("launcher")
+    assert killed["pids"] and killed["all_gone"], [pid for pid in killed["pids"] if not gone(pid)]
 
 
 def test_validate_checks_the_process_count():
