@@ -254,6 +254,11 @@ def test_a_samples_tokens_link_opens_it_as_an_answer_to_score(qtbot, run_dir):
         click_link(qtbot, section.samples, "tokens:0/5")  # a base sample: under the evaluation's last checkpoint
     assert (opened.args[0].completion, opened.args[0].checkpoint) == (" wrong 5", "step_000400")
 
+    # A run of tool episodes: Try cannot score its answers (the tools' tokens), so no link.
+    (run_dir / "preset.yaml").write_text("name: calc\nalgorithm: {name: grpo}\ndata: {environment: builtin:calculator}\n")
+    qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=table.visualRect(table.model().index(1, 1)).center())
+    assert "correct" in section.samples.toPlainText() and "tokens ▸" not in section.samples.toPlainText()
+
 
 def click_point(qtbot, plot, k: int, value: float) -> None:
     """A click on a KCurvePlot's point (k, value), where it is drawn."""

@@ -26,7 +26,7 @@ from workbench.runs.evaluations import (
     BOTH, CATEGORIES, FIRST_ONLY, NEITHER, SAMPLES_FILE, SECOND_ONLY, Evaluation, PromptRow, SampleRow, SamplesFile,
     category, category_counts,
 )
-from workbench.runs.try_answers import GivenAnswer
+from workbench.runs.try_answers import GivenAnswer, run_defaults
 
 # A prompt's category in colour: what the checkpoint learned in green, what it lost in red.
 CATEGORY_COLOURS = {SECOND_ONLY: "#1e7e34", FIRST_ONLY: "#b00020", BOTH: "#5f6368", NEITHER: "#9e9e9e"}
@@ -404,8 +404,10 @@ class PromptsSection(QWidget):
             answer, rows = found if found is not None else (None, None)
             blocks.append((model.label, self.colours.get(model.key, "#333"), answer, rows))
             self.shown.append((model, rows))
-        # The Try tab tries the first run's models: an overlaid run's samples get no link.
-        linked = {i for i, (model, _rows) in enumerate(self.shown) if model.position == 0}
+        # The Try tab tries the first run's models: an overlaid run's samples get no link, nor
+        # a run of tool episodes (its answers hold the tools' tokens, which Try cannot score).
+        tools = run_defaults(Path(self.evaluation.run)).tools if self.evaluation and self.evaluation.run else None
+        linked = {i for i, (model, _rows) in enumerate(self.shown) if model.position == 0 and not tools}
         self.samples.setHtml(samples_html(row, blocks, linked))
         self.sig_prompt_shown.emit(row.index)
 
