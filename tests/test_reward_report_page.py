@@ -294,3 +294,26 @@ def test_cancel_ends_the_engine_and_says_so(qtbot, run_dir):
         qtbot.mouseClick(page.cancel_button, Qt.LeftButton)
     assert finished.args == [False, "cancelled"]
     assert "Cancelled; no report card was written." in page.message.text() and page.compute_button.isEnabled()
+
+
+def test_the_card_is_checked_against_the_rl_preset_that_uses_the_reward_model(tmp_path, run_dir):
+    """The window's command passes --policy: the first preset whose reward_model reward
+    names this run (run:NAME of its preset, or its folder), so the preflight's tokenizer and
+    template check runs in the window too; no such preset, no --policy."""
+    from workbench.runs.reward_report import policy_preset, reward_report_command
+
+    other = tmp_path / "a-other.yaml"
+    other.write_text("name: other\nrewards: [{name: reward_model, options: {model: run:rm-other}}]\n")
+    by_name = tmp_path / "b-ppo.yaml"
+    by_name.write_text("name: ppo\nrewards: [{name: exact_match, weight: 0.0}, "
+                       "{name: reward_model, options: {model: run:rm-sort}}]\n")
+    by_folder = tmp_path / "c-grpo.yaml"
+    by_folder.write_text(f"name: grpo\nrewards: [{{name: reward_model, options: {{model: '{run_dir}'}}}}]\n")
+    broken = tmp_path / "0-broken.yaml"
+    broken.write_text("rewards: [unclosed\n")
+    assert policy_preset(run_dir, [broken, other, by_name, by_folder]) == by_name
+    assert policy_preset(run_dir, [other, by_folder]) == by_folder
+    assert policy_preset(run_dir, [other]) is None
+    assert reward_report_command(run_dir, python="py", policy=by_name)[-2:] == ["--policy", str(by_name)]
+    bundled = reward_report_command(run_dir, python="py")  # rm-sort: the bundled RL presets against it
+    assert bundled[-2] == "--policy" and Path(bundled[-1]).name in ("grpo-sort-rm.yaml", "ppo-sort-rm.yaml")

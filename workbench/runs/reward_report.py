@@ -15,6 +15,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.foundation.errors import PresetError
+from engine.foundation.io import read_preset_dict
+from engine.foundation.run_files import RUN_PREFIX, run_preset
+from engine.rewards import REWARD_MODEL as REWARD_MODEL_KIND
 from workbench.runs.json_file import int_or_none as _int, is_int as _is_int, number as _number
 from workbench.runs.json_file import read_json_object, read_part, text as _text
 
@@ -30,17 +34,47 @@ class ReportError(Exception):
     """A report card that cannot be shown, with what to tell the user."""
 
 
-def reward_report_command(run_dir: Path, pairs: Path | None = None, python: str | None = None) -> list[str]:
+def reward_report_command(run_dir: Path, pairs: Path | None = None, python: str | None = None,
+                          policy: Path | None = None) -> list[str]:
     """The engine's command line that writes a run's report card (of `pairs`, a preference
-    file, when given; else of the run's held-out pairs).
+    file, when given; else of the run's held-out pairs), its preflight checking the RL
+    preset `policy` against the reward model when given (else the bundled preset that
+    scores with this run's, if one does: policy_preset).
 
-    >>> reward_report_command(Path("/r/rm"), python="py")
-    ['py', '-m', 'engine', 'reward-report', '/r/rm']
+    >>> reward_report_command(Path("/r/rm"), python="py", policy=Path("/p/ppo.yaml"))
+    ['py', '-m', 'engine', 'reward-report', '/r/rm', '--policy', '/p/ppo.yaml']
     >>> reward_report_command(Path("/r/rm"), Path("/d/pairs.jsonl"), python="py")[-2:]
     ['--pairs', '/d/pairs.jsonl']
     """
+    from workbench.settings import bundled_presets
+
     command = [python or sys.executable, "-m", "engine", "reward-report", str(run_dir)]
-    return command + (["--pairs", str(pairs)] if pairs is not None else [])
+    command += ["--pairs", str(pairs)] if pairs is not None else []
+    policy = policy or policy_preset(run_dir, bundled_presets())
+    return command + (["--policy", str(policy)] if policy is not None else [])
+
+
+def policy_preset(run_dir: Path, presets: list[Path]) -> Path | None:
+    """The first of `presets` with a `reward_model` reward whose model is this run (its
+    folder, or `run:NAME` with NAME the run's preset): the RL preset that will use the
+    reward model, whose model, chat template and system prompt the report card's
+    preflight holds against the reward model's. None when none names it."""
+    try:
+        name = run_preset(run_dir).get("name")
+    except (OSError, ValueError):
+        return None
+    wanted = {f"{RUN_PREFIX}{name}", str(Path(run_dir).resolve())} if name else {str(Path(run_dir).resolve())}
+    for path in presets:
+        try:
+            rewards = read_preset_dict(path).get("rewards") or []
+        except (OSError, ValueError, PresetError):
+            continue
+        for reward in rewards if isinstance(rewards, list) else []:
+            options = reward.get("options") if isinstance(reward, dict) else None
+            model = options.get("model") if isinstance(options, dict) else None
+            if reward.get("name") == REWARD_MODEL_KIND and isinstance(model, str) and model.strip() in wanted:
+                return path
+    return None
 
 
 # ---------------------------------------------------------------- which reports
