@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -122,7 +123,8 @@ def summarize_run(run_dir: Path, now: float | None = None) -> RunSummary | None:
     lifecycle = [e for e in tail if e.get("type") in rundir.LIFECYCLE_EVENTS]
     events_status = rundir.run_status(lifecycle)
     for event in reversed(tail):
-        if event.get("type") == "metrics" and summary.last_reward is None and isinstance(event.get("reward"), (int, float)):
+        if event.get("type") == "metrics" and summary.last_reward is None \
+                and isinstance(event.get("reward"), (int, float)):
             summary.last_reward = float(event["reward"])
         if isinstance(event.get("step"), int) and not summary.step:
             summary.step = event["step"]
@@ -171,50 +173,95 @@ def _first_eval(events_path: Path, lines: int = 6, max_bytes: int = 4 << 20) -> 
     return None
 
 
+def run_stamp(run_dir: Path) -> tuple:
+    """What says a run changed: the sizes and times of its events, process record and exit
+    record (a summary is read again when its stamp differs)."""
+    stamps, own = [], workbench_dir(run_dir)
+    for path in (run_dir / rundir.EVENTS_FILE, own / PROCESS_FILE, own / EXIT_FILE):
+        try:
+            st = path.stat()
+            stamps.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+def read_runs(folders: list[Path], stop: Callable[[], bool] = lambda: False) -> dict[Path, tuple]:
+    """folder -> (stamp, summary or None: not a run) for each folder, until `stop()` is
+    true. It touches no index, so a worker thread may run it (RunIndex.add takes the
+    result); a folder that cannot be read is left out (the next scan reads it again)."""
+    found = {}
+    for folder in folders:
+        if stop():
+            break
+        try:
+            stamp = run_stamp(folder)  # before the summary: a change while reading is read next time
+            found[folder] = (stamp, summarize_run(folder))
+        except OSError:
+            continue
+    return found
+
+
 class RunIndex:
     """Summaries of every run in a folder, re-read only for runs whose events changed
-    (the runs list refreshes on a timer)."""
+    (the runs list refreshes on a timer). Not thread-safe: one thread scans it; the window
+    reads many new runs with `read_runs` on a worker and `add`s them."""
 
     def __init__(self, folder: Path | str):
         self.folder = Path(folder)
         self._cache: dict[Path, tuple[tuple, RunSummary]] = {}
+        self._not_runs: set[Path] = set()  # folders found not to be runs (cheap to look at again)
+        self._resolved: dict[Path, Path] = {}  # path -> path.resolve() (half a scan of read runs, uncached)
 
-    def _stamp(self, run_dir: Path) -> tuple:
-        stamps = []
-        for path in (run_dir / rundir.EVENTS_FILE, workbench_dir(run_dir) / PROCESS_FILE,
-                     workbench_dir(run_dir) / EXIT_FILE):
-            try:
-                st = path.stat()
-                stamps.append((st.st_size, st.st_mtime_ns))
-            except OSError:
-                stamps.append(None)
-        return tuple(stamps)
+    def folders(self) -> list[Path]:
+        """The folder's sub-folders, each a run or not."""
+        try:
+            return [p for p in self.folder.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+
+    def unread(self) -> list[Path]:
+        """The sub-folders a scan would read for the first time (~3-10 ms a run: its
+        events' head and tail): all of them on the first scan, new runs after."""
+        return [p for p in self.folders() if p not in self._cache and p not in self._not_runs]
+
+    def add(self, found: dict[Path, tuple]) -> None:
+        """`read_runs`' result into the cache; a summary cached meanwhile is newer and stays."""
+        for folder, (stamp, summary) in found.items():
+            if summary is None:
+                self._not_runs.add(folder)
+            else:
+                self._cache.setdefault(folder, (stamp, summary))
 
     def scan(self) -> list[RunSummary]:
         """Every run, newest first. A `running` summary is always re-judged (its process
         may have died, or it may have gone stale, without its files changing)."""
-        try:
-            folders = [p for p in self.folder.iterdir() if p.is_dir()]
-        except OSError:
-            return []
         found = []
-        for folder in folders:
-            stamp = self._stamp(folder)
+        for folder in self.folders():
+            stamp = run_stamp(folder)
             hit = self._cache.get(folder)
             if hit is None or hit[0] != stamp or hit[1].status in ("running", "starting", "stale"):
                 summary = summarize_run(folder)
                 if summary is None:
+                    self._not_runs.add(folder)
+                    self._cache.pop(folder, None)
                     continue
+                self._not_runs.discard(folder)
                 self._cache[folder] = (stamp, summary)
             found.append(self._cache[folder][1])
         found.sort(key=lambda s: s.started or 0, reverse=True)
-        by_path = {s.path.resolve(): s for s in found}
+        by_path = {self._resolve(s.path): s for s in found}
         for summary in found:
             summary.forks = summary.used_by = 0
         for summary in found:
-            parent = by_path.get(Path(str(summary.parent["run"])).resolve()) if summary.parent else None
+            parent = by_path.get(self._resolve(Path(str(summary.parent["run"])))) if summary.parent else None
             if parent is not None:
                 parent.forks += 1
-            for path in {stage.run.resolve() for stage in summary.lineage} & by_path.keys():
+            for path in {self._resolve(stage.run) for stage in summary.lineage} & by_path.keys():
                 by_path[path].used_by += 1
         return found
+
+    def _resolve(self, path: Path) -> Path:
+        if path not in self._resolved:
+            self._resolved[path] = path.resolve()
+        return self._resolved[path]

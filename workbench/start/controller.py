@@ -81,6 +81,7 @@ class StartController:
         page.run_requested.connect(self.run_preset)
         page.run_folder_requested.connect(window.open_run_and_preset)  # as the Runs list opens a run
         page.preset_file_requested.connect(lambda path: window.presets.open_preset(path))
+        window.runs_view.runs_changed.connect(self._show_recent)  # scanned again, or its read began or ended
         act_run = window.run_control.act_run
         act_run.changed.connect(lambda: page.set_run_enabled(act_run.isEnabled(), "" if act_run.isEnabled()
                                                              else "A run is in progress: stop it first"))
@@ -88,10 +89,20 @@ class StartController:
         return page
 
     def refresh_recent(self) -> None:
-        # The Runs tab's index: its cache of every run's summary serves both (a fresh index read
-        # every run folder again, ~10 ms a run, each time the page was shown)
-        runs = self.window.runs_view.index.scan()[:RECENT_RUNS]
-        self.page.set_recent([(s.name, run_line(s), s.path) for s in runs], list(self.window.settings.recent_presets))
+        # The Runs tab's scan: its cache of every run's summary serves both (a fresh index read
+        # every run folder again, ~10 ms a run, each time the page was shown). While the Runs tab
+        # reads many runs on its worker (the window's start), the page says so, and fills when
+        # they are read (runs_changed).
+        self.window.runs_view.refresh()
+        self._show_recent()
+
+    def _show_recent(self) -> None:
+        view = self.window.runs_view
+        if self.page is None:
+            return
+        waiting = f"Reading {view.reader.count} runs…" if view.reader.reading else ""
+        self.page.set_recent([(s.name, run_line(s), s.path) for s in view.runs[:RECENT_RUNS]],
+                             list(self.window.settings.recent_presets), waiting)
 
     def open_preset(self, path: Path) -> bool:
         """A card's Open: the bundled preset as an untitled copy in Set-up (asks first

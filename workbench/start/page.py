@@ -151,8 +151,9 @@ class StartPage(QWidget):
         if path:
             signal.emit(Path(path))
 
-    def set_recent(self, runs: list[tuple[str, str, Path]], presets: list[str]) -> None:
-        """`runs`: (name, a line about it, folder), newest first; `presets`: paths, the latest first."""
+    def set_recent(self, runs: list[tuple[str, str, Path]], presets: list[str], waiting: str = "") -> None:
+        """`runs`: (name, a line about it, folder), newest first; `presets`: paths, the latest first;
+        `waiting`: what the runs list says while no runs are known yet ("Reading 300 runs…")."""
         self.recent_runs.clear()
         for name, about, folder in runs[:RECENT_RUNS]:
             item = QListWidgetItem(f"{name}\n  {about}" if about else name)
@@ -160,7 +161,7 @@ class StartPage(QWidget):
             item.setToolTip(str(folder))
             self.recent_runs.addItem(item)
         if not runs:
-            self.recent_runs.addItem(QListWidgetItem("(no runs in the runs folder yet)"))
+            self.recent_runs.addItem(QListWidgetItem(waiting or "(no runs in the runs folder yet)"))
         self.recent_presets.clear()
         for path in presets:
             item = QListWidgetItem(Path(path).name)
