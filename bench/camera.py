@@ -37,6 +37,25 @@ class Camera:
         print(f"{path}: {path.stat().st_size // 1024} KB")
 
 
+def open_run_window(run_dir: Path, size: tuple[int, int]):
+    """The main window shown at `size` on `run_dir` (its runs folder the run's own), for a
+    shot of one of its tabs (imports the workbench when called; a QApplication must exist)."""
+    from workbench.main_window import MainWindow
+    from workbench.settings import Settings
+
+    run_dir = Path(run_dir).resolve()
+    window = MainWindow(Settings(runs_folder=str(run_dir.parent)))
+    window.resize(*size)
+    window.show()
+    window.open_run(run_dir)
+    return window
+
+
+def last_recorded_step(run_dir: Path) -> int:
+    """The newest step whose rollouts `run_dir` recorded (trajectories/step_N.jsonl)."""
+    return max(int(p.stem.split("_")[1]) for p in (Path(run_dir) / "trajectories").glob("step_*.jsonl"))
+
+
 def open_inspector(run_dir: Path, step: int, index: int, size: tuple[int, int] = (1300, 760)):
     """(app, view): the QApplication and an InspectorView shown at `size` on `run_dir`'s
     recorded rollout `index` of `step` (imports Qt and the workbench when called)."""

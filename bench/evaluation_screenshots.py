@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.camera import Camera, open_inspector  # noqa: E402
+from bench.camera import Camera, last_recorded_step, open_inspector, open_run_window  # noqa: E402
 
 SIZE = (1600, 1000)
 
@@ -42,30 +42,21 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.main_window import MainWindow
-    from workbench.settings import Settings
 
     args.out.mkdir(parents=True, exist_ok=True)
     camera = Camera(app, args.out, settle_s=1.0)
     if args.report:
-        window = MainWindow(Settings(runs_folder=str(args.report.resolve().parent)))
-        window.resize(*SIZE)
-        window.show()
-        window.open_run(args.report.resolve())
+        window = open_run_window(args.report, SIZE)
         window.tabs.setCurrentWidget(window.report_card)
         camera.wait_until(lambda: window.report_card.body.currentWidget() is window.report_card.content, 20,
                           "the report card")
         camera.shot(window.report_card, "reward-report-card.png")
         window.close()
-        steps = sorted(int(p.stem.split("_")[1]) for p in (args.report / "trajectories").glob("step_*.jsonl"))
-        _, view = open_inspector(args.report.resolve(), steps[-1], args.pair)
+        _, view = open_inspector(args.report.resolve(), last_recorded_step(args.report), args.pair)
         view.quantity_box.setCurrentIndex(max(0, view.quantity_box.findData("score")))
         camera.shot(view, "inspector-rm-pair.png")
     if args.eval:
-        window = MainWindow(Settings(runs_folder=str(args.eval.resolve().parent)))
-        window.resize(*SIZE)
-        window.show()
-        window.open_run(args.eval.resolve())
+        window = open_run_window(args.eval, SIZE)
         page = window.evaluate
         window.tabs.setCurrentWidget(page)
         if args.name:

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.camera import Camera, open_inspector  # noqa: E402
+from bench.camera import Camera, last_recorded_step, open_inspector, open_run_window  # noqa: E402
 
 
 def main() -> None:
@@ -33,15 +33,9 @@ def main() -> None:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
-    from workbench.main_window import MainWindow
-    from workbench.settings import Settings
-
     args.out.mkdir(parents=True, exist_ok=True)
     camera = Camera(app, args.out, settle_s=1.0)
-    window = MainWindow(Settings(runs_folder=str(args.run.resolve().parent)))
-    window.resize(1500, 950)
-    window.show()
-    window.open_run(args.run.resolve())
+    window = open_run_window(args.run, (1500, 950))
     camera.settle(1.0)
     plot = next((p for p in window.dashboard.plots if p.spec.key == "learned_vs_truth"), None)
     if plot is None:
@@ -54,8 +48,7 @@ def main() -> None:
     camera.shot(window, "goodhart-alarm.png")
     window.close()
 
-    steps = sorted(int(p.stem.split("_")[1]) for p in (args.run / "trajectories").glob("step_*.jsonl"))
-    _, view = open_inspector(args.run, args.step or steps[-1], 0)
+    _, view = open_inspector(args.run, args.step or last_recorded_step(args.run), 0)
     view.quantity_box.setCurrentIndex(max(0, view.quantity_box.findData("rm_score")))
     camera.shot(view, "inspector-rm-score.png")
 
