@@ -445,7 +445,9 @@ def test_stop_keeps_what_was_done_and_resume_carries_it_on(qtbot, run_dir):
     assert page.view.summary.cell(1, "prompts") == "8" and not page.resume_button.isVisible()
 
 
-def test_the_window_shows_the_tab_for_any_run_on_show(qtbot, tmp_path, monkeypatch):
+def window_and_evaluated_run(qtbot, tmp_path, monkeypatch):
+    """The main window (its settings in tmp_path) and a fake run with an evaluation in its
+    runs folder, not yet opened."""
     from workbench.main_window import MainWindow
     from workbench.settings import Settings
 
@@ -454,6 +456,11 @@ def test_the_window_shows_the_tab_for_any_run_on_show(qtbot, tmp_path, monkeypat
     write_eval(run_dir)
     window = MainWindow(Settings(runs_folder=str(tmp_path / "runs")), settings_path=tmp_path / "config" / "s.json")
     qtbot.addWidget(window)
+    return window, run_dir
+
+
+def test_the_window_shows_the_tab_for_any_run_on_show(qtbot, tmp_path, monkeypatch):
+    window, run_dir = window_and_evaluated_run(qtbot, tmp_path, monkeypatch)
     tab = window.tabs.indexOf(window.evaluate)
     assert window.tabs.tabText(tab) == "Evaluate" and not window.tabs.isTabVisible(tab)
     window.open_run(run_dir)
@@ -463,15 +470,9 @@ def test_the_window_shows_the_tab_for_any_run_on_show(qtbot, tmp_path, monkeypat
 
 def test_a_samples_tokens_link_in_the_window_scores_it_in_the_try_tab(qtbot, tmp_path, monkeypatch):
     from stand_in_engine import stand_in_command
-    from workbench.main_window import MainWindow
     from workbench.runs.try_answers import try_command
-    from workbench.settings import Settings
 
-    monkeypatch.setenv("RL_WORKBENCH_CONFIG_DIR", str(tmp_path / "config"))
-    run_dir = fake_run(tmp_path / "runs")
-    write_eval(run_dir)
-    window = MainWindow(Settings(runs_folder=str(tmp_path / "runs")), settings_path=tmp_path / "config" / "s.json")
-    qtbot.addWidget(window)
+    window, run_dir = window_and_evaluated_run(qtbot, tmp_path, monkeypatch)
     commands = []
 
     def command_for(*args, **kwargs):
