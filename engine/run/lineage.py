@@ -68,14 +68,23 @@ class RunReference:
 
 def runs_of(preset_name: str, runs_folder: Path) -> list[Path]:
     """The runs of preset `preset_name` in `runs_folder` that have a complete checkpoint,
-    the one with the newest checkpoint last."""
-    found = []
+    the one with the newest checkpoint last: what `run:NAME` may name."""
+    return runs_of_preset(preset_name, runs_folder)[0]
+
+
+def runs_of_preset(preset_name: str, runs_folder: Path) -> tuple[list[Path], list[Path]]:
+    """(the runs of preset `preset_name` in `runs_folder` with a complete checkpoint, the
+    newest checkpoint last; those without one yet, the newest last). The window reads the
+    second to say which run a later stage still waits for."""
+    ready, waiting = [], []
     for run in Path(runs_folder).glob("*") if Path(runs_folder).is_dir() else ():
         if (run / rundir.PRESET_FILE).is_file() and run_preset(run).get("name") == preset_name:
             checkpoints = rundir.complete_checkpoints(run)
             if checkpoints:
-                found.append(((checkpoints[-1] / rundir.CHECKPOINT_STATE).stat().st_mtime, run))
-    return [run for _, run in sorted(found)]
+                ready.append(((checkpoints[-1] / rundir.CHECKPOINT_STATE).stat().st_mtime, run))
+            else:
+                waiting.append(((run / rundir.PRESET_FILE).stat().st_mtime, run))
+    return [run for _, run in sorted(ready)], [run for _, run in sorted(waiting)]
 
 
 def is_run_reference(value: object, base_dir: Path | None = None) -> bool:

@@ -18,10 +18,10 @@ from typing import Callable
 
 from engine.foundation.errors import PresetError
 from engine.foundation.io import read_preset_dict
-from engine.foundation.run_files import RUN_PREFIX, run_preset
+from engine.foundation.run_files import RUN_PREFIX
 from engine.model.config import BUILTIN_MODEL, ModelConfig
 from engine.rewards import REWARD_MODEL as REWARD_MODEL_KIND
-from engine.run import rundir
+from engine.run.lineage import runs_of_preset
 from workbench.runs.lineage import has_complete_checkpoint, is_reward_model_run
 from workbench.setup.model_picker import type_into
 from workbench.window.hooks import WindowHooks
@@ -194,26 +194,6 @@ def run_references(preset: dict) -> list[tuple[str, str]]:
         if isinstance(model, str) and model.startswith(RUN_PREFIX):
             found.append((f"rewards.{index}.options.model", model[len(RUN_PREFIX):].strip()))
     return found
-
-
-def runs_of_preset(name: str, runs_folder: Path) -> tuple[list[Path], list[Path]]:
-    """(the runs of preset `name` with a complete checkpoint, those without one yet) in
-    `runs_folder`, each oldest first (the engine's `run:NAME` takes the newest
-    checkpoint)."""
-    ready, waiting = [], []
-    try:
-        folders = [p for p in Path(runs_folder).iterdir() if p.is_dir()]
-    except OSError:
-        return [], []
-    for run in folders:
-        if not (run / rundir.PRESET_FILE).is_file() or run_preset(run).get("name") != name:
-            continue
-        checkpoints = rundir.complete_checkpoints(run)
-        if checkpoints:
-            ready.append(((checkpoints[-1] / rundir.CHECKPOINT_STATE).stat().st_mtime, run))
-        else:
-            waiting.append(((run / rundir.PRESET_FILE).stat().st_mtime, run))
-    return [r for _, r in sorted(ready)], [r for _, r in sorted(waiting)]
 
 
 def needed_runs(preset: dict, runs_folder: Path) -> list[NeededRun]:
