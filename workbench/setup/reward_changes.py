@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from engine.preset.schema import Preset
 from engine.rewards import component_label
-from workbench.setup.schema import format_value
+from workbench.setup.schema import field_spec, format_value, item_defaults
 from workbench.setup.switching import same_value
 
-ITEM_DEFAULTS = {"weight": 1.0, "options": {}}  # schema.item_defaults of a reward component
+ITEM_DEFAULTS = item_defaults(field_spec(Preset, "rewards").model)  # a reward component's: weight 1.0, no options
 FIELDS = ("name", "label", "weight", "step_delimiter")  # compared one by one; then each option
 
 
