@@ -257,6 +257,7 @@ def test_a_samples_tokens_link_opens_it_as_an_answer_to_score(qtbot, run_dir):
     # A run of tool episodes: Try cannot score its answers (the tools' tokens), so no link.
     (run_dir / "preset.yaml").write_text(
         "name: calc\nalgorithm: {name: grpo}\ndata: {environment: builtin:calculator}\n")
+    assert page.show_evaluation(Path(page.picker.currentData()))
     qtbot.mouseClick(table.viewport(), Qt.LeftButton, pos=table.visualRect(table.model().index(1, 1)).center())
     assert "correct" in section.samples.toPlainText() and "tokens ▸" not in section.samples.toPlainText()
 

@@ -308,6 +308,9 @@ class PromptsSection(QWidget):
         self.colours: dict[str, str] = {}
         self.shown: list[tuple[ComparedModel, list[SampleRow] | None]] = []  # the samples on show, by block
         self.shown_row: PromptRow | None = None
+        # The Try tab cannot score a run of tool episodes (its answers hold the tools' tokens):
+        # its samples get no "tokens ▸" link. Read from the run's preset when an evaluation is shown.
+        self.tools: str | None = None
         self.first, self.second, self.filter = QComboBox(), QComboBox(), QComboBox()
         for combo, name in ((self.first, "eval-first"), (self.second, "eval-second"), (self.filter, "eval-filter")):
             combo.setObjectName(name)
@@ -367,6 +370,7 @@ class PromptsSection(QWidget):
         evaluation = comparison.evaluation
         shown = self.evaluation.folder if self.evaluation else None
         self.evaluation, self.colours = evaluation, colours
+        self.tools = run_defaults(Path(evaluation.run)).tools if evaluation.run else None
         self.models, notes = comparison.prompt_models()
         # A rewritten eval.json keeps the reader's index of samples.jsonl.
         folders = {m.evaluation.folder for m in self.models}
@@ -405,9 +409,8 @@ class PromptsSection(QWidget):
             blocks.append((model.label, self.colours.get(model.key, "#333"), answer, rows))
             self.shown.append((model, rows))
         # The Try tab tries the first run's models: an overlaid run's samples get no link, nor
-        # a run of tool episodes (its answers hold the tools' tokens, which Try cannot score).
-        tools = run_defaults(Path(self.evaluation.run)).tools if self.evaluation and self.evaluation.run else None
-        linked = {i for i, (model, _rows) in enumerate(self.shown) if model.position == 0 and not tools}
+        # a run of tool episodes.
+        linked = {i for i, (model, _rows) in enumerate(self.shown) if model.position == 0 and not self.tools}
         self.samples.setHtml(samples_html(row, blocks, linked))
         self.sig_prompt_shown.emit(row.index)
 
